@@ -1,0 +1,18 @@
+//! copyrpc core: everything above the raw mlx5 queues that does not need an OS.
+//!
+//! `#![no_std]` with no `alloc`: memory comes from the caller or from fixed-capacity
+//! containers, nothing reads a clock and nothing prints. The crate builds for
+//! `x86_64-unknown-none` and `aarch64-unknown-none` (CI checks both).
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`wire`] | typed views of the 12 B message header, the 32 B flow metadata, IMM encoding, padding |
+//! | [`ring`] | free-running virtual positions over power-of-two rings; send and recv ring state |
+//! | [`credit`] | the flow-control invariant `in_flight + 2R <= C`, grants, allowances, reservations |
+#![cfg_attr(not(test), no_std)]
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod credit;
+pub mod ring;
+pub mod wire;

@@ -1,0 +1,1 @@
+//! Cross-crate and multi-process integration tests live under `tests/tests/`.
