@@ -1,0 +1,53 @@
+/* Freestanding entry point for the copyrpc link check.
+ *
+ * Linked with -nostdlib -ffreestanding -static against the no_std staticlib: if the Rust
+ * side needed anything from std or libc, the link would fail with an undefined symbol.
+ * The program calls the self-test, writes one line with a raw syscall and exits with its
+ * result, so the check also proves the code runs (natively on x86_64, under qemu-aarch64
+ * on aarch64). */
+typedef unsigned long usize;
+
+extern unsigned int copyrpc_freestanding_selftest(void);
+
+static long sys3(long nr, long a, long b, long c) {
+    long ret;
+#if defined(__x86_64__)
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = nr;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
+    ret = x0;
+#else
+#error "unsupported architecture"
+#endif
+    return ret;
+}
+
+#if defined(__x86_64__)
+enum { SYS_WRITE = 1, SYS_EXIT = 60 };
+#else
+enum { SYS_WRITE = 64, SYS_EXIT = 93 };
+#endif
+
+static void put(const char *s) {
+    usize n = 0;
+    while (s[n]) n++;
+    sys3(SYS_WRITE, 1, (long)s, (long)n);
+}
+
+void _start(void) {
+    unsigned int failed = copyrpc_freestanding_selftest();
+    if (failed == 0) {
+        put("freestanding copyrpc core: ok\n");
+    } else {
+        char msg[] = "freestanding copyrpc core: check 00 failed\n";
+        msg[33] = (char)('0' + (failed / 10) % 10);
+        msg[34] = (char)('0' + failed % 10);
+        put(msg);
+    }
+    sys3(SYS_EXIT, (long)failed, 0, 0);
+    for (;;) {}
+}
