@@ -1,0 +1,272 @@
+//! Credit-based flow control (seed 002 "フロー制御", seed 000 §3.4), as pure functions.
+//!
+//! Each side keeps, for its direction of writes into the peer's recv ring of size `C`:
+//!
+//! * `in_flight = producer - remote_consumer`: bytes written, flushed or not, that the
+//!   peer is not known to have consumed;
+//! * `R = resp_reservation`: ring bytes set aside for responses to requests the peer
+//!   may send with the credit we granted;
+//!
+//! and holds the invariant `in_flight + 2R <= C` ([`invariant_holds`]).
+//!
+//! # Why 2R, and why the allowance has +32
+//!
+//! A request that asks for a response of `ra` bytes costs the caller
+//! [`internal_allowance`]`(ra) = padded(ra) + 32` from its balance. The 32 B pay for the
+//! metadata the response may need (a new batch, or the new lap's batch after a wrap).
+//! Writing a message of padded size `s` then moves the producer by at most
+//! [`worst_case_advance`]`(s) = 2(s + 32)`: `s + 32` for metadata and message, plus, if
+//! it wraps, the tail skipped to the lap end, which is less than what did not fit,
+//! itself at most `s + 32` (see [`crate::ring::SendRing::plan`]). So a reply covered by
+//! an allowance `a >= s + 32` needs at most `2a` bytes, and holding `2R` back keeps
+//! that much free for every reply we owe. Seed 002 attributes the factor to both sides
+//! holding reservations at once; seed 000 to metadata and wrap margin. The bound above
+//! is what makes it necessary.
+//!
+//! # Replies never need a space check
+//!
+//! Before writing a reply the replier releases the request's allowance `a` (`R -= a`,
+//! [`CreditState::release_on_reply`]), then writes at most `2a` bytes. From
+//! `in_flight + 2R <= C`: `in_flight + 2a + 2(R - a) <= C`, so [`has_room`] holds for
+//! the reply and the invariant holds after it. The replier releases exactly what the
+//! caller paid: both compute [`internal_allowance`] from the allowance blocks in the
+//! request header.
+//!
+//! # When to grant
+//!
+//! [`grant`] hands out all slack the invariant leaves (`(C - in_flight)/2 - R`), so the
+//! `in_flight` it sees must include every byte the current operation writes. A wrap
+//! forces flushes in the middle of a call or reply; [`SendRing::reserve_message`]
+//! returns those ranges with the producer already past the new message, so filling
+//! their metadata (grant included) after it returns is safe. Computing a grant from the
+//! producer seen *before* the reservation would give away the space the write then
+//! takes; the credit model test checks that this breaks the invariant.
+//!
+//! [`SendRing::reserve_message`]: crate::ring::SendRing::reserve_message
+//!
+//! # Failure story
+//!
+//! RC delivers every batch once and in order, so credit is neither lost nor duplicated
+//! while the QP lives. If the QP fails, the connection and its credit die together.
+//! A peer that claims an allowance it did not pay for is caught when the release
+//! would take `R` below zero ([`CreditError::ReservationUnderflow`]); one that returns
+//! ring credit for bytes never written is caught by
+//! [`crate::ring::RemoteConsumer::on_credit_return`].
+
+mod state;
+
+pub use state::{CallCredit, CreditState};
+
+use core::fmt;
+
+use crate::wire::{align_down, align_up, ALIGNMENT, FLOW_METADATA_SIZE, HEADER_SIZE};
+
+/// Why a credit operation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CreditError {
+    /// The peer has not granted enough credit for the response allowance; poll and retry.
+    InsufficientCredit,
+    /// A reply (plus metadata) is larger than the allowance its request paid for.
+    ReplyTooLarge,
+    /// Releasing an allowance would take the reservation below zero: the peer claimed
+    /// more allowance than it was granted.
+    ReservationUnderflow,
+}
+
+impl fmt::Display for CreditError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::InsufficientCredit => "not enough credit from the peer",
+            Self::ReplyTooLarge => "reply larger than the request's allowance",
+            Self::ReservationUnderflow => "released more reservation than was held",
+        })
+    }
+}
+
+/// `in_flight + 2R <= C`, without overflow.
+#[inline]
+pub const fn invariant_holds(in_flight: u64, resp_reservation: u64, remote_ring_size: u64) -> bool {
+    has_room(in_flight, 0, resp_reservation, remote_ring_size)
+}
+
+/// Whether moving the producer by `advance` (a [`WritePlan`](crate::ring::WritePlan)'s
+/// advance, wrap waste included) keeps `in_flight + advance + 2R <= C`.
+///
+/// A reply calls this after releasing its allowance, and it then always holds.
+#[inline]
+pub const fn has_room(
+    in_flight: u64,
+    advance: u64,
+    resp_reservation: u64,
+    remote_ring_size: u64,
+) -> bool {
+    let Some(reserved) = resp_reservation.checked_mul(2) else {
+        return false;
+    };
+    let Some(used) = in_flight.checked_add(advance) else {
+        return false;
+    };
+    match used.checked_add(reserved) {
+        Some(total) => total <= remote_ring_size,
+        None => false,
+    }
+}
+
+/// Upper bound on the producer advance for a message of padded size `padded`: metadata
+/// and message, plus a skipped tail that is smaller than both (module docs).
+#[inline]
+pub const fn worst_case_advance(padded: u64) -> u64 {
+    padded.saturating_add(FLOW_METADATA_SIZE).saturating_mul(2)
+}
+
+/// Credit to grant in a batch's metadata: the smaller of what the invariant and the
+/// policy cap leave, rounded down to [`ALIGNMENT`]; 0 when either is exhausted.
+#[inline]
+pub const fn grant(
+    in_flight: u64,
+    resp_reservation: u64,
+    max_resp_reservation: u64,
+    remote_ring_size: u64,
+) -> u64 {
+    let by_invariant =
+        (remote_ring_size.saturating_sub(in_flight) / 2).saturating_sub(resp_reservation);
+    let by_policy = max_resp_reservation.saturating_sub(resp_reservation);
+    let grant = if by_invariant < by_policy {
+        by_invariant
+    } else {
+        by_policy
+    };
+    align_down(grant)
+}
+
+/// The request header's allowance field: `response_allowance` bytes in 32 B blocks,
+/// rounded up.
+#[inline]
+pub const fn allowance_blocks(response_allowance: u32) -> u32 {
+    response_allowance.div_ceil(ALIGNMENT as u32)
+}
+
+/// Balance a call costs and reservation its reply releases, for a response of up to
+/// `response_allowance` payload bytes: the padded response plus 32 B of metadata.
+///
+/// Caller and replier must agree, so both pass the allowance the header carries
+/// (`blocks * 32`, see [`internal_allowance_for_blocks`]), not the caller's own
+/// unrounded request.
+#[inline]
+pub const fn internal_allowance(response_allowance: u64) -> u64 {
+    align_up(
+        align_up(HEADER_SIZE.saturating_add(response_allowance)).saturating_add(FLOW_METADATA_SIZE),
+    )
+}
+
+/// [`internal_allowance`] of the allowance a header's `blocks` describe.
+#[inline]
+pub const fn internal_allowance_for_blocks(blocks: u32) -> u64 {
+    internal_allowance(blocks as u64 * ALIGNMENT)
+}
+
+/// Whether a reply of padded size `reply_padded` (plus its metadata) fits in
+/// `internal_allowance`.
+#[inline]
+pub const fn reply_fits_allowance(reply_padded: u64, internal_allowance: u64) -> bool {
+    match reply_padded.checked_add(FLOW_METADATA_SIZE) {
+        Some(needed) => needed <= internal_allowance,
+        None => false,
+    }
+}
+
+/// The `initial_credit` we advertise at connect: our reservation cap, aligned.
+///
+/// Seed 002 writes `min(max_resp_reservation, ring_size / 4)`, seed 000's endpoint info
+/// says `max_resp_reservation`. The advertiser cannot know the peer's recv ring size,
+/// which bounds its own initial reservation, so it sends the cap and the peer clamps
+/// with its ring size ([`initial_peer_credit_balance`]). The balance then equals our
+/// initial reservation exactly, whatever the two ring sizes are.
+#[inline]
+pub const fn initial_credit(max_resp_reservation: u64) -> u64 {
+    align_down(max_resp_reservation)
+}
+
+/// Our initial reservation: `min(max_resp_reservation, C / 4)`, aligned down, where `C`
+/// is the peer's recv ring size. `2R <= C / 2` leaves the invariant half the ring.
+#[inline]
+pub const fn initial_resp_reservation(max_resp_reservation: u64, remote_ring_size: u64) -> u64 {
+    let quarter = remote_ring_size / 4;
+    align_down(if max_resp_reservation < quarter {
+        max_resp_reservation
+    } else {
+        quarter
+    })
+}
+
+/// Our initial balance for requests to the peer: the peer's advertised credit clamped
+/// to a quarter of our recv ring, which is the peer's [`initial_resp_reservation`]
+/// towards us. Equal to the peer's reservation, so no credit exists that it did not
+/// reserve for.
+#[inline]
+pub const fn initial_peer_credit_balance(
+    remote_initial_credit: u64,
+    local_recv_ring_size: u64,
+) -> u64 {
+    initial_resp_reservation(remote_initial_credit, local_recv_ring_size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowance_golden() {
+        assert_eq!(allowance_blocks(0), 0);
+        assert_eq!(allowance_blocks(1), 1);
+        assert_eq!(allowance_blocks(32), 1);
+        assert_eq!(allowance_blocks(33), 2);
+        assert_eq!(allowance_blocks(u32::MAX), 0x0800_0000);
+        // 0 B response: 32 B message + 32 B metadata
+        assert_eq!(internal_allowance(0), 64);
+        assert_eq!(internal_allowance(20), 64);
+        assert_eq!(internal_allowance(21), 96);
+        assert_eq!(internal_allowance_for_blocks(1), 96);
+        assert_eq!(
+            internal_allowance_for_blocks(u32::MAX),
+            (u32::MAX as u64) * 32 + 64
+        );
+    }
+
+    #[test]
+    fn grant_golden() {
+        // (1024 - 128) / 2 - 64 = 384, policy 256 - 64 = 192
+        assert_eq!(grant(128, 64, 256, 1024), 192);
+        // (1024 - 600) / 2 - 64 = 148 -> 128 after alignment
+        assert_eq!(grant(600, 64, 1024, 1024), 128);
+        assert_eq!(grant(1000, 64, 1024, 1024), 0);
+        assert_eq!(grant(2000, 0, 1024, 1024), 0);
+        assert_eq!(grant(0, 300, 256, 1024), 0);
+    }
+
+    #[test]
+    fn invariant_and_room() {
+        assert!(invariant_holds(512, 256, 1024));
+        assert!(!invariant_holds(544, 256, 1024));
+        assert!(has_room(256, 256, 256, 1024));
+        assert!(!has_room(256, 288, 256, 1024));
+        assert!(!has_room(0, 0, u64::MAX, u64::MAX));
+        assert!(!has_room(u64::MAX, 1, 0, u64::MAX));
+    }
+
+    #[test]
+    fn reply_limits() {
+        assert!(reply_fits_allowance(64, 96));
+        assert!(!reply_fits_allowance(96, 96));
+        assert!(!reply_fits_allowance(u64::MAX, u64::MAX));
+        assert_eq!(worst_case_advance(64), 192);
+    }
+
+    #[test]
+    fn initial_values() {
+        assert_eq!(initial_credit(1000), 992);
+        assert_eq!(initial_resp_reservation(1 << 20, 4096), 1024);
+        assert_eq!(initial_resp_reservation(100, 4096), 96);
+        assert_eq!(initial_peer_credit_balance(1 << 20, 512), 128);
+    }
+}

@@ -1,0 +1,242 @@
+//! One endpoint's credit counters, updated through the pure functions of the parent.
+
+use super::{
+    allowance_blocks, grant, has_room, initial_peer_credit_balance, initial_resp_reservation,
+    internal_allowance_for_blocks, invariant_holds, reply_fits_allowance, CreditError,
+};
+use crate::ring::RingSize;
+
+/// Credit counters of one endpoint. `in_flight` comes from the ring layer
+/// ([`RemoteConsumer::in_flight`](crate::ring::RemoteConsumer::in_flight)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreditState {
+    /// Credit the peer granted us for requests, in bytes.
+    peer_credit_balance: u64,
+    /// `R`: bytes of the peer's recv ring held back for replies we owe or may owe.
+    /// Equals the peer's balance plus grants in transit plus the allowances of its
+    /// requests we have not answered yet.
+    resp_reservation: u64,
+    /// Policy cap on `R`.
+    max_resp_reservation: u64,
+    /// `C`: the peer's recv ring size.
+    remote_ring_size: u64,
+}
+
+/// What a call paid, to put in its header and remember until its response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallCredit {
+    /// The request header's piggyback: response allowance in 32 B blocks.
+    pub allowance_blocks: u32,
+    /// Balance deducted; the replier releases the same amount from its reservation.
+    pub internal_allowance: u64,
+}
+
+impl CreditState {
+    /// Counters at connect, from our cap, both ring sizes and the peer's advertised
+    /// [`initial_credit`](super::initial_credit).
+    pub const fn connect(
+        max_resp_reservation: u64,
+        local_recv_ring: RingSize,
+        remote_recv_ring: RingSize,
+        remote_initial_credit: u64,
+    ) -> Self {
+        Self {
+            peer_credit_balance: initial_peer_credit_balance(
+                remote_initial_credit,
+                local_recv_ring.get(),
+            ),
+            resp_reservation: initial_resp_reservation(
+                max_resp_reservation,
+                remote_recv_ring.get(),
+            ),
+            max_resp_reservation,
+            remote_ring_size: remote_recv_ring.get(),
+        }
+    }
+
+    /// Credit available for requests.
+    #[inline]
+    pub const fn peer_credit_balance(&self) -> u64 {
+        self.peer_credit_balance
+    }
+
+    /// `R`.
+    #[inline]
+    pub const fn resp_reservation(&self) -> u64 {
+        self.resp_reservation
+    }
+
+    /// The policy cap on `R`.
+    #[inline]
+    pub const fn max_resp_reservation(&self) -> u64 {
+        self.max_resp_reservation
+    }
+
+    /// `C`.
+    #[inline]
+    pub const fn remote_ring_size(&self) -> u64 {
+        self.remote_ring_size
+    }
+
+    /// [`invariant_holds`](super::invariant_holds) for our counters.
+    #[inline]
+    pub const fn invariant_holds(&self, in_flight: u64) -> bool {
+        invariant_holds(in_flight, self.resp_reservation, self.remote_ring_size)
+    }
+
+    /// [`has_room`](super::has_room) for our counters: check before every call, and
+    /// (after [`release_on_reply`](Self::release_on_reply)) it holds for every reply.
+    #[inline]
+    pub const fn has_room(&self, in_flight: u64, advance: u64) -> bool {
+        has_room(
+            in_flight,
+            advance,
+            self.resp_reservation,
+            self.remote_ring_size,
+        )
+    }
+
+    /// Deducts the cost of a call that allows `response_allowance` response bytes.
+    /// Check ring room first, so a refused call leaves the balance untouched.
+    pub fn try_reserve_for_call(
+        &mut self,
+        response_allowance: u32,
+    ) -> Result<CallCredit, CreditError> {
+        let blocks = allowance_blocks(response_allowance);
+        let cost = internal_allowance_for_blocks(blocks);
+        if self.peer_credit_balance < cost {
+            return Err(CreditError::InsufficientCredit);
+        }
+        self.peer_credit_balance -= cost;
+        Ok(CallCredit {
+            allowance_blocks: blocks,
+            internal_allowance: cost,
+        })
+    }
+
+    /// Adds a received `credit_grant`. Saturates: a peer granting absurd amounts only
+    /// hurts itself, and its own invariant bounds what an honest peer grants.
+    #[inline]
+    pub fn on_grant_received(&mut self, grant: u64) {
+        self.peer_credit_balance = self.peer_credit_balance.saturating_add(grant);
+    }
+
+    /// Computes the grant for a batch being flushed and adds it to `R`. `in_flight`
+    /// must include the whole batch; see "When to grant" in the module docs.
+    pub fn grant_for_batch(&mut self, in_flight: u64) -> u64 {
+        let grant = grant(
+            in_flight,
+            self.resp_reservation,
+            self.max_resp_reservation,
+            self.remote_ring_size,
+        );
+        self.resp_reservation += grant;
+        debug_assert!(grant == 0 || self.invariant_holds(in_flight));
+        grant
+    }
+
+    /// Releases the reservation of a request whose header carried `allowance_blocks`,
+    /// before writing its reply of padded size `reply_padded`. Returns the amount
+    /// released. On error nothing changes.
+    pub fn release_on_reply(
+        &mut self,
+        allowance_blocks: u32,
+        reply_padded: u64,
+    ) -> Result<u64, CreditError> {
+        let allowance = internal_allowance_for_blocks(allowance_blocks);
+        if !reply_fits_allowance(reply_padded, allowance) {
+            return Err(CreditError::ReplyTooLarge);
+        }
+        self.resp_reservation = self
+            .resp_reservation
+            .checked_sub(allowance)
+            .ok_or(CreditError::ReservationUnderflow)?;
+        Ok(allowance)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credit::worst_case_advance;
+    use crate::wire::padded_message_size;
+
+    fn size(bytes: u64) -> RingSize {
+        RingSize::new(bytes).unwrap()
+    }
+
+    #[test]
+    fn connect_matches_the_peer_reservation_across_sizes() {
+        // A: 4 KiB recv ring, cap 2 KiB; B: 1 KiB recv ring, cap 128.
+        let a = CreditState::connect(
+            2048,
+            size(4096),
+            size(1024),
+            super::super::initial_credit(128),
+        );
+        let b = CreditState::connect(
+            128,
+            size(1024),
+            size(4096),
+            super::super::initial_credit(2048),
+        );
+        assert_eq!(a.resp_reservation(), 256); // min(2048, 1024/4)
+        assert_eq!(b.peer_credit_balance(), 256); // min(2048, 1024/4)
+        assert_eq!(b.resp_reservation(), 128); // min(128, 4096/4)
+        assert_eq!(a.peer_credit_balance(), 128); // min(128, 4096/4)
+    }
+
+    #[test]
+    fn call_and_reply_move_the_same_amount() {
+        let mut caller = CreditState::connect(1024, size(4096), size(4096), 1024);
+        let mut replier = CreditState::connect(1024, size(4096), size(4096), 1024);
+        let paid = caller.try_reserve_for_call(100).unwrap();
+        assert_eq!(
+            paid,
+            CallCredit {
+                allowance_blocks: 4,
+                internal_allowance: 192
+            }
+        );
+        assert_eq!(caller.peer_credit_balance(), 1024 - 192);
+        // 128 allowance bytes: a 148-byte payload pads to 160, + 32 = 192
+        let reply = padded_message_size(148);
+        assert_eq!(replier.release_on_reply(4, reply), Ok(192));
+        assert_eq!(replier.resp_reservation(), 1024 - 192);
+        assert_eq!(
+            replier.release_on_reply(4, padded_message_size(149)),
+            Err(CreditError::ReplyTooLarge)
+        );
+    }
+
+    #[test]
+    fn refusals_change_nothing() {
+        let mut s = CreditState::connect(256, size(1024), size(1024), 96);
+        assert_eq!(s.peer_credit_balance(), 96);
+        assert_eq!(
+            s.try_reserve_for_call(33),
+            Err(CreditError::InsufficientCredit)
+        );
+        assert_eq!(s.peer_credit_balance(), 96);
+        assert!(s.try_reserve_for_call(32).is_ok());
+        assert_eq!(s.peer_credit_balance(), 0);
+        assert_eq!(s.resp_reservation(), 256);
+        assert_eq!(
+            s.release_on_reply(8, 32),
+            Err(CreditError::ReservationUnderflow)
+        );
+        assert_eq!(s.resp_reservation(), 256);
+    }
+
+    #[test]
+    fn grant_fills_the_invariant_and_the_released_reply_fits() {
+        let mut s = CreditState::connect(4096, size(1024), size(1024), 0);
+        assert_eq!(s.resp_reservation(), 256);
+        assert_eq!(s.grant_for_batch(64), 224); // (1024 - 64) / 2 - 256
+        assert!(s.invariant_holds(64) && !s.invariant_holds(96));
+        let reply = padded_message_size(40); // 64 B, within 2 blocks (allowance 128)
+        s.release_on_reply(2, reply).unwrap();
+        assert!(s.has_room(64, worst_case_advance(reply)));
+        assert!(s.invariant_holds(64 + worst_case_advance(reply)));
+    }
+}
