@@ -17,11 +17,11 @@ check_one() {
   fi
   local exe="target/$target/freestanding"
   "$cc" -O2 -static -nostdlib -ffreestanding -fno-stack-protector -fno-pie -no-pie \
-        -Wl,--gc-sections c/start.c "$a" -o "$exe"
-  local out
-  out=$($runner "$exe")
-  echo "$target: $out"
-  [ "$out" = "freestanding copyrpc core: ok" ]
+        -Wl,--gc-sections -I../include c/start.c "$a" -o "$exe"
+  local out status=0
+  out=$($runner "$exe") || status=$?
+  echo "$target: $out (exit $status)"
+  [ "$status" -eq 0 ] && [ "$out" = "freestanding copyrpc core: ok" ]
 }
 
 check_one x86_64-unknown-none gcc ""
