@@ -9,10 +9,19 @@
 //! | [`wire`] | typed views of the 12 B message header, the 32 B flow metadata, IMM encoding, padding |
 //! | [`ring`] | free-running virtual positions over power-of-two rings; send and recv ring state |
 //! | [`credit`] | the flow-control invariant `in_flight + 2R <= C`, grants, allowances, reservations |
+//! | [`deleg`] | delegationrpc: MPSC request ring + per-client response slots over a shared region (seed 000 §2.1 layout), hole recovery, client-id reuse |
+//! | `sync` | the only source of atomics and `UnsafeCell`: `core`'s, or loom's under `--cfg loom` |
+//!
+//! Modules that opt out of `deny(unsafe_code)` at file level, each saying why:
+//! `sync` (none itself; the `UnsafeCell` wrapper is safe), `deleg::layout` (casting a
+//! shared mapping to the layout structs, payload cells).
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod credit;
+pub mod deleg;
 pub mod ring;
 pub mod wire;
+
+mod sync;

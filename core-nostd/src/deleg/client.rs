@@ -1,0 +1,323 @@
+//! The client side: connect, call (reserve + commit), poll responses, close.
+
+use super::layout::{check_payload_align, Claim, ClientState, Region};
+use super::{CallError, ConnectError, Payload};
+use crate::sync::{spin_loop, Ordering};
+
+/// One delegationrpc client. `!Sync` by use: one thread calls and polls.
+#[derive(Debug)]
+pub struct Client<'a, Req: Payload, Resp: Payload> {
+    region: Region<'a, Req, Resp>,
+    id: u32,
+    epoch: u32,
+    /// Next response slot to try, in `0..resp_depth`.
+    next_resp: u32,
+    in_flight: u32,
+    /// Last `tail` seen; refreshed only when it says "full" (L9, rtrb's cached head).
+    cached_tail: u64,
+    closed: bool,
+}
+
+/// A claimed ring position that has passed flow control but is not yet written.
+///
+/// [`commit`](Self::commit) writes and publishes it. Dropping it cancels the claim: the
+/// server skips the position without waiting for a hole timeout.
+#[derive(Debug)]
+#[must_use = "a dropped reservation cancels its ring position"]
+pub struct Reservation<'c, 'a, Req: Payload, Resp: Payload> {
+    client: &'c mut Client<'a, Req, Resp>,
+    pos: u64,
+    resp_slot: u32,
+    done: bool,
+}
+
+impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
+    /// Registers with the region: a never-used id from `next_client_id` if any is left,
+    /// else a freed id (its epoch bumped). `owner` is recorded in the client table (the
+    /// host passes its pid, so the server's host can tell when this process is gone).
+    pub fn connect(region: Region<'a, Req, Resp>, owner: u32) -> Result<Self, ConnectError> {
+        const { check_payload_align::<Req, Resp>() };
+        let h = region.header;
+        // Relaxed: a flag; nothing is published with it.
+        if !h.server_alive.load(Ordering::Relaxed) {
+            return Err(ConnectError::ServerDisconnected);
+        }
+        let max = region.cfg.max_clients;
+        // Fresh ids first, as the seed does, but never past max_clients (CAS, not fetch_add).
+        // Relaxed: the counter only hands out numbers; the entry's CAS below synchronises.
+        let mut n = h.next_client_id.load(Ordering::Relaxed);
+        while n < max {
+            match h.next_client_id.compare_exchange_weak(
+                n,
+                n + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    if let Some(c) = Self::try_take(region, n, owner) {
+                        return Ok(c);
+                    }
+                    break;
+                }
+                Err(cur) => n = cur,
+            }
+        }
+        let seen = h.next_client_id.load(Ordering::Relaxed).min(max);
+        for id in 0..seen {
+            if let Some(c) = Self::try_take(region, id, owner) {
+                return Ok(c);
+            }
+        }
+        Err(ConnectError::NoFreeClientId)
+    }
+
+    fn try_take(region: Region<'a, Req, Resp>, id: u32, owner: u32) -> Option<Self> {
+        let e = region.client_entry(id);
+        // Relaxed: the CAS below re-checks.
+        let word = e.state.load(Ordering::Relaxed);
+        let (state, epoch) = ClientState::unpack(word);
+        if state != ClientState::Free {
+            return None;
+        }
+        let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
+        // A4 (pairs with R4 in Server::process_retirements): the server's last writes to
+        // this id's response slots happen before we clear them below.
+        e.state
+            .compare_exchange(
+                word,
+                ClientState::Active.pack(epoch),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .ok()?;
+        // Relaxed: the client table is read by the server's host for liveness only.
+        e.owner.store(owner, Ordering::Relaxed);
+        // Relaxed: read by the server only for an evicted client (see Server::hole).
+        e.claim_pos.store(0, Ordering::Relaxed);
+        for i in 0..region.cfg.resp_depth {
+            let s = region.resp_slot(id, i);
+            // Relaxed: our own slots; the server writes them only for calls we publish
+            // later with a Release commit.
+            s.valid.store(0, Ordering::Relaxed);
+            s.pending.store(0, Ordering::Relaxed);
+        }
+        Some(Self {
+            region,
+            id,
+            epoch,
+            next_resp: 0,
+            in_flight: 0,
+            cached_tail: 0,
+            closed: false,
+        })
+    }
+
+    /// This client's id, in `0..max_clients`.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// How many times this id has been registered (starts at 1).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Calls made and not yet answered.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Sends `req`; returns the response slot (the call's ticket until its response is
+    /// polled). Blocks only while the ring is full (see the module docs).
+    pub fn call(&mut self, req: &Req) -> Result<u32, CallError> {
+        self.reserve()?.commit(req)
+    }
+
+    /// Steps 1–3 of a call: a response slot, a ring position, and room for it.
+    pub fn reserve(&mut self) -> Result<Reservation<'_, 'a, Req, Resp>, CallError> {
+        let r = self.region;
+        // Relaxed: a flag; nothing is published with it.
+        if !r.header.server_alive.load(Ordering::Relaxed) {
+            return Err(CallError::ServerDisconnected);
+        }
+        let resp_slot = self.free_resp_slot().ok_or(CallError::NoResponseSlot)?;
+        // Relaxed: fetch_add only hands out unique positions; the slot's claim word and
+        // `committed` carry every synchronisation (seed §2.2 step 3).
+        let pos = r.ctrl.head.fetch_add(1, Ordering::Relaxed);
+        // Relaxed: published to the server by the claim CAS (AcqRel) in commit; read only
+        // for evicted clients, where a stale value only delays the hole's resolution.
+        r.client_entry(self.id)
+            .claim_pos
+            .store(pos + 1, Ordering::Relaxed);
+        let depth = r.cfg.ring_depth as u64;
+        while pos.wrapping_sub(self.cached_tail) >= depth {
+            // A2 (pairs with R2 in Server::advance_tail): the server released every slot
+            // below tail, including the previous lap of ours.
+            self.cached_tail = r.ctrl.tail.load(Ordering::Acquire);
+            if pos.wrapping_sub(self.cached_tail) < depth {
+                break;
+            }
+            // Relaxed: a flag.
+            if !r.header.server_alive.load(Ordering::Relaxed) {
+                return Err(CallError::ServerDisconnected);
+            }
+            spin_loop();
+        }
+        Ok(Reservation {
+            client: self,
+            pos,
+            resp_slot,
+            done: false,
+        })
+    }
+
+    fn free_resp_slot(&mut self) -> Option<u32> {
+        let depth = self.region.cfg.resp_depth;
+        if self.in_flight >= depth {
+            return None;
+        }
+        for k in 0..depth {
+            let i = (self.next_resp + k) & (depth - 1);
+            // Relaxed: `pending` is written and read only by this client.
+            if self
+                .region
+                .resp_slot(self.id, i)
+                .pending
+                .load(Ordering::Relaxed)
+                == 0
+            {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Delivers every response that has arrived: `f(resp_slot, &resp)`. Returns how many.
+    pub fn poll(&mut self, mut f: impl FnMut(u32, &Resp)) -> usize {
+        if self.in_flight == 0 {
+            return 0;
+        }
+        let depth = self.region.cfg.resp_depth;
+        let mut n = 0;
+        for i in 0..depth {
+            let s = self.region.resp_slot(self.id, i);
+            // Relaxed: client-private byte.
+            if s.pending.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            // A3 (pairs with R3 in Server::reply): the payload is written.
+            if s.valid.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let resp = s.read_payload();
+            // Relaxed: the server writes this slot again only after we publish a new call
+            // on it (Release commit), which follows these stores in program order.
+            s.valid.store(0, Ordering::Relaxed);
+            s.pending.store(0, Ordering::Relaxed);
+            self.in_flight -= 1;
+            n += 1;
+            f(i, &resp);
+            if self.in_flight == 0 {
+                break;
+            }
+        }
+        n
+    }
+
+    /// Leaves: the id is freed by the server once its ring positions are drained. Calls
+    /// still in flight are dropped. Same as dropping the client.
+    pub fn close(mut self) {
+        self.do_close();
+    }
+
+    fn do_close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let r = self.region;
+        let e = r.client_entry(self.id);
+        // Relaxed: the retire_requests bump below publishes it.
+        let ok = e
+            .state
+            .compare_exchange(
+                ClientState::Active.pack(self.epoch),
+                ClientState::Closing.pack(self.epoch),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if ok {
+            // R5 (pairs with A5 in Server::process_retirements): our Closing state and every
+            // claim we made are visible to the server when it sees the bump.
+            r.header.retire_requests.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+impl<Req: Payload, Resp: Payload> Drop for Client<'_, Req, Resp> {
+    fn drop(&mut self) {
+        self.do_close();
+    }
+}
+
+impl<Req: Payload, Resp: Payload> Reservation<'_, '_, Req, Resp> {
+    /// The claimed ring position.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Steps 4–5: takes the slot (unless the server abandoned the position), writes and
+    /// commits. Returns the response slot.
+    pub fn commit(mut self, req: &Req) -> Result<u32, CallError> {
+        self.done = true;
+        let (pos, resp_slot) = (self.pos, self.resp_slot);
+        let client = &mut *self.client;
+        let r = client.region;
+        let slot = r.slot(pos);
+        let lg = r.depth_log2;
+        // A1/R1' (A pairs with R1 in Server::release_slot and the abandon CAS: the
+        // server's reads of the previous lap happen before our writes; R publishes
+        // `claim_pos` to a server that sees `writing`).
+        match slot.claim.compare_exchange(
+            Claim::free(pos, lg),
+            Claim::writing(pos, lg),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => {}
+            // Relaxed failure: we only learn that the word moved on; nothing to read.
+            Err(_) => return Err(CallError::Abandoned),
+        }
+        slot.write_body(client.id, resp_slot, req);
+        // R1 (pairs with A1 in Server::poll/recv): publishes client_id, resp_slot_idx and
+        // the payload (seed §2.2 step 6).
+        slot.committed.store(1, Ordering::Release);
+        // Relaxed: client-private.
+        r.resp_slot(client.id, resp_slot)
+            .pending
+            .store(1, Ordering::Relaxed);
+        client.in_flight += 1;
+        client.next_resp = (resp_slot + 1) & (r.cfg.resp_depth - 1);
+        Ok(resp_slot)
+    }
+}
+
+impl<Req: Payload, Resp: Payload> Drop for Reservation<'_, '_, Req, Resp> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let r = self.client.region;
+        let lg = r.depth_log2;
+        // Relaxed: we wrote nothing into the slot, so there is nothing to publish; the
+        // server only learns that the position is void, and the next lap's claimer
+        // synchronises with the server's tail (A2) before its own CAS.
+        let _ = r.slot(self.pos).claim.compare_exchange(
+            Claim::free(self.pos, lg),
+            Claim::free(self.pos + (1u64 << lg), lg),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}

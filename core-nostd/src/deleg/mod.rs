@@ -1,0 +1,279 @@
+//! delegationrpc: an MPSC request ring plus per-client response slots in one shared
+//! region (seed 000 §2), over caller-supplied memory.
+//!
+//! Many clients (threads or processes) send requests to one server through one ring:
+//! a client claims a position with `fetch_add` on `head`, waits until the ring has room
+//! (`pos - tail < ring_depth`), writes its slot and commits it; the server reads committed
+//! slots in position order, answers into the client's own response slot, and releases ring
+//! space by publishing `tail`.
+//!
+//! # Layout (seed 000 §2.1, unchanged; additions marked)
+//!
+//! ```text
+//! 0    header, 128 B      magic u64 "DLGRPCV1" @0, version u32 = 1 @8, max_clients @12,
+//!                         ring_depth @16, resp_depth @20, next_client_id @24,
+//!                         server_alive u8 @28,
+//!                         + server_owner u32 @32   (host: the server's pid)
+//!                         + retire_requests u32 @36 (bumped by a closing client)
+//!                         + req_size u32 @40, resp_size u32 @44 (payload type check)
+//! 128  ring control       head u64 @128 (clients fetch_add), tail u64 @192 (server)
+//! 256  request slots      ring_depth x align_up(16 + size_of::<Req>(), 64):
+//!                         committed u8 @+0, client_id u32 @+4, resp_slot_idx u32 @+8,
+//!                         + claim u32 @+12 (the claim word, below), payload @+16
+//! R    response slots     max_clients x resp_depth x align_up(8 + size_of::<Resp>(), 64),
+//!                         R = 256 + ring_depth * req_slot_size;
+//!                         slot (c, i) at R + (c * resp_depth + i) * resp_slot_size:
+//!                         valid u8 @+0, + pending u8 @+1 (client-private), payload @+8
+//! T  + client table       max_clients x 64 B, T = R + max_clients * resp_depth * resp_slot_size:
+//!                         state u32 @+0 (epoch << 2 | Free/Active/Closing/Dead),
+//!                         owner u32 @+4 (host: the client's pid), claim_pos u64 @+8,
+//!                         drain_until u64 @+16 (server-private)
+//! ```
+//!
+//! Nothing the seed defines moves: the additions use the seed's padding bytes or sit after
+//! its last part. Payloads are plain old data ([`Payload`]): any bytes a broken or hostile
+//! peer leaves in a slot still read as a valid value.
+//!
+//! # Protocol
+//!
+//! Client `call` = [`Client::reserve`] + [`Reservation::commit`]:
+//! 1. pick a free response slot (round robin over the client's `pending` bytes);
+//! 2. `pos = head.fetch_add(1, Relaxed)`; record `claim_pos = pos + 1`;
+//! 3. flow control: spin until `pos - tail < ring_depth` (a locally cached tail first),
+//!    returning `ServerDisconnected` if `server_alive` drops meanwhile;
+//! 4. CAS the slot's claim word `free(pos) -> writing(pos)`; if the word has moved on to a
+//!    later lap the server abandoned this position: `Abandoned`, nothing is written;
+//! 5. write `client_id`, `resp_slot_idx`, payload; `committed.store(1, Release)`.
+//!
+//! Server: [`Server::poll`] counts committed slots from its cursor (and resolves a hole at
+//! the cursor, below); [`Server::recv`] reads one, clears `committed`, stores the claim word
+//! `free(pos + ring_depth)` with Release (the slot may be reused) and advances the cursor;
+//! [`Server::advance_tail`] publishes the cursor as `tail`; [`Server::reply`] writes the
+//! payload into the client's response slot and stores `valid = 1` (Release). Client
+//! [`Client::poll`] reads `valid` (Acquire) of its pending slots, copies the payload and
+//! clears `valid` and `pending`.
+//!
+//! # Holes and dead clients (beyond the seed)
+//!
+//! A client that stops between step 2 and step 5 leaves a *hole*: the server must consume
+//! in order, so in the seed it waits forever. Here:
+//!
+//! - **Hole timeout.** When the cursor meets a hole, the server first publishes `tail =
+//!   cursor` (so the claimer cannot be blocked by flow control), then remembers the time
+//!   the caller passed to `poll(now)`. Once `now - since >= hole_timeout` and the claim word
+//!   still says `free(pos)`, it CASes it to `free(pos + ring_depth)`: the position is
+//!   abandoned and the cursor moves on. A late claimer's step-4 CAS then fails and it gets
+//!   [`CallError::Abandoned`]: its request is neither delivered nor written into the slot,
+//!   which may already belong to the next lap. The core reads no clock: `now` and
+//!   `hole_timeout` are in whatever unit the caller uses (ns, or poll counts).
+//! - **Writing holes.** If the claim word says `writing(pos)`, the claimer is between its
+//!   CAS and its commit: a few stores. The server waits — unless the host has declared that
+//!   client dead ([`Server::evict`]) and its `claim_pos` is this position, in which case the
+//!   slot is abandoned at once (nobody will write it again).
+//! - **Cancelled claims.** Dropping a [`Reservation`] without committing moves the claim
+//!   word on itself; the server skips the position without waiting.
+//! - **Client ids** are reclaimed. A client that closes (drop or [`Client::close`]) marks its
+//!   entry `Closing` and bumps `retire_requests`; the host of the server evicts a client
+//!   whose process is gone (it checks the owner pid with `kill(pid, 0)`; the core cannot).
+//!   For a retiring id the server records `drain_until` (the ring head, or the client's
+//!   last claim if later), drops that client's remaining requests, refuses replies to it
+//!   (their token carries the old epoch), and once its cursor passes `drain_until` marks
+//!   the entry `Free`. A new client takes a free id with a CAS that bumps the epoch and
+//!   clears its response slots. So reconnects never exhaust `max_clients`, and a stale
+//!   reply can never land in the slot of the id's next owner.
+//!
+//! # Progress and failure story
+//!
+//! - **Client `call`**: lock-free up to the flow-control wait, then *blocking* on the
+//!   server while the ring is full; it never waits on another client. If the server is
+//!   gone it returns `ServerDisconnected` (the core sees the `server_alive` flag; a server
+//!   killed without clearing it is detected by the host through `server_owner`).
+//! - **Client `poll`**: wait-free, `O(resp_depth)`.
+//! - **Server**: wait-free per call; progress past a hole needs either the claimer's commit,
+//!   the hole timeout, or the eviction of the claimer. A dead client therefore costs at
+//!   most `hole_timeout` of stall per position it held (at most one: a client has one
+//!   claim at a time), and never wedges the server. A claimer stalled (not dead) longer
+//!   than the timeout loses that one request with `Abandoned` and may retry.
+//! - **What is lost**: only requests never committed (abandoned) and requests/replies of a
+//!   retiring client. Nothing already answered is lost, and no request is delivered twice.
+//! - **Limits**: the claim word carries 31 bits of lap, so a claimer stalled for 2^31 laps
+//!   of the ring could see an ABA; eviction must only be asked for dead processes (an
+//!   evicted client that is in fact alive may write into a reused slot).
+//!
+//! # Cache lines
+//!
+//! `head` and `tail` sit on separate 64 B lines as the seed lays them out (L9 asks for
+//! 128 B separation against the adjacent-line prefetcher; the seed's offsets win). Each
+//! client caches `tail` locally and reloads it only when the cached value says full.
+
+mod client;
+mod layout;
+mod server;
+#[cfg(test)]
+mod tests;
+
+pub use client::{Client, Reservation};
+pub use layout::{
+    req_slot_size, resp_slot_size, ClientEntry, ClientState, Config, Header, Offsets, Region,
+    ReqSlot, RespSlot, RingControl, CLIENT_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_CLIENTS, MAX_DEPTH,
+    RING_CONTROL_OFFSET, RING_OFFSET, VERSION,
+};
+pub use server::{ClientInfo, RecvEntry, ReplyToken, Server, ServerConfig, ServerStats};
+
+use core::fmt;
+
+/// Plain-old-data payloads that may cross shared memory: any bit pattern is a valid value
+/// ([`FromBytes`](zerocopy::FromBytes)), no padding or references
+/// ([`IntoBytes`](zerocopy::IntoBytes), [`Immutable`](zerocopy::Immutable)).
+pub trait Payload:
+    zerocopy::FromBytes
+    + zerocopy::IntoBytes
+    + zerocopy::Immutable
+    + zerocopy::KnownLayout
+    + Copy
+    + Send
+{
+}
+
+impl<T> Payload for T where
+    T: zerocopy::FromBytes
+        + zerocopy::IntoBytes
+        + zerocopy::Immutable
+        + zerocopy::KnownLayout
+        + Copy
+        + Send
+{
+}
+
+/// Why a region's bytes were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutError {
+    /// The base pointer is null or not 64-byte aligned.
+    Misaligned,
+    /// The memory is shorter than the layout needs.
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes given.
+        have: usize,
+    },
+    /// The magic is not [`MAGIC`] (not a delegationrpc region, or not yet initialised).
+    BadMagic {
+        /// The value found.
+        found: u64,
+    },
+    /// Another layout version.
+    BadVersion {
+        /// The version found.
+        found: u32,
+    },
+    /// The region was made for payloads of other sizes.
+    PayloadSize {
+        /// `size_of::<Req>()` recorded in the region.
+        req: u32,
+        /// `size_of::<Resp>()` recorded in the region.
+        resp: u32,
+    },
+    /// Counts out of range, depths not powers of two, or parts of the wrong length.
+    BadConfig,
+    /// `init` over memory that already holds a region.
+    NotZeroed,
+}
+
+/// Why a client could not connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectError {
+    /// All `max_clients` ids are in use (ids of closed or evicted clients return once the
+    /// server has drained them).
+    NoFreeClientId,
+    /// `server_alive` is false.
+    ServerDisconnected,
+}
+
+/// Why a call failed. Nothing was delivered in any case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallError {
+    /// `server_alive` is false.
+    ServerDisconnected,
+    /// All of this client's `resp_depth` response slots have a call out; poll first.
+    NoResponseSlot,
+    /// The server gave up waiting for this claimed position (hole timeout); the request
+    /// was not written. Safe to retry.
+    Abandoned,
+}
+
+/// Why a reply was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyError {
+    /// The client closed or was evicted since the request (the token's epoch is stale).
+    ClientGone,
+    /// The token names no slot of this region.
+    BadToken,
+    /// The slot already holds an unread response: this token was answered already.
+    Duplicate,
+}
+
+/// Why an eviction was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictError {
+    /// No such id.
+    BadId,
+    /// The id is not registered.
+    NotActive,
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Misaligned => f.write_str("region base is null or not 64-byte aligned"),
+            Self::Truncated { need, have } => {
+                write!(f, "region truncated: need {need} bytes, have {have}")
+            }
+            Self::BadMagic { found } => write!(f, "bad magic {found:#018x}"),
+            Self::BadVersion { found } => write!(f, "unsupported layout version {found}"),
+            Self::PayloadSize { req, resp } => {
+                write!(f, "region made for payloads of {req}/{resp} bytes")
+            }
+            Self::BadConfig => f.write_str("region config out of range"),
+            Self::NotZeroed => f.write_str("memory already holds a region"),
+        }
+    }
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NoFreeClientId => "no free client id",
+            Self::ServerDisconnected => "server disconnected",
+        })
+    }
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ServerDisconnected => "server disconnected",
+            Self::NoResponseSlot => "every response slot has a call in flight",
+            Self::Abandoned => "the server abandoned this ring position",
+        })
+    }
+}
+
+impl fmt::Display for ReplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ClientGone => "client closed or evicted",
+            Self::BadToken => "token names no response slot",
+            Self::Duplicate => "slot already holds an unread response",
+        })
+    }
+}
+
+impl fmt::Display for EvictError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::BadId => "no such client id",
+            Self::NotActive => "client id not registered",
+        })
+    }
+}

@@ -1,0 +1,450 @@
+//! The server side: poll / recv / advance_tail / reply, hole resolution, id reclamation.
+
+use super::layout::{check_payload_align, Claim, ClientState, Region};
+use super::{EvictError, Payload, ReplyError};
+use crate::sync::Ordering;
+
+/// Server settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// How long a hole at the cursor may stay unclaimed before the position is
+    /// abandoned, in the unit of the `now` passed to [`Server::poll`].
+    pub hole_timeout: u64,
+}
+
+/// Counters for diagnostics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Requests delivered by `recv`.
+    pub received: u64,
+    /// Positions skipped: cancelled by their claimer, timed out, or held by an evicted client.
+    pub abandoned: u64,
+    /// Requests dropped because their client closed or was evicted.
+    pub dropped: u64,
+    /// Requests dropped because they named no valid client or response slot.
+    pub malformed: u64,
+    /// Client ids freed for reuse.
+    pub reclaimed: u64,
+}
+
+/// Where to send a reply: client, response slot, and the client id's epoch. Not `Clone`:
+/// one request, one reply. [`into_raw`](Self::into_raw) / [`from_raw`](Self::from_raw)
+/// store it elsewhere (e.g. as copyrpc user data); a duplicated raw token is caught by
+/// [`Server::reply`] as [`ReplyError::Duplicate`] while the first reply is unread.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ReplyToken {
+    client_id: u32,
+    resp_slot_idx: u32,
+    epoch: u32,
+}
+
+impl ReplyToken {
+    /// The requesting client's id.
+    pub fn client_id(&self) -> u32 {
+        self.client_id
+    }
+    /// The response slot the client waits on.
+    pub fn resp_slot_idx(&self) -> u32 {
+        self.resp_slot_idx
+    }
+    /// `(client_id, resp_slot_idx, epoch)`.
+    pub fn into_raw(self) -> (u32, u32, u32) {
+        (self.client_id, self.resp_slot_idx, self.epoch)
+    }
+    /// Rebuilds a token from [`into_raw`](Self::into_raw).
+    pub fn from_raw(raw: (u32, u32, u32)) -> Self {
+        Self {
+            client_id: raw.0,
+            resp_slot_idx: raw.1,
+            epoch: raw.2,
+        }
+    }
+}
+
+/// One received request.
+#[derive(Debug)]
+pub struct RecvEntry<Req> {
+    /// Where the reply goes.
+    pub token: ReplyToken,
+    /// The request.
+    pub payload: Req,
+}
+
+/// A client-table row, for the host's liveness checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientInfo {
+    /// The id.
+    pub id: u32,
+    /// Its state.
+    pub state: ClientState,
+    /// Registrations of this id so far.
+    pub epoch: u32,
+    /// The owner tag the client gave at connect (the host's pid).
+    pub owner: u32,
+}
+
+/// The delegationrpc server. One per region; `!Sync` by use.
+#[derive(Debug)]
+pub struct Server<'a, Req: Payload, Resp: Payload> {
+    region: Region<'a, Req, Resp>,
+    cfg: ServerConfig,
+    /// Next position to consume; `tail_published <= cursor <= head`.
+    cursor: u64,
+    /// Head seen by the last `poll`; `recv` does not pass it.
+    cached_head: u64,
+    tail_published: u64,
+    /// The hole at the cursor being timed: `(pos, first seen at)`.
+    hole: Option<(u64, u64)>,
+    retire_seen: u32,
+    /// Ids retiring and not yet freed (rescanned while non-zero).
+    retiring: u32,
+    /// Evicted ids not yet freed (their claims resolve holes at once).
+    dead: u32,
+    stats: ServerStats,
+}
+
+impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
+    /// Takes the server role over `region` (whose header says `server_alive`). The ring
+    /// must be fresh or left by a server of this same process.
+    pub fn new(region: Region<'a, Req, Resp>, cfg: ServerConfig) -> Self {
+        const { check_payload_align::<Req, Resp>() };
+        // Relaxed: only this side writes tail.
+        let tail = region.ctrl.tail.load(Ordering::Relaxed);
+        // Relaxed: announces liveness; no data published with it.
+        region.header.server_alive.store(true, Ordering::Relaxed);
+        Self {
+            region,
+            cfg,
+            cursor: tail,
+            cached_head: tail,
+            tail_published: tail,
+            hole: None,
+            retire_seen: 0,
+            // Scan the table once at start: ids may be retiring from an earlier server.
+            retiring: 1,
+            dead: 0,
+            stats: ServerStats::default(),
+        }
+    }
+
+    /// The region.
+    pub fn region(&self) -> Region<'a, Req, Resp> {
+        self.region
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ServerStats {
+        self.stats
+    }
+
+    /// Next position to consume.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// Scans for committed requests from the cursor and returns how many are ready in a
+    /// row. Resolves a hole at the cursor as the module docs describe; `now` is the
+    /// caller's clock (any monotonic unit matching `hole_timeout`). Also frees retired ids.
+    pub fn poll(&mut self, now: u64) -> usize {
+        self.process_retirements();
+        // Relaxed: head only bounds the scan; each slot's `committed` (A1) synchronises.
+        let head = self.region.ctrl.head.load(Ordering::Relaxed);
+        self.cached_head = head;
+        loop {
+            if self.cursor == head {
+                self.hole = None;
+                return 0;
+            }
+            let slot = self.region.slot(self.cursor);
+            // A1 (pairs with R1 in Reservation::commit): the body is written.
+            if slot.committed.load(Ordering::Acquire) == 1 {
+                break;
+            }
+            if !self.resolve_hole(now) {
+                return 0;
+            }
+        }
+        self.hole = None;
+        let mut n = 0;
+        let mut p = self.cursor;
+        while p != head {
+            let slot = self.region.slot(p);
+            // A1 (pairs with R1 in Reservation::commit).
+            if slot.committed.load(Ordering::Acquire) == 1 {
+                n += 1;
+            } else if !self.is_void(p) {
+                break;
+            }
+            p += 1;
+        }
+        n
+    }
+
+    /// True if position `p` (not committed) was cancelled or abandoned: its claim word has
+    /// moved to the next lap.
+    fn is_void(&self, p: u64) -> bool {
+        let lg = self.region.depth_log2;
+        // Relaxed: nothing is read from a void slot.
+        self.region.slot(p).claim.load(Ordering::Relaxed) == Claim::free(p + (1 << lg), lg)
+    }
+
+    /// The cursor's slot is not committed. Returns true if the position was skipped.
+    fn resolve_hole(&mut self, now: u64) -> bool {
+        let p = self.cursor;
+        let lg = self.region.depth_log2;
+        let slot = self.region.slot(p);
+        if self.is_void(p) {
+            self.skip(p);
+            return true;
+        }
+        // Unblock the claimer: with tail = p its flow-control wait ends, so from here on
+        // the hole is its own doing.
+        if self.tail_published != p {
+            self.advance_tail();
+        }
+        // A dead claimer (evicted by the host) will never commit: skip at once, whatever
+        // state it reached.
+        if self.dead > 0 && self.claimed_by_dead(p) {
+            // R1 (pairs with A1 in Reservation::commit of the next lap).
+            slot.claim
+                .store(Claim::free(p + (1 << lg), lg), Ordering::Release);
+            self.skip(p);
+            return true;
+        }
+        match self.hole {
+            Some((hp, since)) if hp == p => {
+                if now.wrapping_sub(since) < self.cfg.hole_timeout {
+                    return false;
+                }
+            }
+            _ => {
+                self.hole = Some((p, now));
+                return false;
+            }
+        }
+        // R1 (pairs with A1 in Reservation::commit): abandon. Succeeds only if the claimer
+        // has not started writing; its later CAS then fails and it reports Abandoned.
+        if slot
+            .claim
+            .compare_exchange(
+                Claim::free(p, lg),
+                Claim::free(p + (1 << lg), lg),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            self.skip(p);
+            return true;
+        }
+        false
+    }
+
+    fn skip(&mut self, p: u64) {
+        debug_assert_eq!(p, self.cursor);
+        self.cursor = p + 1;
+        self.hole = None;
+        self.stats.abandoned += 1;
+    }
+
+    fn claimed_by_dead(&self, p: u64) -> bool {
+        self.region.clients.iter().any(|e| {
+            // Relaxed: only this thread writes Dead (evict).
+            let (st, _) = ClientState::unpack(e.state.load(Ordering::Relaxed));
+            // Relaxed: the dead process stored it before dying; a stale value only means
+            // we fall back to the timeout.
+            st == ClientState::Dead && e.claim_pos.load(Ordering::Relaxed) == p + 1
+        })
+    }
+
+    /// Takes the request at the cursor, if committed and seen by the last `poll`.
+    /// Skips void positions and drops requests of retiring clients.
+    pub fn recv(&mut self) -> Option<RecvEntry<Req>> {
+        let cfg = self.region.cfg;
+        let lg = self.region.depth_log2;
+        loop {
+            if self.cursor == self.cached_head {
+                return None;
+            }
+            let p = self.cursor;
+            let slot = self.region.slot(p);
+            // A1 (pairs with R1 in Reservation::commit): the body is written.
+            if slot.committed.load(Ordering::Acquire) != 1 {
+                if self.is_void(p) {
+                    self.skip(p);
+                    continue;
+                }
+                return None;
+            }
+            let (client_id, resp_slot_idx, payload) = slot.read_body();
+            // Relaxed: the Release below orders it before any reuse of the slot.
+            slot.committed.store(0, Ordering::Relaxed);
+            // R1 (pairs with A1 in Reservation::commit of the next lap): our reads above
+            // happen before the next claimer's writes.
+            slot.claim
+                .store(Claim::free(p + (1 << lg), lg), Ordering::Release);
+            self.cursor = p + 1;
+            if client_id >= cfg.max_clients || resp_slot_idx >= cfg.resp_depth {
+                self.stats.malformed += 1;
+                continue;
+            }
+            // Relaxed: the client registered (CAS) before committing (R1), and A1 above
+            // makes that visible; only the server moves a retiring id to Free.
+            let (st, epoch) = ClientState::unpack(
+                self.region.clients[client_id as usize]
+                    .state
+                    .load(Ordering::Relaxed),
+            );
+            if st != ClientState::Active {
+                self.stats.dropped += 1;
+                continue;
+            }
+            self.stats.received += 1;
+            return Some(RecvEntry {
+                token: ReplyToken {
+                    client_id,
+                    resp_slot_idx,
+                    epoch,
+                },
+                payload,
+            });
+        }
+    }
+
+    /// Publishes the cursor as `tail`: every slot before it may be reused by clients.
+    pub fn advance_tail(&mut self) {
+        // R2 (pairs with A2 in Client::reserve): the releases of every slot below the
+        // cursor (R1 stores) are visible to a client that sees this tail.
+        self.region.ctrl.tail.store(self.cursor, Ordering::Release);
+        self.tail_published = self.cursor;
+    }
+
+    /// Writes the response for `token` and flags it valid.
+    pub fn reply(&mut self, token: ReplyToken, resp: &Resp) -> Result<(), ReplyError> {
+        let cfg = self.region.cfg;
+        if token.client_id >= cfg.max_clients || token.resp_slot_idx >= cfg.resp_depth {
+            return Err(ReplyError::BadToken);
+        }
+        let e = &self.region.clients[token.client_id as usize];
+        // Relaxed: the epoch can only change through Free, which only this thread sets.
+        let (st, epoch) = ClientState::unpack(e.state.load(Ordering::Relaxed));
+        if st != ClientState::Active || epoch != token.epoch {
+            return Err(ReplyError::ClientGone);
+        }
+        let s = self.region.resp_slot(token.client_id, token.resp_slot_idx);
+        // Relaxed: if 1, the client has not consumed an earlier reply on this slot (it
+        // clears it before publishing a new call here), so this reply is a duplicate.
+        if s.valid.load(Ordering::Relaxed) != 0 {
+            return Err(ReplyError::Duplicate);
+        }
+        s.write_payload(resp);
+        // R3 (pairs with A3 in Client::poll): publishes the payload (seed §2.2 reply).
+        s.valid.store(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Declares client `id` dead (its process is gone: the host checked the owner pid).
+    /// Its hole, if any, is skipped at once; its id is freed once drained.
+    pub fn evict(&mut self, id: u32) -> Result<(), EvictError> {
+        let e = self
+            .region
+            .clients
+            .get(id as usize)
+            .ok_or(EvictError::BadId)?;
+        // Relaxed: the CAS re-checks; a racing Closing from the client is fine either way.
+        let word = e.state.load(Ordering::Relaxed);
+        let (st, epoch) = ClientState::unpack(word);
+        match st {
+            ClientState::Active | ClientState::Closing => {
+                // Relaxed: only this thread reads Dead.
+                if e.state
+                    .compare_exchange(
+                        word,
+                        ClientState::Dead.pack(epoch),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_err()
+                {
+                    // The client closed meanwhile: retire it as Closing.
+                    self.retiring += 1;
+                    return Ok(());
+                }
+                self.retiring += 1;
+                self.dead += 1;
+                Ok(())
+            }
+            _ => Err(EvictError::NotActive),
+        }
+    }
+
+    /// The client table, for the host's liveness checks.
+    pub fn clients(&self) -> impl Iterator<Item = ClientInfo> + '_ {
+        self.region.clients.iter().enumerate().map(|(i, e)| {
+            // Relaxed: a snapshot for diagnostics and liveness.
+            let (state, epoch) = ClientState::unpack(e.state.load(Ordering::Relaxed));
+            ClientInfo {
+                id: i as u32,
+                state,
+                epoch,
+                // Relaxed: as above.
+                owner: e.owner.load(Ordering::Relaxed),
+            }
+        })
+    }
+
+    fn process_retirements(&mut self) {
+        // A5 (pairs with R5 in Client::do_close): the client's Closing state and its
+        // claims are visible.
+        let req = self.region.header.retire_requests.load(Ordering::Acquire);
+        if req == self.retire_seen && self.retiring == 0 {
+            return;
+        }
+        self.retire_seen = req;
+        let mut retiring = 0;
+        let mut dead = 0;
+        for e in self.region.clients {
+            // Relaxed: Closing is published by A5; Dead is ours.
+            let word = e.state.load(Ordering::Relaxed);
+            let (st, epoch) = ClientState::unpack(word);
+            if st != ClientState::Closing && st != ClientState::Dead {
+                continue;
+            }
+            // Relaxed: server-private field.
+            let mut until = e.drain_until.load(Ordering::Relaxed);
+            if until == u64::MAX {
+                // Relaxed: every claim of a closing client happened before R5/A5; for a
+                // dead one, claim_pos bounds its last claim if head is stale.
+                let head = self.region.ctrl.head.load(Ordering::Relaxed);
+                until = head.max(e.claim_pos.load(Ordering::Relaxed));
+                e.drain_until.store(until, Ordering::Relaxed);
+            }
+            if self.cursor >= until {
+                // Relaxed: server-private field.
+                e.drain_until.store(u64::MAX, Ordering::Relaxed);
+                // R4 (pairs with A4 in Client::try_take): our last writes to this id's
+                // response slots happen before the next owner clears them.
+                e.state
+                    .store(ClientState::Free.pack(epoch), Ordering::Release);
+                self.stats.reclaimed += 1;
+            } else {
+                retiring += 1;
+                if st == ClientState::Dead {
+                    dead += 1;
+                }
+            }
+        }
+        self.retiring = retiring;
+        self.dead = dead;
+    }
+}
+
+impl<Req: Payload, Resp: Payload> Drop for Server<'_, Req, Resp> {
+    fn drop(&mut self) {
+        // Release: clients that see false stop calling; nothing else is published.
+        self.region
+            .header
+            .server_alive
+            .store(false, Ordering::Release);
+    }
+}

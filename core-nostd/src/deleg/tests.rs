@@ -1,0 +1,451 @@
+//! Unit tests over heap buffers cast like a shared mapping (also run under Miri).
+#![allow(unsafe_code)]
+
+use super::layout::Claim;
+use super::*;
+use std::vec::Vec;
+
+type Req = [u64; 2];
+type Resp = [u64; 2];
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Block([u8; 64]);
+
+/// Zeroed, 64-aligned memory standing in for a shm mapping.
+struct Mem(Vec<Block>);
+
+impl Mem {
+    fn new(len: usize) -> Self {
+        Self(std::vec![Block([0; 64]); len.div_ceil(64) + 1])
+    }
+    fn ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr().cast()
+    }
+    fn len(&self) -> usize {
+        self.0.len() * 64
+    }
+}
+
+const CFG: Config = Config {
+    max_clients: 3,
+    ring_depth: 4,
+    resp_depth: 2,
+};
+
+fn region(mem: &mut Mem, cfg: &Config) -> Region<'static, Req, Resp> {
+    let len = mem.len();
+    let p = mem.ptr();
+    // SAFETY: `mem` is zeroed, aligned and outlives every use in the test (each test
+    // keeps it alive until the end and touches it only through the region).
+    unsafe { Region::init(p, len, cfg, 7) }.unwrap()
+}
+
+const SC: ServerConfig = ServerConfig { hole_timeout: 10 };
+
+#[test]
+fn call_recv_reply_round_trip() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let mut c = Client::connect(r, 42).unwrap();
+    assert_eq!(c.id(), 0);
+    let slot = c.call(&[1, 2]).unwrap();
+    assert_eq!(server.poll(0), 1);
+    let e = server.recv().unwrap();
+    assert_eq!(e.payload, [1, 2]);
+    assert_eq!(e.token.client_id(), 0);
+    assert_eq!(e.token.resp_slot_idx(), slot);
+    server.advance_tail();
+    server.reply(e.token, &[3, 4]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(c.poll(|s, r| got.push((s, *r))), 1);
+    assert_eq!(got, [(slot, [3, 4])]);
+    assert_eq!(c.in_flight(), 0);
+}
+
+#[test]
+fn attach_refuses_bad_input() {
+    let need = Region::<Req, Resp>::required_len(&CFG).unwrap();
+    let mut mem = Mem::new(need);
+    let (p, len) = (mem.ptr(), mem.len());
+    // SAFETY: valid zeroed memory for the whole test.
+    let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
+    assert_eq!(e, LayoutError::BadMagic { found: 0 });
+    let r = region(&mut mem, &CFG);
+    // SAFETY: as above; a second init over a live region is refused, not UB.
+    let e = unsafe { Region::<Req, Resp>::init(p, len, &CFG, 1) }.unwrap_err();
+    assert_eq!(e, LayoutError::NotZeroed);
+    // SAFETY: as above.
+    let e = unsafe { Region::<Req, Resp>::attach(p, need - 1) }.unwrap_err();
+    assert_eq!(
+        e,
+        LayoutError::Truncated {
+            need,
+            have: need - 1
+        }
+    );
+    // SAFETY: as above.
+    let e = unsafe { Region::<Req, Resp>::attach(p, 100) }.unwrap_err();
+    assert_eq!(
+        e,
+        LayoutError::Truncated {
+            need: 128,
+            have: 100
+        }
+    );
+    // SAFETY: in bounds; misalignment is refused before any access.
+    let e = unsafe { Region::<Req, Resp>::attach(p.add(8), len - 8) }.unwrap_err();
+    assert_eq!(e, LayoutError::Misaligned);
+    // SAFETY: as above.
+    let e = unsafe { Region::<[u64; 3], Resp>::attach(p, len) }.unwrap_err();
+    assert_eq!(e, LayoutError::PayloadSize { req: 16, resp: 16 });
+    // SAFETY: as above.
+    assert!(unsafe { Region::<Req, Resp>::attach(p, need) }.is_ok());
+    r.header().version.store(2, crate::sync::Ordering::Relaxed);
+    // SAFETY: as above.
+    let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
+    assert_eq!(e, LayoutError::BadVersion { found: 2 });
+    r.header().version.store(1, crate::sync::Ordering::Relaxed);
+    r.header()
+        .ring_depth
+        .store(3, crate::sync::Ordering::Relaxed);
+    // SAFETY: as above.
+    let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
+    assert_eq!(e, LayoutError::BadConfig);
+    let bad = Config {
+        ring_depth: 6,
+        ..CFG
+    };
+    assert_eq!(
+        Region::<Req, Resp>::required_len(&bad),
+        Err(LayoutError::BadConfig)
+    );
+}
+
+#[test]
+fn seed_offsets() {
+    let off = CFG.offsets::<Req, Resp>().unwrap();
+    assert_eq!(off.req_slot_size, 64);
+    assert_eq!(off.resp_slot_size, 64);
+    assert_eq!(off.resp_area_offset, 256 + 4 * 64);
+    assert_eq!(off.client_table_offset, 512 + 3 * 2 * 64);
+    assert_eq!(off.region_len, 512 + 384 + 3 * 64);
+    assert_eq!(req_slot_size::<[u8; 100]>(), 128);
+    assert_eq!(resp_slot_size::<[u8; 120]>(), 128);
+}
+
+#[test]
+fn client_ids_exhaust_and_are_reclaimed() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    let c = Client::connect(r, 3).unwrap();
+    assert_eq!((a.id(), b.id(), c.id()), (0, 1, 2));
+    assert_eq!(
+        Client::connect(r, 4).unwrap_err(),
+        ConnectError::NoFreeClientId
+    );
+    // b has a request answered later, after it left: the reply must not reach b's successor.
+    b.call(&[9, 9]).unwrap();
+    assert_eq!(server.poll(0), 1);
+    let stale = server.recv().unwrap().token;
+    server.advance_tail();
+    b.close();
+    // Not free until the server has seen the close.
+    assert_eq!(
+        Client::connect(r, 4).unwrap_err(),
+        ConnectError::NoFreeClientId
+    );
+    server.poll(1);
+    let mut d = Client::connect(r, 4).unwrap();
+    assert_eq!(d.id(), 1);
+    assert_eq!(d.epoch(), 2);
+    assert_eq!(server.reply(stale, &[0, 0]), Err(ReplyError::ClientGone));
+    assert_eq!(d.poll(|_, _| panic!("stale reply delivered")), 0);
+    // The new client works.
+    d.call(&[5, 5]).unwrap();
+    server.poll(2);
+    let e = server.recv().unwrap();
+    assert_eq!(e.token.client_id(), 1);
+    server.reply(e.token, &[6, 6]).unwrap();
+    assert_eq!(d.poll(|_, r| assert_eq!(*r, [6, 6])), 1);
+    // Many reconnects never exhaust the table.
+    drop(d);
+    for i in 0..20 {
+        server.poll(3 + i);
+        let x = Client::connect(r, 100).unwrap();
+        assert_eq!(x.id(), 1);
+    }
+    assert_eq!(server.stats().reclaimed, 21);
+    drop((a, c));
+}
+
+#[test]
+fn response_slots_bound_calls_in_flight() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let mut c = Client::connect(r, 1).unwrap();
+    c.call(&[1, 0]).unwrap();
+    c.call(&[2, 0]).unwrap();
+    assert_eq!(c.call(&[3, 0]), Err(CallError::NoResponseSlot));
+    assert_eq!(server.poll(0), 2);
+    // Answer out of order.
+    let first = server.recv().unwrap();
+    let second = server.recv().unwrap();
+    server.reply(second.token, &[2, 1]).unwrap();
+    let mut got = Vec::new();
+    c.poll(|_, r| got.push(*r));
+    assert_eq!(got, [[2, 1]]);
+    let s3 = c.call(&[3, 0]).unwrap();
+    server.reply(first.token, &[1, 1]).unwrap();
+    c.poll(|_, r| got.push(*r));
+    assert_eq!(got, [[2, 1], [1, 1]]);
+    server.poll(1);
+    let third = server.recv().unwrap();
+    assert_eq!(third.token.resp_slot_idx(), s3);
+    let raw = third.token.into_raw();
+    server.reply(ReplyToken::from_raw(raw), &[3, 1]).unwrap();
+    assert_eq!(
+        server.reply(ReplyToken::from_raw(raw), &[3, 2]),
+        Err(ReplyError::Duplicate)
+    );
+    assert_eq!(
+        server.reply(ReplyToken::from_raw((9, 0, 1)), &[0, 0]),
+        Err(ReplyError::BadToken)
+    );
+    c.poll(|_, r| assert_eq!(*r, [3, 1]));
+}
+
+#[test]
+fn cancelled_reservation_is_skipped_without_timeout() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(
+        r,
+        ServerConfig {
+            hole_timeout: u64::MAX,
+        },
+    );
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    let res = a.reserve().unwrap();
+    assert_eq!(res.position(), 0);
+    b.call(&[2, 0]).unwrap();
+    assert_eq!(server.poll(0), 0, "hole at 0 blocks position 1");
+    drop(res);
+    assert_eq!(server.poll(0), 1);
+    assert_eq!(server.recv().unwrap().payload, [2, 0]);
+    assert_eq!(server.stats().abandoned, 1);
+}
+
+#[test]
+fn stalled_claimer_times_out_and_its_late_commit_is_refused() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    let stalled = a.reserve().unwrap();
+    b.call(&[2, 0]).unwrap();
+    assert_eq!(server.poll(100), 0);
+    assert_eq!(server.poll(105), 0);
+    assert_eq!(server.poll(110), 1, "abandoned after hole_timeout");
+    assert_eq!(server.recv().unwrap().payload, [2, 0]);
+    server.advance_tail();
+    assert_eq!(stalled.commit(&[1, 0]), Err(CallError::Abandoned));
+    assert_eq!(a.in_flight(), 0);
+    // Lap the ring so the abandoned slot is reused; nothing of `a`'s leaks into it.
+    for i in 0..8u64 {
+        b.call(&[2, 10 + i]).unwrap();
+        assert_eq!(server.poll(200), 1);
+        let e = server.recv().unwrap();
+        assert_eq!(e.payload, [2, 10 + i]);
+        server.advance_tail();
+        server.reply(e.token, &[0, 0]).unwrap();
+        b.poll(|_, _| {});
+    }
+    // And `a` can call again.
+    a.call(&[1, 1]).unwrap();
+    server.poll(300);
+    assert_eq!(server.recv().unwrap().payload, [1, 1]);
+}
+
+#[test]
+fn evicted_writer_hole_is_skipped_at_once() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(
+        r,
+        ServerConfig {
+            hole_timeout: u64::MAX,
+        },
+    );
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    // `a` commits one request, then dies between its claim CAS and its commit.
+    a.call(&[1, 0]).unwrap();
+    let res = a.reserve().unwrap();
+    let pos = res.position();
+    r.slot(pos).claim.store(
+        Claim::writing(pos, r.depth_log2),
+        crate::sync::Ordering::Relaxed,
+    );
+    core::mem::forget(res);
+    let a_id = a.id();
+    core::mem::forget(a);
+    b.call(&[2, 0]).unwrap();
+    assert_eq!(server.poll(0), 1);
+    assert!(server.recv().is_some());
+    assert_eq!(server.poll(1), 0, "writing hole, writer not known dead");
+    server.evict(a_id).unwrap();
+    assert_eq!(server.poll(2), 1);
+    assert_eq!(server.recv().unwrap().payload, [2, 0]);
+    server.advance_tail();
+    server.poll(3);
+    // The dead id is free again (after the never-used id 2).
+    let fresh = Client::connect(r, 3).unwrap();
+    assert_eq!(fresh.id(), 2);
+    let n = Client::connect(r, 4).unwrap();
+    assert_eq!(n.id(), a_id);
+    assert_eq!(server.evict(7), Err(EvictError::BadId));
+}
+
+#[test]
+fn evicted_client_requests_are_dropped() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    a.call(&[1, 0]).unwrap();
+    let id = a.id();
+    core::mem::forget(a);
+    server.evict(id).unwrap();
+    assert_eq!(server.poll(0), 1);
+    assert!(server.recv().is_none());
+    assert_eq!(server.stats().dropped, 1);
+    server.poll(1);
+    assert_eq!(server.stats().reclaimed, 1);
+}
+
+#[test]
+fn server_gone_is_reported() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    drop(server);
+    assert_eq!(a.call(&[0, 0]), Err(CallError::ServerDisconnected));
+    assert_eq!(
+        Client::connect(r, 2).unwrap_err(),
+        ConnectError::ServerDisconnected
+    );
+}
+
+#[test]
+fn full_ring_blocks_until_tail_moves() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    std::thread::scope(|s| {
+        let h = s.spawn(move || {
+            let mut clients: Vec<_> = (0..3).map(|i| Client::connect(r, i).unwrap()).collect();
+            // 6 calls into a 4-slot ring: the 5th waits for the server's tail.
+            for k in 0..2u64 {
+                for (i, c) in clients.iter_mut().enumerate() {
+                    c.call(&[i as u64, k]).unwrap();
+                }
+            }
+            let mut got = 0;
+            while got < 6 {
+                for c in clients.iter_mut() {
+                    got += c.poll(|_, r| assert_eq!(r[1], r[0] + 100));
+                }
+                std::hint::spin_loop();
+            }
+            clients
+        });
+        let mut done = 0;
+        while done < 6 {
+            server.poll(0);
+            while let Some(e) = server.recv() {
+                let p = e.payload;
+                server.reply(e.token, &[p[0], p[0] + 100]).unwrap();
+                done += 1;
+            }
+            server.advance_tail();
+            std::hint::spin_loop();
+        }
+        drop(h.join().unwrap());
+    });
+}
+
+/// Three client threads stamp `(client, seq)`; the server echoes a transform; every
+/// client checks each response against its own record of what it sent.
+#[test]
+fn threaded_stress_conserves_requests() {
+    let per_client: u64 = if cfg!(miri) { 12 } else { 20_000 };
+    let cfg = Config {
+        max_clients: 3,
+        ring_depth: 8,
+        resp_depth: 4,
+    };
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&cfg).unwrap());
+    let r = region(&mut mem, &cfg);
+    // No hole timeout: a preempted claimer must not lose its request in this test.
+    let mut server = Server::new(
+        r,
+        ServerConfig {
+            hole_timeout: u64::MAX,
+        },
+    );
+    std::thread::scope(|s| {
+        for t in 0..3u32 {
+            s.spawn(move || {
+                let mut c = Client::connect(r, t).unwrap();
+                let me = c.id() as u64;
+                let mut sent = [u64::MAX; 4];
+                let (mut next, mut answered) = (0u64, 0u64);
+                while answered < per_client {
+                    while next < per_client && c.in_flight() < 4 {
+                        let slot = c.call(&[me, next]).unwrap();
+                        assert_eq!(sent[slot as usize], u64::MAX, "slot double-booked");
+                        sent[slot as usize] = next;
+                        next += 1;
+                    }
+                    answered += c.poll(|slot, resp| {
+                        assert_eq!(resp[0], c_id_tag(me));
+                        assert_eq!(resp[1], sent[slot as usize] * 3 + 1);
+                        sent[slot as usize] = u64::MAX;
+                    }) as u64;
+                    std::hint::spin_loop();
+                }
+            });
+        }
+        let mut seen = [0u64; 3];
+        let mut total = 0;
+        let mut now = 0;
+        while total < 3 * per_client {
+            now += 1;
+            server.poll(now);
+            while let Some(e) = server.recv() {
+                let [id, seq] = e.payload;
+                assert_eq!(id, e.token.client_id() as u64);
+                assert_eq!(seq, seen[id as usize], "per-client FIFO order");
+                seen[id as usize] += 1;
+                server.reply(e.token, &[c_id_tag(id), seq * 3 + 1]).unwrap();
+                total += 1;
+            }
+            server.advance_tail();
+            std::hint::spin_loop();
+        }
+        assert_eq!(server.stats().abandoned, 0);
+    });
+}
+
+fn c_id_tag(id: u64) -> u64 {
+    0xC0DE_0000 + id
+}
