@@ -1,0 +1,200 @@
+//! Raw access to memory shared with the device: queue rings, doorbell records and the
+//! BlueFlame/doorbell MMIO window.
+//!
+//! This is where every pointer into device-shared memory is dereferenced. The three types
+//! are created only by the driver constructors (`Sq::new`, `Cq::new`, `Srq::new`), whose
+//! `# Safety` contracts are what make the `unsafe fn new` contracts below hold. After
+//! construction, every method is safe: offsets are reduced modulo the ring size or
+//! checked, so no call can reach outside the memory described at construction.
+//!
+//! Access discipline (the crate docs list the pairings):
+//! * ring bytes (WQEs, SRQ WQEs, CQE bodies) are plain memory; the single-byte `op_own`
+//!   of a CQE is read and written only through [`RingMem::load_u8_acquire`] /
+//!   [`RingMem::store_u8_relaxed`] (`AtomicU8::from_ptr`) while the device may access it;
+//! * a doorbell record word is only stored, atomically, with Release ([`DbRec`]);
+//! * the MMIO window is only written, with volatile stores ([`Mmio`]).
+
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+/// A power-of-two-sized byte ring in device-shared memory (an SQ, CQ or SRQ buffer).
+/// Offsets passed to the methods are taken modulo the length; copies wrap at the end.
+#[derive(Debug)]
+pub(crate) struct RingMem {
+    base: NonNull<u8>,
+    /// Length in bytes, a power of two.
+    len: usize,
+}
+
+impl RingMem {
+    /// # Safety
+    ///
+    /// * `base` is valid for reads and writes of `len` bytes, and for atomic byte
+    ///   accesses, for as long as the returned value lives;
+    /// * `len` is a power of two;
+    /// * no Rust reference to those bytes exists while it lives, and nothing other than
+    ///   the device (or the device model) accesses them; the device accesses them only
+    ///   under the queue protocol (it reads WQEs published by a doorbell record, writes
+    ///   CQEs into slots released by the consumer index, `op_own` last and atomically).
+    pub(crate) const unsafe fn new(base: NonNull<u8>, len: usize) -> Self {
+        Self { base, len }
+    }
+
+    fn at(&self, off: usize) -> *mut u8 {
+        // `wrapping_add` keeps this function safe; `off & (len - 1) < len` keeps the result
+        // inside the allocation described in `new`.
+        self.base.as_ptr().wrapping_add(off & (self.len - 1))
+    }
+
+    /// Copies `src` to ring offset `off`, continuing at offset 0 past the end.
+    ///
+    /// Panics if `src` is longer than the ring (callers size-check before writing).
+    pub(crate) fn write(&mut self, off: usize, src: &[u8]) {
+        assert!(src.len() <= self.len, "write larger than the ring");
+        let off = off & (self.len - 1);
+        let first = src.len().min(self.len - off);
+        // SAFETY: `off + first <= len` and `src.len() - first <= len`, so both
+        // destinations lie inside the ring (valid for writes per `new`). `src` cannot
+        // overlap the ring: no Rust reference to ring memory exists (`new` contract).
+        unsafe {
+            ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), first);
+            ptr::copy_nonoverlapping(
+                src.as_ptr().add(first),
+                self.base.as_ptr(),
+                src.len() - first,
+            );
+        }
+    }
+
+    /// Copies from ring offset `off` into `dst`, continuing at offset 0 past the end.
+    ///
+    /// Panics if `dst` is longer than the ring.
+    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) {
+        assert!(dst.len() <= self.len, "read larger than the ring");
+        let off = off & (self.len - 1);
+        let first = dst.len().min(self.len - off);
+        // SAFETY: as in `write`, both sources lie inside the ring (valid for reads), and
+        // `dst` is a Rust reference, so it is not ring memory.
+        unsafe {
+            ptr::copy_nonoverlapping(self.base.as_ptr().add(off), dst.as_mut_ptr(), first);
+            ptr::copy_nonoverlapping(
+                self.base.as_ptr(),
+                dst.as_mut_ptr().add(first),
+                dst.len() - first,
+            );
+        }
+    }
+
+    /// Reads `N` bytes at `off` (wrapping).
+    pub(crate) fn read_array<const N: usize>(&self, off: usize) -> [u8; N] {
+        let mut a = [0u8; N];
+        self.read(off, &mut a);
+        a
+    }
+
+    /// Atomic Acquire load of the byte at `off` (a CQE `op_own`).
+    pub(crate) fn load_u8_acquire(&self, off: usize) -> u8 {
+        // SAFETY: `at` stays inside the ring, valid for atomic byte accesses (`new`);
+        // AtomicU8 has alignment 1. Other accesses to this byte while the device may
+        // write it are atomic too (this module is the only accessor).
+        unsafe { AtomicU8::from_ptr(self.at(off)) }.load(Ordering::Acquire)
+    }
+
+    /// Atomic Relaxed store of the byte at `off` (stamping `op_own` of a fresh CQ).
+    pub(crate) fn store_u8_relaxed(&mut self, off: usize, v: u8) {
+        // SAFETY: as in `load_u8_acquire`.
+        unsafe { AtomicU8::from_ptr(self.at(off)) }.store(v, Ordering::Relaxed);
+    }
+
+    /// A shared view of the 64 bytes at `off`.
+    ///
+    /// Panics if `off` is not 64-aligned or the ring is smaller than 64 bytes.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned reference lives, the device must not write these bytes: the caller owns
+    /// the slot under the queue protocol (for a CQE: its owner byte was seen with Acquire,
+    /// and the consumer index that would hand it back is not advanced while it lives).
+    pub(crate) unsafe fn block64(&self, off: usize) -> &[u8; 64] {
+        assert!(
+            off.is_multiple_of(64) && self.len >= 64,
+            "unaligned 64-byte block"
+        );
+        // SAFETY: `off` is 64-aligned and `len` is a power of two ≥ 64, so the block
+        // `[off & (len-1), +64)` lies inside the ring; `[u8; 64]` has alignment 1; the
+        // caller guarantees no write to it while the reference lives.
+        unsafe { &*self.at(off).cast::<[u8; 64]>() }
+    }
+}
+
+/// One 32-bit big-endian doorbell-record word (SQ `[SND_DBR]`, CQ `[SET_CI]`, SRQ).
+#[derive(Debug)]
+pub(crate) struct DbRec {
+    word: NonNull<u32>,
+}
+
+impl DbRec {
+    /// # Safety
+    ///
+    /// `word` is 4-byte aligned and valid for atomic 32-bit accesses for as long as the
+    /// returned value lives; every other access to it (the device model's) is atomic; no
+    /// other software writes it.
+    pub(crate) const unsafe fn new(word: NonNull<u32>) -> Self {
+        Self { word }
+    }
+
+    /// Stores `value` as big-endian with Release ordering. The caller names the pairing.
+    pub(crate) fn store_be_release(&mut self, value: u32) {
+        // SAFETY: aligned and valid for atomic accesses, all concurrent accesses atomic
+        // (`new` contract).
+        unsafe { AtomicU32::from_ptr(self.word.as_ptr()) }.store(value.to_be(), Ordering::Release);
+    }
+}
+
+/// The BlueFlame / doorbell register window of a QP: write-only, volatile.
+#[derive(Debug)]
+pub(crate) struct Mmio {
+    base: NonNull<u8>,
+    /// Bytes writable from `base`, a multiple of 8.
+    len: usize,
+}
+
+impl Mmio {
+    /// # Safety
+    ///
+    /// `base` is 8-byte aligned and valid for volatile 8-byte writes of `len` bytes
+    /// (a UAR/BlueFlame mapping, or, for a software device, memory it reads only after
+    /// synchronising with this thread by other means) for as long as the value lives.
+    pub(crate) const unsafe fn new(base: NonNull<u8>, len: usize) -> Self {
+        Self { base, len }
+    }
+
+    /// Volatile 8-byte store of `bytes` (memory order preserved) at `off`.
+    ///
+    /// Panics if `off` is not 8-aligned or `off + 8` exceeds the window.
+    pub(crate) fn write8(&mut self, off: usize, bytes: [u8; 8]) {
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "doorbell write outside the window"
+        );
+        // SAFETY: in bounds and 8-aligned (base is 8-aligned per `new`), valid for
+        // volatile writes. `from_ne_bytes` keeps the in-memory byte order, as
+        // `mmio_write64_be(reg, *(__be64 *)ctrl)` does.
+        unsafe {
+            ptr::write_volatile(
+                self.base.as_ptr().add(off).cast::<u64>(),
+                u64::from_ne_bytes(bytes),
+            )
+        };
+    }
+
+    /// Copies a 64-byte block to `off` as eight ascending 8-byte volatile stores
+    /// (`mmio_memcpy_x64`).
+    pub(crate) fn write_block64(&mut self, off: usize, block: &[u8; 64]) {
+        for (i, chunk) in block.chunks_exact(8).enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            self.write8(off + i * 8, b);
+        }
+    }
+}
