@@ -1,0 +1,267 @@
+//! Completion queue poller: owner-bit protocol, consumer-index doorbell.
+//!
+//! ```text
+//!   ci (u32, free-running, wraps mod 2^32): next slot to look at = ci & (cqe_cnt - 1)
+//!   expected owner = (ci & cqe_cnt) != 0      (cqe_cnt ≤ 2^24 divides 2^32, so the
+//!                                               parity survives the u32 wrap)
+//!   [SET_CI] = be32(ci & 0xffffff)            written by `update_ci`, after a batch
+//! ```
+//!
+//! Polling follows rdma-core `get_sw_cqe` / `mlx5_get_next_cqe` (reference §4.7):
+//! Acquire-load `op_own`; the slot is the software's if the opcode is not INVALID and the
+//! owner bit equals the lap parity; then [`barrier::from_device`]; then read the body.
+//! rdma-core's reason for the barrier's place: the body may only be read after the owner
+//! check has observed the device's write, because the device writes the CQE as one PCIe
+//! write whose parts the CPU may otherwise observe out of order.
+//!
+//! A polled CQE is lent as a [`CqeRef`] borrowing the poller, so it cannot outlive the
+//! next poll, and the consumer-index doorbell (which hands the slot back to the device)
+//! cannot be written while it is alive:
+//!
+//! ```
+//! fn drain(cq: &mut mlx5_raw::Cq) {
+//!     while let Some(cqe) = cq.poll() {
+//!         let _ = cqe.decode();
+//!     }
+//!     cq.update_ci();
+//! }
+//! ```
+//!
+//! ```compile_fail,E0499
+//! fn keep(cq: &mut mlx5_raw::Cq) {
+//!     let first = cq.poll();
+//!     let second = cq.poll(); // `first` still borrows the CQ
+//!     drop((first, second));
+//! }
+//! ```
+//!
+//! ```compile_fail,E0499
+//! fn early_ci(cq: &mut mlx5_raw::Cq) {
+//!     if let Some(cqe) = cq.poll() {
+//!         cq.update_ci(); // would hand the slot back while `cqe` still reads it
+//!         let _ = cqe.decode();
+//!     }
+//! }
+//! ```
+
+use core::ptr::NonNull;
+
+use crate::barrier;
+use crate::desc::CqDesc;
+use crate::layout::{
+    decode_cqe, Completion, Cqe64, CqeDecodeError, CqeOpcode, CQE_INVALID, CQE_INVALID_OP_OWN,
+    CQE_OWNER_MASK, CQ_CI_MASK, CQ_SET_CI,
+};
+use crate::mem::{DbRec, RingMem};
+
+/// Why [`Cq::new`] rejected a description.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqInitError {
+    /// `buf` or `dbrec` is null.
+    NullPointer,
+    /// `dbrec` is not 4-byte aligned.
+    Misaligned,
+    /// `cqe_cnt` is not a power of two in `1 ..= 2^24`.
+    CqeCnt(u32),
+    /// `cqe_size` is not 64 or 128.
+    CqeSize(u32),
+}
+
+/// A completion queue poller over raw CQ memory. See the module docs.
+#[derive(Debug)]
+pub struct Cq {
+    ring: RingMem,
+    /// `[CQ_SET_CI]` of the CQ doorbell record.
+    dbrec: DbRec,
+    /// Entries, a power of two ≤ 2^24.
+    cqe_cnt: u32,
+    /// 64 or 128.
+    cqe_size: u32,
+    cqn: u32,
+    /// Consumer index, free-running mod 2^32.
+    ci: u32,
+    /// Value of `ci` last written to `[SET_CI]`.
+    db_ci: u32,
+}
+
+// SAFETY: `Cq` exclusively owns its CQ memory and consumer-index word (constructor
+// contract), which are not tied to a thread. Not `Sync`: polling needs `&mut self`.
+unsafe impl Send for Cq {}
+
+impl Cq {
+    /// Takes over a completion queue, and stamps every slot's `op_own` with
+    /// `MLX5_CQE_INVALID << 4` (0xF0) as rdma-core's `mlx5_alloc_cq_buf` does, so that a
+    /// zero-filled buffer (a DevX umem, or the software device's memory) reads as empty
+    /// too: an all-zero `op_own` would otherwise look like a lap-0 REQ CQE.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned `Cq` lives (and until the device has stopped writing
+    /// the CQ):
+    /// * `desc.buf` is valid for reads and writes of `cqe_cnt * cqe_size` bytes, and for
+    ///   atomic byte accesses; only this `Cq` and the device access it (no Rust
+    ///   references to it exist); the device writes each CQE's `op_own` byte last, and
+    ///   (if it is the software model) atomically with Release ordering;
+    /// * `desc.dbrec` points at the CQ's doorbell record, valid for atomic accesses; only
+    ///   this `Cq` writes `[CQ_SET_CI]`;
+    /// * no CQE has been written to the CQ yet (no QP using it has posted or received
+    ///   anything), and its `[CQ_SET_CI]` word is 0;
+    /// * CQE compression is not enabled on the CQ.
+    pub unsafe fn new(desc: &CqDesc) -> Result<Self, CqInitError> {
+        if desc.dbrec.is_null() {
+            return Err(CqInitError::NullPointer);
+        }
+        let Some(buf) = NonNull::new(desc.buf) else {
+            return Err(CqInitError::NullPointer);
+        };
+        if !desc.cqe_cnt.is_power_of_two() || desc.cqe_cnt > 1 << 24 {
+            return Err(CqInitError::CqeCnt(desc.cqe_cnt));
+        }
+        if desc.cqe_size != 64 && desc.cqe_size != 128 {
+            return Err(CqInitError::CqeSize(desc.cqe_size));
+        }
+        if !desc.dbrec.addr().is_multiple_of(4) {
+            return Err(CqInitError::Misaligned);
+        }
+        // `wrapping_add` keeps this safe; validity is the caller's contract.
+        let Some(set_ci) = NonNull::new(desc.dbrec.wrapping_add(CQ_SET_CI)) else {
+            return Err(CqInitError::NullPointer);
+        };
+        // SAFETY: the caller guarantees exclusive access to `buf` (`cqe_cnt * cqe_size`
+        // bytes, a power of two) and to the aligned `[CQ_SET_CI]` word; see `# Safety`.
+        let (ring, dbrec) = unsafe {
+            (
+                RingMem::new(buf, desc.cqe_cnt as usize * desc.cqe_size as usize),
+                DbRec::new(set_ci),
+            )
+        };
+        let mut cq = Self {
+            ring,
+            dbrec,
+            cqe_cnt: desc.cqe_cnt,
+            cqe_size: desc.cqe_size,
+            cqn: desc.cqn,
+            ci: 0,
+            db_ci: 0,
+        };
+        for slot in 0..cq.cqe_cnt {
+            let off = cq.cqe64_off(slot) + 63;
+            // Relaxed: no CQE exists yet (constructor contract); the first consumer-index
+            // doorbell or the handing over of the `Cq` orders these stores for the device.
+            cq.ring.store_u8_relaxed(off, CQE_INVALID_OP_OWN);
+        }
+        Ok(cq)
+    }
+
+    /// Byte offset of the `mlx5_cqe64` of `slot` (the second half of a 128-byte CQE).
+    fn cqe64_off(&self, slot: u32) -> usize {
+        let slot = (slot & (self.cqe_cnt - 1)) as usize;
+        slot * self.cqe_size as usize + (self.cqe_size as usize - 64)
+    }
+
+    /// Takes the next CQE if the device has written it, advancing the consumer index
+    /// (the doorbell record is written later, by [`update_ci`](Self::update_ci)).
+    pub fn poll(&mut self) -> Option<CqeRef<'_>> {
+        let ci = self.ci;
+        let off = self.cqe64_off(ci);
+        // A-CQE (pairs with the device's `op_own` write; in the software model its
+        // Release store after the CQE body): the owner check.
+        let op_own = self.ring.load_u8_acquire(off + 63);
+        let hw_owner = (op_own & CQE_OWNER_MASK) != 0;
+        let lap_parity = (ci & self.cqe_cnt) != 0;
+        if op_own >> 4 == CQE_INVALID || hw_owner != lap_parity {
+            return None;
+        }
+        // Body after owner: "read the CQE body only after the owner check" (cq.c).
+        barrier::from_device();
+        self.ci = ci.wrapping_add(1);
+        // SAFETY: the slot is the software's: its owner byte was observed (Acquire) for
+        // this lap, and the device does not write it again until `[SET_CI]` passes `ci`,
+        // which only `update_ci(&mut self)` writes — impossible while the returned
+        // `CqeRef` borrows `self`.
+        let bytes = unsafe { self.ring.block64(off) };
+        Some(CqeRef { bytes, index: ci })
+    }
+
+    /// Polls up to `max` CQEs, handing each to `f`, then writes the consumer-index
+    /// doorbell once. Returns the number polled.
+    pub fn poll_batch(&mut self, max: usize, mut f: impl FnMut(CqeRef<'_>)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(cqe) = self.poll() else { break };
+            f(cqe);
+            n += 1;
+        }
+        self.update_ci();
+        n
+    }
+
+    /// Writes `[CQ_SET_CI] = be32(ci & 0xffffff)` if it changed, handing the slots
+    /// polled since the last call back to the device. Call it at least every `cqe_cnt`
+    /// polls: the device must never have more than `cqe_cnt` CQEs unconsumed (overrun).
+    pub fn update_ci(&mut self) {
+        if self.db_ci != self.ci {
+            // R-CQ-CI (pairs with the device model's Acquire load of [SET_CI] before it
+            // reuses a slot): everything this thread read from the consumed CQEs happens
+            // before the device overwrites them.
+            self.dbrec.store_be_release(self.ci & CQ_CI_MASK);
+            self.db_ci = self.ci;
+        }
+    }
+
+    /// The consumer index (free-running mod 2^32).
+    pub const fn consumer_index(&self) -> u32 {
+        self.ci
+    }
+
+    /// Number of entries.
+    pub const fn cqe_cnt(&self) -> u32 {
+        self.cqe_cnt
+    }
+
+    /// Entry size, 64 or 128.
+    pub const fn cqe_size(&self) -> u32 {
+        self.cqe_size
+    }
+
+    /// The CQ number.
+    pub const fn cqn(&self) -> u32 {
+        self.cqn
+    }
+}
+
+/// A polled CQE, lent until the next poll of its [`Cq`].
+#[derive(Clone, Copy, Debug)]
+pub struct CqeRef<'cq> {
+    bytes: &'cq [u8; 64],
+    index: u32,
+}
+
+impl<'cq> CqeRef<'cq> {
+    /// The 64 bytes of the `mlx5_cqe64`.
+    pub const fn bytes(&self) -> &'cq [u8; 64] {
+        self.bytes
+    }
+
+    /// The typed view.
+    pub fn cqe64(&self) -> &'cq Cqe64 {
+        zerocopy::transmute_ref!(self.bytes)
+    }
+
+    /// The CQE opcode.
+    pub const fn opcode(&self) -> CqeOpcode {
+        CqeOpcode::from_u4(self.bytes[63] >> 4)
+    }
+
+    /// Decodes it ([`layout::cqe::decode`](crate::layout::cqe::decode)). A
+    /// [`CqeDecodeError::Compressed`] means the CQ was created with compression, which
+    /// this poller does not expand: the CQ cannot be polled further.
+    pub fn decode(&self) -> Result<Completion, CqeDecodeError> {
+        decode_cqe(self.bytes)
+    }
+
+    /// The consumer index at which it was found.
+    pub const fn index(&self) -> u32 {
+        self.index
+    }
+}

@@ -1,0 +1,286 @@
+//! Shared receive queue posting with rdma-core v44 free-list semantics
+//! (reference §3.2–3.3).
+//!
+//! ```text
+//!   WQE i = buf + i * stride: [ next seg (16 B): next_wqe_index BE16 at +2 ][ data segs ]
+//!   free list: head → … → tail; head == tail means full (tail is the spare sentinel)
+//!   post:   idx = head; head = next[idx]; write idx's data segment      (counter += 1)
+//!   free:   next[tail] = idx; tail = idx          (completion order, `mlx5_free_srq_wqe`)
+//!   doorbell (after a batch): [dbrec] = be32(counter), counter = WQEs ever posted mod 2^16
+//! ```
+//!
+//! The device follows `next_wqe_index` when it consumes a WQE and reports the consumed
+//! WQE's index as the CQE's `wqe_counter`. The sentinel makes reading the link at consume
+//! time safe: the last posted WQE always links to a slot the software still owns.
+//!
+//! copyrpc receives only RDMA WRITE with immediate, which scatters nothing, so every
+//! WQE gets one zero-length data segment (then the `MLX5_INVALID_LKEY` terminator when
+//! the stride leaves room for more).
+
+use core::ptr::NonNull;
+
+use zerocopy::IntoBytes;
+
+use crate::barrier;
+use crate::desc::SrqDesc;
+use crate::layout::DataSeg;
+use crate::mem::{DbRec, RingMem};
+
+/// Offset of `next_wqe_index` in an SRQ WQE (`struct mlx5_wqe_srq_next_seg`).
+const NEXT_OFF: usize = 2;
+/// Offset of the first data segment.
+const DATA_OFF: usize = 16;
+
+/// Why [`Srq::new`] rejected a description.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SrqInitError {
+    /// `buf` or `dbrec` is null.
+    NullPointer,
+    /// `dbrec` is not 4-byte aligned.
+    Misaligned,
+    /// `stride` is not a power of two ≥ 32.
+    Stride(u32),
+    /// `wqe_cnt` is not a power of two in `2 ..= 65 536`.
+    WqeCnt(u32),
+    /// `head`/`tail` are not those of a fresh SRQ (`0`, `wqe_cnt - 1`).
+    NotFresh {
+        /// `desc.head`.
+        head: u32,
+        /// `desc.tail`.
+        tail: u32,
+    },
+}
+
+/// Why a receive WQE was not posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SrqPostError {
+    /// `head == tail`: every WQE but the sentinel is posted. Free completed ones first.
+    Full,
+    /// The free list links out of range (`next` of WQE `index`): the SRQ memory was
+    /// corrupted.
+    CorruptLink {
+        /// The WQE whose link is bad.
+        index: u16,
+        /// Its `next_wqe_index`.
+        next: u16,
+    },
+}
+
+/// Why [`Srq::free`] rejected an index. Nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SrqFreeError {
+    /// The index is not below `wqe_cnt`.
+    OutOfRange(u16),
+    /// No WQE is posted, or the index is the sentinel: it cannot be a completed WQE
+    /// (a duplicate or foreign completion).
+    NotPosted(u16),
+}
+
+/// A shared receive queue over raw SRQ memory. See the module docs.
+#[derive(Debug)]
+pub struct Srq {
+    ring: RingMem,
+    dbrec: DbRec,
+    /// Bytes per WQE, a power of two ≥ 32.
+    stride: u32,
+    /// WQEs in the list, a power of two in 2 ..= 65 536.
+    wqe_cnt: u32,
+    /// Data segments per WQE: `(stride - 16) / 16`.
+    max_gs: u32,
+    srqn: u32,
+    lkey: u32,
+    /// Next WQE to post; range `0 .. wqe_cnt`.
+    head: u16,
+    /// The sentinel (last WQE of the free list); range `0 .. wqe_cnt`.
+    tail: u16,
+    /// WQEs ever posted, mod 2^16 (rdma-core's `uint16_t counter`).
+    counter: u16,
+    /// `counter` at the last doorbell.
+    db_counter: u16,
+    /// Posted and not yet freed; range `0 ..= wqe_cnt - 1`.
+    outstanding: u32,
+}
+
+// SAFETY: `Srq` exclusively owns its SRQ memory and doorbell word (constructor
+// contract), which are not tied to a thread. Not `Sync`: mutation needs `&mut self`.
+unsafe impl Send for Srq {}
+
+impl Srq {
+    /// Takes over a fresh SRQ and links its free list as rdma-core's
+    /// `mlx5_alloc_srq_buf` does (`next[i] = i + 1`, `next[tail] = 0`), which leaves a
+    /// verbs-created SRQ unchanged and initialises a zeroed one. Receive WQEs get one
+    /// zero-length data segment with `lkey`.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned `Srq` lives (and until the device has stopped using
+    /// the SRQ):
+    /// * `desc.buf` is valid for reads and writes of `wqe_cnt * stride` bytes; only this
+    ///   `Srq` and the device access it (no Rust references to it exist);
+    /// * `desc.dbrec` is the SRQ doorbell record, valid for atomic accesses; only this
+    ///   `Srq` writes it;
+    /// * nothing has been posted to the SRQ yet (its doorbell record is 0), and nothing
+    ///   else posts to it (`ibv_post_srq_recv` would desynchronise the free list).
+    pub unsafe fn new(desc: &SrqDesc, lkey: u32) -> Result<Self, SrqInitError> {
+        let (Some(buf), Some(dbrec)) = (NonNull::new(desc.buf), NonNull::new(desc.dbrec)) else {
+            return Err(SrqInitError::NullPointer);
+        };
+        if !desc.stride.is_power_of_two() || desc.stride < 32 {
+            return Err(SrqInitError::Stride(desc.stride));
+        }
+        if !desc.wqe_cnt.is_power_of_two() || !(2..=1 << 16).contains(&desc.wqe_cnt) {
+            return Err(SrqInitError::WqeCnt(desc.wqe_cnt));
+        }
+        if desc.head != 0 || desc.tail != desc.wqe_cnt - 1 {
+            return Err(SrqInitError::NotFresh {
+                head: desc.head,
+                tail: desc.tail,
+            });
+        }
+        if !desc.dbrec.addr().is_multiple_of(4) {
+            return Err(SrqInitError::Misaligned);
+        }
+        // SAFETY: the caller guarantees exclusive access to `buf` (`wqe_cnt * stride`
+        // bytes, a power of two) and to the aligned doorbell word; see `# Safety`.
+        let (ring, dbrec) = unsafe {
+            (
+                RingMem::new(buf, desc.wqe_cnt as usize * desc.stride as usize),
+                DbRec::new(dbrec),
+            )
+        };
+        let mut srq = Self {
+            ring,
+            dbrec,
+            stride: desc.stride,
+            wqe_cnt: desc.wqe_cnt,
+            max_gs: (desc.stride - 16) / 16,
+            srqn: desc.srqn,
+            lkey,
+            head: 0,
+            tail: (desc.wqe_cnt - 1) as u16,
+            counter: 0,
+            db_counter: 0,
+            outstanding: 0,
+        };
+        for i in 0..desc.wqe_cnt {
+            // next[i] = i + 1 for i < tail; next[tail] = 0 (rdma-core leaves the zero of
+            // its freshly allocated buffer there), closing the ring 0 → … → tail → 0.
+            let next = if i + 1 == desc.wqe_cnt {
+                0
+            } else {
+                (i + 1) as u16
+            };
+            srq.set_next(i as u16, next);
+        }
+        Ok(srq)
+    }
+
+    fn wqe_off(&self, idx: u16) -> usize {
+        usize::from(idx) * self.stride as usize
+    }
+
+    fn next_of(&self, idx: u16) -> u16 {
+        u16::from_be_bytes(self.ring.read_array(self.wqe_off(idx) + NEXT_OFF))
+    }
+
+    fn set_next(&mut self, idx: u16, next: u16) {
+        let off = self.wqe_off(idx) + NEXT_OFF;
+        self.ring.write(off, &next.to_be_bytes());
+    }
+
+    /// Posts one receive WQE (no doorbell; see [`ring_doorbell`](Self::ring_doorbell)).
+    /// Returns its index, which the responder CQE that consumes it reports as
+    /// `wqe_counter`.
+    pub fn post(&mut self) -> Result<u16, SrqPostError> {
+        if self.head == self.tail {
+            return Err(SrqPostError::Full);
+        }
+        let idx = self.head;
+        let next = self.next_of(idx);
+        if u32::from(next) >= self.wqe_cnt {
+            return Err(SrqPostError::CorruptLink { index: idx, next });
+        }
+        let off = self.wqe_off(idx) + DATA_OFF;
+        self.ring
+            .write(off, DataSeg::new(0, self.lkey, 0).as_bytes());
+        if self.max_gs > 1 {
+            self.ring.write(off + 16, DataSeg::TERMINATOR.as_bytes());
+        }
+        self.head = next;
+        self.counter = self.counter.wrapping_add(1);
+        self.outstanding += 1;
+        Ok(idx)
+    }
+
+    /// Writes the doorbell record for every WQE posted since the last doorbell.
+    pub fn ring_doorbell(&mut self) {
+        if self.db_counter == self.counter {
+            return;
+        }
+        // WQE stores (data segments, and links written by `free`) before the record.
+        barrier::to_device();
+        // R-SRQ-DB (pairs with the device model's Acquire load of the SRQ record):
+        // publishes the data segments and links of every WQE posted so far.
+        self.dbrec.store_be_release(u32::from(self.counter));
+        self.db_counter = self.counter;
+    }
+
+    /// Posts up to `n` receive WQEs (fewer if the SRQ fills) and rings one doorbell.
+    /// Returns how many were posted.
+    pub fn post_batch(&mut self, n: u32) -> Result<u32, SrqPostError> {
+        let mut posted = 0;
+        let mut result = Ok(());
+        while posted < n {
+            match self.post() {
+                Ok(_) => posted += 1,
+                Err(SrqPostError::Full) => break,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.ring_doorbell();
+        result.map(|()| posted)
+    }
+
+    /// Returns the WQE a responder CQE consumed (its `wqe_counter`) to the free list,
+    /// appending it at the tail (completion order; rdma-core v44 `mlx5_free_srq_wqe`).
+    pub fn free(&mut self, idx: u16) -> Result<(), SrqFreeError> {
+        if u32::from(idx) >= self.wqe_cnt {
+            return Err(SrqFreeError::OutOfRange(idx));
+        }
+        if self.outstanding == 0 || idx == self.tail {
+            return Err(SrqFreeError::NotPosted(idx));
+        }
+        self.set_next(self.tail, idx);
+        self.tail = idx;
+        self.outstanding -= 1;
+        Ok(())
+    }
+
+    /// WQEs posted (rung or not) and not yet freed.
+    pub const fn outstanding(&self) -> u32 {
+        self.outstanding
+    }
+
+    /// Most WQEs that can be posted at once: `wqe_cnt - 1` (one sentinel).
+    pub const fn capacity(&self) -> u32 {
+        self.wqe_cnt - 1
+    }
+
+    /// WQEs ever posted, mod 2^16 (the doorbell value once rung).
+    pub const fn counter(&self) -> u16 {
+        self.counter
+    }
+
+    /// The SRQ number.
+    pub const fn srqn(&self) -> u32 {
+        self.srqn
+    }
+
+    /// Data segments per WQE (`(stride - 16) / 16`).
+    pub const fn max_gs(&self) -> u32 {
+        self.max_gs
+    }
+}
