@@ -24,11 +24,21 @@ step() {
 }
 
 nostd_sources_clean() {
-  # The no_std crates must not name std or alloc outside test code. Test modules are
-  # `#[cfg(test)] mod tests` blocks at the end of a file, so scan each file up to its
-  # first `#[cfg(test)]`.
+  # The no_std crates must not name std or alloc outside test code. Test code is either a
+  # `#[cfg(test)] mod tests { .. }` block at the end of a file (so each file is scanned up
+  # to its first `#[cfg(test)]`) or a whole `tests.rs` file declared `#[cfg(test)] mod
+  # tests;` (skipped, after checking that its declaration really is cfg(test)).
   local bad=0 f
   for f in $(find core-nostd/src mlx5-raw/src -name '*.rs'); do
+    if [ "$(basename "$f")" = tests.rs ]; then
+      local parent
+      parent=$(dirname "$f")/mod.rs
+      [ -f "$parent" ] || parent=$(dirname "$f").rs
+      if ! grep -B2 -E '^\s*mod tests;' "$parent" | grep -q 'cfg(test)'; then
+        echo "$f: not declared under #[cfg(test)] in $parent"; bad=1
+      fi
+      continue
+    fi
     if awk '/#\[cfg\(test\)\]/{exit} {print FILENAME": "FNR": "$0}' "$f" \
         | grep -E '(^|[^_[:alnum:]])(std|alloc)::|extern crate (std|alloc)' ; then
       bad=1
