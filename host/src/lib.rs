@@ -4,5 +4,9 @@
 //! device model over `/dev/shm`), the MPI exchange, the shm regions and the pinning helpers
 //! land with their issues; see the status table in the README.
 
+pub mod affinity;
+pub mod error;
+pub mod shm;
+
 pub use copyrpc_core as core;
 pub use mlx5_raw as mlx5;

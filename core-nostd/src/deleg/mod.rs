@@ -132,6 +132,7 @@ pub trait Payload:
     + zerocopy::KnownLayout
     + Copy
     + Send
+    + 'static
 {
 }
 
@@ -142,6 +143,7 @@ impl<T> Payload for T where
         + zerocopy::KnownLayout
         + Copy
         + Send
+        + 'static
 {
 }
 
@@ -221,6 +223,12 @@ pub enum EvictError {
     /// The id is not registered.
     NotActive,
 }
+
+impl core::error::Error for LayoutError {}
+impl core::error::Error for ConnectError {}
+impl core::error::Error for CallError {}
+impl core::error::Error for ReplyError {}
+impl core::error::Error for EvictError {}
 
 impl fmt::Display for LayoutError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

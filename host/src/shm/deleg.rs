@@ -1,0 +1,484 @@
+//! delegationrpc over a named `/dev/shm` region: the core's [`Server`] and [`Client`]
+//! with the clock, the pids and the liveness checks the core leaves to its host.
+
+use std::time::{Duration, Instant};
+
+use copyrpc_core::deleg::{
+    CallError, Client, ClientState, Config, Header, Payload, RecvEntry, Region, ReplyError,
+    ReplyToken, Server, ServerConfig, ServerStats, MAGIC,
+};
+
+use super::{my_pid, pid_alive, ShmRegion};
+use crate::error::{Error, Result};
+
+/// Options of [`DelegServer::create`].
+#[derive(Debug, Clone, Copy)]
+pub struct ServerOptions {
+    /// How long a hole at the ring cursor may stay unclaimed before it is abandoned.
+    pub hole_timeout: Duration,
+    /// How often `poll` checks the client pids and evicts dead clients.
+    pub reap_interval: Duration,
+    /// Replace a stale region of the same name (its creator is dead) instead of failing.
+    pub replace_stale: bool,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            hole_timeout: Duration::from_millis(100),
+            reap_interval: Duration::from_millis(10),
+            replace_stale: false,
+        }
+    }
+}
+
+/// The server of a delegationrpc region it created. Dropping it clears `server_alive`
+/// and unlinks the region.
+pub struct DelegServer<Req: Payload, Resp: Payload> {
+    // Field order matters: `server` borrows the mapping owned by `shm` and drops first.
+    server: Server<'static, Req, Resp>,
+    shm: ShmRegion,
+    start: Instant,
+    last_reap: Instant,
+    reap_interval: Duration,
+}
+
+impl<Req: Payload, Resp: Payload> std::fmt::Debug for DelegServer<Req, Resp> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelegServer")
+            .field("name", &self.shm.name())
+            .field("stats", &self.server.stats())
+            .finish()
+    }
+}
+
+/// Reads the magic and the creator pid of an existing region (both layouts keep the
+/// creator at offset 32). `None` if the region is shorter than a header.
+pub(crate) fn header_owner(shm: &ShmRegion) -> Option<(u64, u32)> {
+    if shm.len() < 128 {
+        return None;
+    }
+    // SAFETY: the mapping is page aligned and at least 128 bytes; `Header` is all atomics,
+    // valid for any bytes, and other processes touch these words only atomically.
+    let h = unsafe { &*(shm.as_ptr() as *const Header) };
+    // Relaxed: diagnostics only; a half-initialised region reads as magic 0 / owner 0.
+    Some((
+        h.magic.load(std::sync::atomic::Ordering::Relaxed),
+        h.server_owner.load(std::sync::atomic::Ordering::Relaxed),
+    ))
+}
+
+/// Creates `name` exclusively. If it exists: [`Error::ShmExists`] when its creator is
+/// alive, else [`Error::ShmStale`] (or, with `replace_stale`, unlink and create anew).
+pub(crate) fn create_exclusive(name: &str, len: usize, replace_stale: bool) -> Result<ShmRegion> {
+    match ShmRegion::create(name, len) {
+        Err(Error::ShmOpen { source, .. })
+            if source.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            let pid = ShmRegion::open(name)
+                .ok()
+                .and_then(|r| header_owner(&r))
+                .map_or(0, |(_, pid)| pid);
+            if pid_alive(pid) {
+                return Err(Error::ShmExists {
+                    name: name.to_owned(),
+                    pid,
+                });
+            }
+            if !replace_stale {
+                return Err(Error::ShmStale {
+                    name: name.to_owned(),
+                    pid,
+                });
+            }
+            ShmRegion::unlink(name)?;
+            ShmRegion::create(name, len)
+        }
+        other => other,
+    }
+}
+
+impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
+    /// Creates region `name` with `cfg`, records this pid as its server and starts serving.
+    pub fn create(name: &str, cfg: Config, opts: ServerOptions) -> Result<Self> {
+        let layout_err = |source| Error::ShmLayout {
+            name: name.to_owned(),
+            source,
+        };
+        let len = Region::<Req, Resp>::required_len(&cfg).map_err(layout_err)?;
+        let shm = create_exclusive(name, len, opts.replace_stale)?;
+        // SAFETY: a fresh mapping of `len` zero bytes that lives as long as `self`: the
+        // region's references are stored only in `server`, which drops before `shm`, and
+        // no method hands out anything that outlives `&self`.
+        let region =
+            unsafe { Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, my_pid()) }
+                .map_err(layout_err)?;
+        let server = Server::new(
+            region,
+            ServerConfig {
+                hole_timeout: opts.hole_timeout.as_nanos().min(u64::MAX as u128) as u64,
+            },
+        );
+        let now = Instant::now();
+        Ok(Self {
+            server,
+            shm,
+            start: now,
+            last_reap: now,
+            reap_interval: opts.reap_interval,
+        })
+    }
+
+    /// The region's name.
+    pub fn name(&self) -> &str {
+        self.shm.name()
+    }
+
+    /// The mapped region (for inspection).
+    pub fn shm(&self) -> &ShmRegion {
+        &self.shm
+    }
+
+    /// Core `poll` with this process's clock; evicts clients whose process is gone every
+    /// `reap_interval`. Returns the committed requests ready in a row.
+    pub fn poll(&mut self) -> usize {
+        let now = Instant::now();
+        if now.duration_since(self.last_reap) >= self.reap_interval {
+            self.last_reap = now;
+            self.reap_dead_clients();
+        }
+        let ns = now.duration_since(self.start).as_nanos() as u64;
+        self.server.poll(ns)
+    }
+
+    /// Evicts every registered client whose owner pid is gone; returns how many.
+    pub fn reap_dead_clients(&mut self) -> usize {
+        let dead: Vec<u32> = self
+            .server
+            .clients()
+            .filter(|c| c.state == ClientState::Active && !pid_alive(c.owner))
+            .map(|c| c.id)
+            .collect();
+        for &id in &dead {
+            let _ = self.server.evict(id);
+        }
+        dead.len()
+    }
+
+    /// Core `recv`.
+    pub fn recv(&mut self) -> Option<RecvEntry<Req>> {
+        self.server.recv()
+    }
+
+    /// Core `advance_tail`.
+    pub fn advance_tail(&mut self) {
+        self.server.advance_tail()
+    }
+
+    /// Core `reply`.
+    pub fn reply(&mut self, token: ReplyToken, resp: &Resp) -> Result<(), ReplyError> {
+        self.server.reply(token, resp)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ServerStats {
+        self.server.stats()
+    }
+}
+
+/// A client of a delegationrpc region created by another process (or thread).
+pub struct DelegClient<Req: Payload, Resp: Payload> {
+    // Field order matters: `client` borrows the mapping owned by `shm` and drops first.
+    client: Client<'static, Req, Resp>,
+    region: Region<'static, Req, Resp>,
+    shm: ShmRegion,
+}
+
+impl<Req: Payload, Resp: Payload> std::fmt::Debug for DelegClient<Req, Resp> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelegClient")
+            .field("name", &self.shm.name())
+            .field("id", &self.client.id())
+            .finish()
+    }
+}
+
+impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
+    /// Opens `name`, validates its layout for these payload types, checks that its server
+    /// is alive and registers (this pid is recorded as the client's owner).
+    pub fn connect(name: &str) -> Result<Self> {
+        let shm = ShmRegion::open(name)?;
+        // SAFETY: the mapping covers `shm.len()` bytes and lives as long as `self` (the
+        // views are stored in fields that drop before `shm`); other processes access it
+        // only through the same layout's atomics and protocol.
+        let region = unsafe { Region::<'static, Req, Resp>::attach(shm.as_ptr(), shm.len()) }
+            .map_err(|source| Error::ShmLayout {
+                name: name.to_owned(),
+                source,
+            })?;
+        let h = region.header();
+        debug_assert_eq!(h.magic.load(std::sync::atomic::Ordering::Relaxed), MAGIC);
+        // Relaxed: flags and a pid, no data.
+        if !h.server_alive.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::ServerGone {
+                name: name.to_owned(),
+            });
+        }
+        let pid = h.server_owner.load(std::sync::atomic::Ordering::Relaxed);
+        if !pid_alive(pid) {
+            return Err(Error::ShmStale {
+                name: name.to_owned(),
+                pid,
+            });
+        }
+        let client = Client::connect(region, my_pid()).map_err(|source| Error::Connect {
+            name: name.to_owned(),
+            source,
+        })?;
+        Ok(Self {
+            client,
+            region,
+            shm,
+        })
+    }
+
+    /// This client's id.
+    pub fn id(&self) -> u32 {
+        self.client.id()
+    }
+
+    /// Calls in flight.
+    pub fn in_flight(&self) -> u32 {
+        self.client.in_flight()
+    }
+
+    /// Core `call`.
+    pub fn call(&mut self, req: &Req) -> Result<u32, CallError> {
+        self.client.call(req)
+    }
+
+    /// Core `poll`.
+    pub fn poll(&mut self, f: impl FnMut(u32, &Resp)) -> usize {
+        self.client.poll(f)
+    }
+
+    /// True while the server runs: its flag is set and its pid is alive. A server killed
+    /// without running its destructor is caught by the pid check.
+    pub fn server_alive(&self) -> bool {
+        let h = self.region.header();
+        // Relaxed: flag and pid.
+        h.server_alive.load(std::sync::atomic::Ordering::Relaxed)
+            && pid_alive(h.server_owner.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The region's name.
+    pub fn name(&self) -> &str {
+        self.shm.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::tests::unique;
+    use copyrpc_core::deleg::{ConnectError, LayoutError};
+    use std::sync::atomic::Ordering;
+
+    type Req = [u64; 2];
+    type Resp = [u64; 2];
+
+    const CFG: Config = Config {
+        max_clients: 2,
+        ring_depth: 4,
+        resp_depth: 2,
+    };
+
+    fn dead_pid() -> u32 {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn round_trip_over_dev_shm() {
+        let name = unique("deleg");
+        let mut s = DelegServer::<Req, Resp>::create(&name, CFG, ServerOptions::default()).unwrap();
+        let mut c = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        assert!(c.server_alive());
+        c.call(&[1, 2]).unwrap();
+        assert_eq!(s.poll(), 1);
+        let e = s.recv().unwrap();
+        s.advance_tail();
+        s.reply(e.token, &[e.payload[1], e.payload[0]]).unwrap();
+        let mut got = None;
+        c.poll(|_, r| got = Some(*r));
+        assert_eq!(got, Some([2, 1]));
+        drop(s);
+        assert!(!c.server_alive());
+        assert_eq!(c.call(&[0, 0]), Err(CallError::ServerDisconnected));
+        // The creator unlinked the name.
+        assert!(matches!(
+            DelegClient::<Req, Resp>::connect(&name),
+            Err(Error::ShmOpen { .. })
+        ));
+    }
+
+    #[test]
+    fn bad_regions_are_typed_errors_naming_the_region() {
+        // Wrong magic: a region of the right size that is not delegationrpc.
+        let name = unique("magic");
+        let len = Region::<Req, Resp>::required_len(&CFG).unwrap();
+        let raw = ShmRegion::create(&name, len).unwrap();
+        // SAFETY: our fresh mapping, no other user yet.
+        unsafe { raw.as_ptr().cast::<u64>().write(0x1234) };
+        match DelegClient::<Req, Resp>::connect(&name) {
+            Err(Error::ShmLayout {
+                name: n,
+                source: LayoutError::BadMagic { found: 0x1234 },
+            }) => assert_eq!(n, name),
+            other => panic!("{other:?}"),
+        }
+        drop(raw);
+
+        // Truncated: a file shorter than the header, then shorter than the layout.
+        let name = unique("short");
+        let raw = ShmRegion::create(&name, 64).unwrap();
+        assert!(matches!(
+            DelegClient::<Req, Resp>::connect(&name),
+            Err(Error::ShmLayout {
+                source: LayoutError::Truncated {
+                    need: 128,
+                    have: 64
+                },
+                ..
+            })
+        ));
+        drop(raw);
+        let name = unique("trunc");
+        let s = DelegServer::<Req, Resp>::create(&name, CFG, ServerOptions::default()).unwrap();
+        let path = format!("/dev/shm{name}");
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(len as u64 - 64).unwrap();
+        assert!(matches!(
+            DelegClient::<Req, Resp>::connect(&name),
+            Err(Error::ShmLayout {
+                source: LayoutError::Truncated { .. },
+                ..
+            })
+        ));
+        f.set_len(len as u64).unwrap();
+
+        // Wrong payload size, wrong version.
+        assert!(matches!(
+            DelegClient::<[u64; 3], Resp>::connect(&name),
+            Err(Error::ShmLayout {
+                source: LayoutError::PayloadSize { req: 16, resp: 16 },
+                ..
+            })
+        ));
+        let h = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        h.region.header().version.store(9, Ordering::Relaxed);
+        assert!(matches!(
+            DelegClient::<Req, Resp>::connect(&name),
+            Err(Error::ShmLayout {
+                source: LayoutError::BadVersion { found: 9 },
+                ..
+            })
+        ));
+        h.region.header().version.store(1, Ordering::Relaxed);
+
+        // Client-id exhaustion (max_clients = 2, `h` holds one).
+        let _b = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        match DelegClient::<Req, Resp>::connect(&name) {
+            Err(Error::Connect {
+                name: n,
+                source: ConnectError::NoFreeClientId,
+            }) => assert_eq!(n, name),
+            other => panic!("{other:?}"),
+        }
+        drop(s);
+        drop(h);
+    }
+
+    #[test]
+    fn stale_region_is_detected_and_replaceable() {
+        let name = unique("stale");
+        let s = DelegServer::<Req, Resp>::create(&name, CFG, ServerOptions::default()).unwrap();
+        // Pretend its server died without cleaning up: a dead pid, flag still set.
+        let h = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        let dead = dead_pid();
+        h.region
+            .header()
+            .server_owner
+            .store(dead, Ordering::Relaxed);
+        assert!(!h.server_alive());
+        match DelegClient::<Req, Resp>::connect(&name) {
+            Err(Error::ShmStale { name: n, pid }) => {
+                assert_eq!((n, pid), (name.clone(), dead))
+            }
+            other => panic!("{other:?}"),
+        }
+        match DelegServer::<Req, Resp>::create(&name, CFG, ServerOptions::default()) {
+            Err(Error::ShmStale { pid, .. }) => assert_eq!(pid, dead),
+            other => panic!("{other:?}"),
+        }
+        // Keep the old mapping but drop the old handles' claim on the name.
+        std::mem::forget(s);
+        let opts = ServerOptions {
+            replace_stale: true,
+            ..ServerOptions::default()
+        };
+        let s2 = DelegServer::<Req, Resp>::create(&name, CFG, opts).unwrap();
+        let mut c = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        assert_eq!(c.id(), 0, "fresh region");
+        c.call(&[1, 1]).unwrap();
+        drop(h);
+        drop(c);
+        drop(s2);
+    }
+
+    #[test]
+    fn live_server_region_is_not_replaced() {
+        let name = unique("live");
+        let _s = DelegServer::<Req, Resp>::create(&name, CFG, ServerOptions::default()).unwrap();
+        let opts = ServerOptions {
+            replace_stale: true,
+            ..ServerOptions::default()
+        };
+        match DelegServer::<Req, Resp>::create(&name, CFG, opts) {
+            Err(Error::ShmExists { name: n, pid }) => {
+                assert_eq!((n, pid), (name.clone(), my_pid()))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn dead_client_is_evicted_and_its_id_reused() {
+        let name = unique("reap");
+        let cfg = Config {
+            max_clients: 1,
+            ..CFG
+        };
+        let mut s = DelegServer::<Req, Resp>::create(&name, cfg, ServerOptions::default()).unwrap();
+        let c = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        // Make the client look like another process that died.
+        c.region
+            .client_entry(c.id())
+            .owner
+            .store(dead_pid(), Ordering::Relaxed);
+        std::mem::forget(c);
+        assert!(matches!(
+            DelegClient::<Req, Resp>::connect(&name),
+            Err(Error::Connect {
+                source: ConnectError::NoFreeClientId,
+                ..
+            })
+        ));
+        assert_eq!(s.reap_dead_clients(), 1);
+        s.poll();
+        let c2 = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        assert_eq!(c2.id(), 0);
+    }
+}

@@ -1,0 +1,323 @@
+//! Named `/dev/shm` regions, and the shared-memory protocols of the core over them.
+//!
+//! [`ShmRegion`] is one POSIX shared-memory object mapped read/write: created exclusively
+//! (`O_CREAT | O_EXCL`, mode 0600) and unlinked when its creator drops it, or opened by
+//! name. Each failing call is its own [`Error`] variant naming the region.
+//!
+//! The protocol wrappers ([`deleg`], [`ipc`]) put a core layout in a region: the creator
+//! initialises it (the core stores the magic last) and records its pid in the header; an
+//! opener validates magic, version, payload sizes and length through the core, and checks
+//! that the creator is alive. A region whose creator pid is gone is *stale*
+//! ([`Error::ShmStale`]): `create` refuses it unless asked to replace it, `open` refuses it.
+//!
+//! What the core does and what the host does: the core never sees a pid. The host records
+//! pids in the opaque owner words of the layouts and turns "that pid is gone" into
+//! `evict` calls (delegation clients) or stale-region errors (servers).
+
+pub mod deleg;
+// pub mod ipc; (lands with core ipc)
+
+use std::ffi::CString;
+use std::io;
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result};
+
+/// One mapped POSIX shared-memory object.
+#[derive(Debug)]
+pub struct ShmRegion {
+    name: String,
+    ptr: NonNull<u8>,
+    len: usize,
+    creator: bool,
+}
+
+// SAFETY: the mapping is process-wide memory; the handle only owns the mapping (munmap
+// and unlink on drop), and every access to the bytes goes through the core's atomics
+// and protocol-guarded cells.
+unsafe impl Send for ShmRegion {}
+// SAFETY: as above; `&ShmRegion` exposes only the pointer, length and name.
+unsafe impl Sync for ShmRegion {}
+
+fn c_name(name: &str) -> Result<CString> {
+    let bad = |reason| Error::ShmName {
+        name: name.to_owned(),
+        reason,
+    };
+    let rest = name
+        .strip_prefix('/')
+        .ok_or_else(|| bad("must start with '/'"))?;
+    if rest.is_empty() || rest.len() > 254 {
+        return Err(bad("must have 1..=254 bytes after '/'"));
+    }
+    if rest.contains('/') {
+        return Err(bad("must not contain '/' after the first"));
+    }
+    CString::new(name).map_err(|_| bad("must not contain NUL"))
+}
+
+impl ShmRegion {
+    /// Creates `name` exclusively with mode 0600, sizes it to `len` zero bytes and maps
+    /// it. Fails with [`Error::ShmOpen`] (kind `AlreadyExists`) if the name exists.
+    pub fn create(name: &str, len: usize) -> Result<Self> {
+        let c = c_name(name)?;
+        // SAFETY: `c` is a valid C string.
+        let fd = unsafe {
+            libc::shm_open(
+                c.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+                0o600 as libc::mode_t,
+            )
+        };
+        if fd < 0 {
+            return Err(Error::ShmOpen {
+                name: name.to_owned(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        let unlink = || {
+            // SAFETY: `c` is a valid C string; we created this name.
+            unsafe { libc::shm_unlink(c.as_ptr()) };
+        };
+        // SAFETY: `fd` is our open descriptor.
+        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+            let source = io::Error::last_os_error();
+            // SAFETY: our descriptor, closed once.
+            unsafe { libc::close(fd) };
+            unlink();
+            return Err(Error::ShmTruncate {
+                name: name.to_owned(),
+                len,
+                source,
+            });
+        }
+        match Self::map(name, fd, len) {
+            Ok(ptr) => Ok(Self {
+                name: name.to_owned(),
+                ptr,
+                len,
+                creator: true,
+            }),
+            Err(e) => {
+                unlink();
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens an existing region and maps all of it.
+    pub fn open(name: &str) -> Result<Self> {
+        let c = c_name(name)?;
+        // SAFETY: `c` is a valid C string.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(Error::ShmOpen {
+                name: name.to_owned(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: `stat` is plain data; zeroed is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is open, `st` is a valid out pointer.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            let source = io::Error::last_os_error();
+            // SAFETY: our descriptor, closed once.
+            unsafe { libc::close(fd) };
+            return Err(Error::ShmStat {
+                name: name.to_owned(),
+                source,
+            });
+        }
+        let len = st.st_size as usize;
+        let ptr = Self::map(name, fd, len)?;
+        Ok(Self {
+            name: name.to_owned(),
+            ptr,
+            len,
+            creator: false,
+        })
+    }
+
+    /// Maps `len` bytes of `fd` shared read/write and closes `fd` (the mapping stays).
+    fn map(name: &str, fd: libc::c_int, len: usize) -> Result<NonNull<u8>> {
+        let p = if len == 0 {
+            // An empty region has nothing to map; a dangling aligned pointer stands in and
+            // the layout checks refuse it as truncated.
+            Ok(NonNull::<u64>::dangling().cast())
+        } else {
+            // SAFETY: a fresh shared mapping of an open descriptor; the kernel picks the
+            // address.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                Err(Error::ShmMap {
+                    name: name.to_owned(),
+                    len,
+                    source: io::Error::last_os_error(),
+                })
+            } else {
+                Ok(NonNull::new(p.cast()).expect("mmap returned null"))
+            }
+        };
+        // SAFETY: our descriptor, closed once; the mapping does not need it.
+        unsafe { libc::close(fd) };
+        p
+    }
+
+    /// Removes a name from `/dev/shm` (mappings stay valid until unmapped).
+    pub fn unlink(name: &str) -> Result<()> {
+        let c = c_name(name)?;
+        // SAFETY: `c` is a valid C string.
+        if unsafe { libc::shm_unlink(c.as_ptr()) } != 0 {
+            return Err(Error::ShmUnlink {
+                name: name.to_owned(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The region's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Base of the mapping (page aligned).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Mapped bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True if this handle created the region (and unlinks it on drop).
+    pub fn is_creator(&self) -> bool {
+        self.creator
+    }
+}
+
+impl Drop for ShmRegion {
+    fn drop(&mut self) {
+        if self.len != 0 {
+            // SAFETY: our mapping of exactly `len` bytes; nothing borrows it past the
+            // owner (the protocol wrappers drop their views first).
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        }
+        if self.creator {
+            let _ = Self::unlink(&self.name);
+        }
+    }
+}
+
+/// True if process `pid` exists and is not a zombie. `kill(pid, 0)` alone counts a zombie
+/// (killed but not yet reaped by its parent) as alive, so `/proc/<pid>/stat` is checked too.
+pub fn pid_alive(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the last ')' (the command name may contain spaces or parens).
+        Ok(s) => !matches!(
+            s.rsplit_once(')')
+                .and_then(|(_, r)| r.trim_start().chars().next()),
+            Some('Z') | Some('X')
+        ),
+        Err(_) => rc == 0,
+    }
+}
+
+/// This process's pid, as the layouts record it.
+pub fn my_pid() -> u32 {
+    std::process::id()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    pub(crate) fn unique(tag: &str) -> String {
+        static N: AtomicU32 = AtomicU32::new(0);
+        format!(
+            "/copyrpc-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    #[test]
+    fn create_is_exclusive_0600_and_unlinks_on_drop() {
+        let name = unique("region");
+        let r = ShmRegion::create(&name, 4096).unwrap();
+        assert!(r.is_creator());
+        assert_eq!(r.as_ptr() as usize % 4096, 0);
+        let path = format!("/dev/shm{name}");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        match ShmRegion::create(&name, 4096) {
+            Err(Error::ShmOpen { name: n, source }) => {
+                assert_eq!(n, name);
+                assert_eq!(source.kind(), io::ErrorKind::AlreadyExists);
+            }
+            other => panic!("{other:?}"),
+        }
+        let o = ShmRegion::open(&name).unwrap();
+        assert_eq!(o.len(), 4096);
+        assert!(!o.is_creator());
+        // SAFETY: both map the same 4096 bytes; single-threaded test access.
+        unsafe {
+            r.as_ptr().add(100).write(0xAB);
+            assert_eq!(o.as_ptr().add(100).read(), 0xAB);
+        }
+        drop(r);
+        assert!(std::fs::metadata(&path).is_err(), "creator drop unlinks");
+        drop(o);
+        assert!(matches!(
+            ShmRegion::open(&name),
+            Err(Error::ShmOpen { source, .. }) if source.kind() == io::ErrorKind::NotFound
+        ));
+    }
+
+    #[test]
+    fn bad_names_are_typed_errors() {
+        for n in ["noslash", "/", "/a/b"] {
+            assert!(
+                matches!(ShmRegion::create(n, 64), Err(Error::ShmName { .. })),
+                "{n}"
+            );
+        }
+        let long = format!("/{}", "x".repeat(300));
+        assert!(matches!(ShmRegion::open(&long), Err(Error::ShmName { .. })));
+    }
+
+    #[test]
+    fn pid_liveness() {
+        assert!(pid_alive(my_pid()));
+        assert!(!pid_alive(0));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!pid_alive(pid));
+    }
+}
