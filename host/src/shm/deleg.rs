@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use copyrpc_core::deleg::{
-    CallError, Client, ClientState, Config, Header, Payload, RecvEntry, Region, ReplyError,
-    ReplyToken, Server, ServerConfig, ServerStats, MAGIC,
+    CallError, Client, ClientInfo, ClientState, Config, EvictError, Header, Payload, RecvEntry,
+    Region, ReplyError, ReplyToken, Server, ServerConfig, ServerStats, MAGIC,
 };
 
 use super::{my_pid, pid_alive, ShmRegion};
@@ -183,6 +183,16 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
     /// Counters.
     pub fn stats(&self) -> ServerStats {
         self.server.stats()
+    }
+
+    /// The client table (id, state, epoch, owner pid).
+    pub fn clients(&self) -> impl Iterator<Item = ClientInfo> + '_ {
+        self.server.clients()
+    }
+
+    /// Core `evict`: declares a client dead (normally done by `poll` through the pids).
+    pub fn evict(&mut self, id: u32) -> Result<(), EvictError> {
+        self.server.evict(id)
     }
 }
 

@@ -1,0 +1,234 @@
+//! Loom models of the delegationrpc protocol: processes as threads, tiny capacities.
+//!
+//! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p core-nostd --release --test loom_deleg`
+#![cfg(loom)]
+
+use copyrpc_core::deleg::{
+    CallError, Client, ClientEntry, Config, Header, Region, ReqSlot, RespSlot, RingControl, Server,
+    ServerConfig,
+};
+use loom::sync::Arc;
+use loom::thread;
+
+type Req = u64;
+type Resp = u64;
+
+/// The parts of one region, allocated normally (loom atomics cannot be cast from bytes).
+struct Parts {
+    header: Header,
+    ctrl: RingControl,
+    ring: Vec<ReqSlot<Req>>,
+    resp: Vec<RespSlot<Resp>>,
+    clients: Vec<ClientEntry>,
+}
+
+impl Parts {
+    fn new(cfg: Config) -> Arc<Self> {
+        Arc::new(Self {
+            header: Header::new::<Req, Resp>(&cfg),
+            ctrl: RingControl::new(),
+            ring: (0..cfg.ring_depth).map(|_| ReqSlot::new()).collect(),
+            resp: (0..cfg.max_clients * cfg.resp_depth)
+                .map(|_| RespSlot::new())
+                .collect(),
+            clients: (0..cfg.max_clients).map(|_| ClientEntry::new()).collect(),
+        })
+    }
+    fn region(&self) -> Region<'_, Req, Resp> {
+        Region::from_parts(
+            &self.header,
+            &self.ctrl,
+            &self.ring,
+            &self.resp,
+            &self.clients,
+        )
+        .unwrap()
+    }
+}
+
+/// Runs a model with a branch budget large enough for the spin-and-yield loops of three
+/// threads (loom's default of 1 000 is not); preemptions come from LOOM_MAX_PREEMPTIONS.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 100_000;
+    b.check(f);
+}
+
+/// Serves until `total` requests were answered or abandoned; returns (answered, abandoned).
+fn serve(parts: &Parts, total: u64, hole_timeout: u64) -> (u64, u64) {
+    let mut server = Server::new(parts.region(), ServerConfig { hole_timeout });
+    let mut now = 0;
+    let mut answered = 0;
+    loop {
+        now += 1;
+        server.poll(now);
+        while let Some(e) = server.recv() {
+            let p = e.payload;
+            server.reply(e.token, &(p * 10)).unwrap();
+            answered += 1;
+        }
+        server.advance_tail();
+        let abandoned = server.stats().abandoned;
+        if answered + abandoned >= total {
+            // Keep the server alive (Drop clears server_alive) until clients are done.
+            std::mem::forget(server);
+            return (answered, abandoned);
+        }
+        thread::yield_now();
+    }
+}
+
+fn wait_response(c: &mut Client<'_, Req, Resp>, expect: u64) {
+    loop {
+        let mut got = None;
+        if c.poll(|_, r| got = Some(*r)) == 1 {
+            assert_eq!(got, Some(expect), "response routed to the wrong call");
+            return;
+        }
+        thread::yield_now();
+    }
+}
+
+/// Two clients race fetch_add and commit; every request is delivered exactly once, with
+/// its sender's id (the response routing is checked by the two-thread models below).
+#[test]
+fn two_clients_each_delivered_once() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 2,
+            ring_depth: 2,
+            resp_depth: 1,
+        });
+        let clients: Vec<_> = (0..2u64)
+            .map(|i| {
+                let parts = parts.clone();
+                thread::spawn(move || {
+                    let mut c = Client::connect(parts.region(), i as u32).unwrap();
+                    c.call(&(100 + c.id() as u64)).unwrap();
+                    std::mem::forget(c);
+                })
+            })
+            .collect();
+        let mut server = Server::new(
+            parts.region(),
+            ServerConfig {
+                hole_timeout: u64::MAX,
+            },
+        );
+        let mut seen = [0u32; 2];
+        let mut got = 0;
+        while got < 2 {
+            server.poll(0);
+            while let Some(e) = server.recv() {
+                let id = e.token.client_id();
+                assert_eq!(e.payload, 100 + id as u64, "payload of another client");
+                seen[id as usize] += 1;
+                server.reply(e.token, &0).unwrap();
+                got += 1;
+            }
+            server.advance_tail();
+            thread::yield_now();
+        }
+        assert_eq!(seen, [1, 1]);
+        std::mem::forget(server);
+        for h in clients {
+            h.join().unwrap();
+        }
+    });
+}
+
+/// One client laps a 2-slot ring three times against the server: flow control on tail
+/// and the claim word's lap keep every slot single-owner.
+#[test]
+fn ring_wraps_under_flow_control() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 1,
+            ring_depth: 2,
+            resp_depth: 2,
+        });
+        let p2 = parts.clone();
+        let client = thread::spawn(move || {
+            let mut c = Client::connect(p2.region(), 0).unwrap();
+            c.call(&1).unwrap();
+            c.call(&2).unwrap();
+            let mut seen = 0u64;
+            while seen < 2 {
+                seen += c.poll(|_, r| assert!(*r == 10 || *r == 20)) as u64;
+                thread::yield_now();
+            }
+            c.call(&3).unwrap();
+            wait_response(&mut c, 30);
+            std::mem::forget(c);
+        });
+        let (answered, _) = serve(&parts, 3, u64::MAX);
+        assert_eq!(answered, 3);
+        client.join().unwrap();
+    });
+}
+
+/// A claimer races the server's hole timeout (0 ticks): either its commit wins and the
+/// request is delivered exactly once, or the abandon wins and the commit is refused.
+/// Never both, never neither.
+#[test]
+fn late_commit_races_abandon() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 1,
+            ring_depth: 2,
+            resp_depth: 1,
+        });
+        let p2 = parts.clone();
+        let client = thread::spawn(move || {
+            let mut c = Client::connect(p2.region(), 0).unwrap();
+            let res = c.reserve().unwrap();
+            let out = res.commit(&7);
+            if out.is_ok() {
+                wait_response(&mut c, 70);
+            }
+            std::mem::forget(c);
+            out
+        });
+        let (answered, abandoned) = serve(&parts, 1, 0);
+        let out = client.join().unwrap();
+        match out {
+            Ok(_) => assert_eq!((answered, abandoned), (1, 0)),
+            Err(CallError::Abandoned) => assert_eq!((answered, abandoned), (0, 1)),
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    });
+}
+
+/// A client closes and a second one takes its id (max_clients = 1) while the server runs;
+/// the newcomer's request is answered, and nothing of the first client's reaches it.
+#[test]
+fn closed_id_is_reused() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 1,
+            ring_depth: 2,
+            resp_depth: 1,
+        });
+        let p2 = parts.clone();
+        let clients = thread::spawn(move || {
+            let region = p2.region();
+            let mut a = Client::connect(region, 1).unwrap();
+            a.call(&1).unwrap();
+            wait_response(&mut a, 10);
+            a.close();
+            let mut b = loop {
+                match Client::connect(region, 2) {
+                    Ok(b) => break b,
+                    Err(_) => thread::yield_now(),
+                }
+            };
+            assert_eq!(b.epoch(), 2);
+            b.call(&2).unwrap();
+            wait_response(&mut b, 20);
+            std::mem::forget(b);
+        });
+        let (answered, _) = serve(&parts, 2, u64::MAX);
+        assert_eq!(answered, 2);
+        clients.join().unwrap();
+    });
+}

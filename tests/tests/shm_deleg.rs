@@ -1,0 +1,235 @@
+//! delegationrpc across processes: one server and three client processes over a
+//! `/dev/shm` region; one client is SIGKILLed mid-run and the server keeps serving the
+//! other two, all of whose requests are answered.
+//!
+//! The processes are this test binary re-executed with `--exact role_entry` and an
+//! environment variable naming the role. Every payload is stamped (client pid, sequence,
+//! check word); the server checks each request's stamp and per-client order, each client
+//! checks that every response answers the request it sent on that slot — so a slot owned
+//! by two parties at once, a torn write or a misrouted reply fails the run.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use copyrpc_host::core::deleg::{CallError, ClientState, Config};
+use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
+
+type Req = [u64; 4];
+type Resp = [u64; 4];
+
+const ROLE: &str = "COPYRPC_SHM_DELEG_ROLE";
+const NAME: &str = "COPYRPC_SHM_DELEG_NAME";
+/// Calls each surviving client makes (the victim calls until killed).
+const CALLS: u64 = 20_000;
+/// Every child gives up (and fails) after this long.
+const CHILD_DEADLINE: Duration = Duration::from_secs(20);
+const TEST_DEADLINE: Duration = Duration::from_secs(28);
+
+fn check_word(pid: u64, seq: u64) -> u64 {
+    pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seq.rotate_left(17)
+}
+
+fn response_for(req: &Req) -> Resp {
+    [req[0], req[1], !req[2], req[1].wrapping_mul(3)]
+}
+
+/// The child entry point; a no-op when run as an ordinary test.
+#[test]
+fn role_entry() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let name = std::env::var(NAME).unwrap();
+    match role.as_str() {
+        "server" => run_server(&name),
+        "client" => run_client(&name, Some(CALLS)),
+        "victim" => run_client(&name, None),
+        r => panic!("unknown role {r}"),
+    }
+}
+
+fn run_server(name: &str) {
+    let cfg = Config {
+        max_clients: 4,
+        ring_depth: 16,
+        resp_depth: 4,
+    };
+    let opts = ServerOptions {
+        hole_timeout: Duration::from_millis(50),
+        reap_interval: Duration::from_millis(5),
+        replace_stale: false,
+    };
+    let mut server = DelegServer::<Req, Resp>::create(name, cfg, opts).unwrap();
+    println!("READY");
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    // Per client id and epoch: the next sequence number expected.
+    let mut next_seq = std::collections::HashMap::<(u32, u64), u64>::new();
+    let mut ever_registered = 0;
+    loop {
+        assert!(Instant::now() < deadline, "server deadline");
+        server.poll();
+        while let Some(e) = server.recv() {
+            let [pid, seq, check, _] = e.payload;
+            assert_eq!(check, check_word(pid, seq), "torn or foreign request");
+            let want = next_seq.entry((e.token.client_id(), pid)).or_insert(0);
+            assert_eq!(seq, *want, "request lost, duplicated or reordered");
+            *want += 1;
+            let resp = response_for(&e.payload);
+            server.reply(e.token, &resp).unwrap();
+        }
+        server.advance_tail();
+        let registered = next_seq.len();
+        ever_registered = ever_registered.max(registered);
+        // Done when three clients have called and none is registered any more.
+        if ever_registered >= 3 && active_clients(&server) == 0 {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    let st = server.stats();
+    println!(
+        "SERVER received={} abandoned={} dropped={} reclaimed={}",
+        st.received, st.abandoned, st.dropped, st.reclaimed
+    );
+}
+
+fn active_clients(server: &DelegServer<Req, Resp>) -> usize {
+    // Closed and evicted clients become Free once drained.
+    server
+        .clients()
+        .filter(|c| c.state != ClientState::Free)
+        .count()
+}
+
+fn run_client(name: &str, calls: Option<u64>) {
+    let mut c = DelegClient::<Req, Resp>::connect(name).unwrap();
+    let pid = std::process::id() as u64;
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    let mut sent: [Option<u64>; 4] = [None; 4];
+    let (mut next, mut answered) = (0u64, 0u64);
+    let limit = calls.unwrap_or(u64::MAX);
+    while answered < limit {
+        assert!(Instant::now() < deadline, "client deadline");
+        while next < limit && c.in_flight() < 4 {
+            let req = [pid, next, check_word(pid, next), 0];
+            match c.call(&req) {
+                Ok(slot) => {
+                    assert!(sent[slot as usize].is_none(), "slot double-booked");
+                    sent[slot as usize] = Some(next);
+                    next += 1;
+                }
+                // Not delivered; retry the same sequence number.
+                Err(CallError::Abandoned) => {}
+                Err(e) => panic!("call: {e}"),
+            }
+        }
+        answered += c.poll(|slot, resp| {
+            let seq = sent[slot as usize]
+                .take()
+                .expect("response on an idle slot");
+            let want = response_for(&[pid, seq, check_word(pid, seq), 0]);
+            assert_eq!(*resp, want, "response for another call");
+        }) as u64;
+        if answered == 1000 {
+            println!("PROGRESS");
+        }
+    }
+    println!("DONE {answered}");
+}
+
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+fn spawn(role: &str, name: &str) -> Proc {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "role_entry", "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .env(NAME, name)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Proc { child, lines: rx }
+}
+
+impl Proc {
+    /// Waits for a line containing `prefix` until `deadline`; returns it from `prefix` on.
+    fn expect(&self, prefix: &str, deadline: Instant) -> String {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                // libtest prints "test role_entry ... " before the child's first line.
+                Ok(l) if l.contains(prefix) => return l[l.find(prefix).unwrap()..].to_owned(),
+                Ok(_) => {}
+                Err(e) => panic!("no {prefix:?} line: {e}"),
+            }
+        }
+    }
+
+    /// Waits for exit until `deadline`; kills the process if it is still running.
+    fn finish(&mut self, deadline: Instant) -> std::process::ExitStatus {
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let st = self.child.wait().unwrap();
+                panic!("process {} did not exit in time ({st})", self.child.id());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // Nothing outlives a failed test.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn killed_client_does_not_stop_the_others() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let deadline = Instant::now() + TEST_DEADLINE;
+    let name = format!("/copyrpc-mp-deleg-{}", std::process::id());
+    let mut server = spawn("server", &name);
+    server.expect("READY", deadline);
+    let victim = spawn("victim", &name);
+    let mut clients: Vec<Proc> = (0..2).map(|_| spawn("client", &name)).collect();
+    let mut victim = victim;
+    victim.expect("PROGRESS", deadline);
+    // Kill the victim mid-run, wherever it is (possibly between claim and commit), and
+    // reap it so its pid is gone.
+    victim.child.kill().unwrap();
+    victim.child.wait().unwrap();
+    for c in clients.iter_mut() {
+        let done = c.expect("DONE", deadline);
+        assert_eq!(done, format!("DONE {CALLS}"));
+        assert!(c.finish(deadline).success());
+    }
+    let stats = server.expect("SERVER", deadline);
+    assert!(server.finish(deadline).success(), "{stats}");
+    println!("{stats}");
+    assert!(
+        !std::path::Path::new(&format!("/dev/shm{name}")).exists(),
+        "server unlinked its region"
+    );
+}

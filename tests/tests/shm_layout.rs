@@ -1,0 +1,122 @@
+//! A live delegationrpc region in `/dev/shm`, read back as plain bytes from the file:
+//! every field sits at the offset seed 000 §2.1 gives it.
+
+use copyrpc_host::core::deleg::{Config, Region, MAGIC};
+use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
+
+type Req = [u64; 3]; // 24 B: request slot = align_up(16 + 24, 64) = 64
+type Resp = [u64; 8]; // 64 B: response slot = align_up(8 + 64, 64) = 128
+
+fn u8_at(b: &[u8], o: usize) -> u8 {
+    b[o]
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+}
+
+#[test]
+fn live_region_fields_at_seed_offsets() {
+    let name = format!("/copyrpc-layout-{}", std::process::id());
+    let cfg = Config {
+        max_clients: 3,
+        ring_depth: 8,
+        resp_depth: 4,
+    };
+    let mut server =
+        DelegServer::<Req, Resp>::create(&name, cfg, ServerOptions::default()).unwrap();
+    let _c0 = DelegClient::<Req, Resp>::connect(&name).unwrap();
+    let mut c1 = DelegClient::<Req, Resp>::connect(&name).unwrap();
+    assert_eq!(c1.id(), 1);
+    c1.call(&[0x1111, 0x2222, 0x3333]).unwrap();
+    c1.call(&[0x4444, 0x5555, 0x6666]).unwrap();
+
+    let path = format!("/dev/shm{name}");
+    let b = std::fs::read(&path).unwrap();
+    let req_slot = 64;
+    let resp_slot = 128;
+    let resp_area = 256 + 8 * req_slot;
+    assert_eq!(
+        b.len(),
+        Region::<Req, Resp>::required_len(&cfg).unwrap(),
+        "file size"
+    );
+    assert_eq!(b.len(), resp_area + 3 * 4 * resp_slot + 3 * 64);
+    // Header.
+    assert_eq!(u64_at(&b, 0), MAGIC);
+    assert_eq!(&b[0..8], &0x444C_4752_5043_5631u64.to_le_bytes());
+    assert_eq!(u32_at(&b, 8), 1, "version");
+    assert_eq!(u32_at(&b, 12), 3, "max_clients");
+    assert_eq!(u32_at(&b, 16), 8, "ring_depth");
+    assert_eq!(u32_at(&b, 20), 4, "resp_depth");
+    assert_eq!(u32_at(&b, 24), 2, "next_client_id");
+    assert_eq!(u8_at(&b, 28), 1, "server_alive");
+    assert_eq!(
+        u32_at(&b, 32),
+        std::process::id(),
+        "server_owner (addition)"
+    );
+    assert_eq!(u32_at(&b, 40), 24, "req_size (addition)");
+    assert_eq!(u32_at(&b, 44), 64, "resp_size (addition)");
+    // Ring control.
+    assert_eq!(u64_at(&b, 128), 2, "head");
+    assert_eq!(u64_at(&b, 192), 0, "tail");
+    // Request slots 0 and 1.
+    for (i, (p, slot)) in [
+        ([0x1111u64, 0x2222, 0x3333], 0u32),
+        ([0x4444, 0x5555, 0x6666], 1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let s = 256 + i * req_slot;
+        assert_eq!(u8_at(&b, s), 1, "committed");
+        assert_eq!(u32_at(&b, s + 4), 1, "client_id");
+        assert_eq!(u32_at(&b, s + 8), *slot, "resp_slot_idx");
+        assert_eq!(
+            u32_at(&b, s + 12),
+            1,
+            "claim word: writing, lap 0 (addition)"
+        );
+        for (k, v) in p.iter().enumerate() {
+            assert_eq!(u64_at(&b, s + 16 + 8 * k), *v, "payload");
+        }
+    }
+    assert_eq!(u8_at(&b, 256 + 2 * req_slot), 0, "slot 2 uncommitted");
+
+    // Serve and answer the second request first.
+    assert_eq!(server.poll(), 2);
+    let first = server.recv().unwrap();
+    let second = server.recv().unwrap();
+    server.advance_tail();
+    let resp: Resp = [7, 6, 5, 4, 3, 2, 1, 0xFF];
+    server.reply(second.token, &resp).unwrap();
+
+    let b = std::fs::read(&path).unwrap();
+    assert_eq!(u64_at(&b, 192), 2, "tail after advance_tail");
+    assert_eq!(u8_at(&b, 256), 0, "committed cleared");
+    assert_eq!(u32_at(&b, 256 + 12), 2, "claim word: free for lap 1");
+    // Response slot (client 1, slot 1) at resp_area + (1 * 4 + 1) * 128.
+    let r = resp_area + (4 + 1) * resp_slot;
+    assert_eq!(u8_at(&b, r), 1, "valid");
+    assert_eq!(u8_at(&b, r + 1), 1, "pending (addition)");
+    for (k, v) in resp.iter().enumerate() {
+        assert_eq!(u64_at(&b, r + 8 + 8 * k), *v, "response payload");
+    }
+    let r0 = resp_area + 4 * resp_slot;
+    assert_eq!(u8_at(&b, r0), 0, "slot 0 not answered yet");
+    // Client table after the response area: entry 1 active, epoch 1, owner = us.
+    let t = resp_area + 3 * 4 * resp_slot + 64;
+    assert_eq!(u32_at(&b, t), 1 << 2 | 1, "state: epoch 1, Active");
+    assert_eq!(u32_at(&b, t + 4), std::process::id(), "owner");
+    assert_eq!(u64_at(&b, t + 8), 2, "claim_pos = last position + 1");
+
+    let mut got = Vec::new();
+    c1.poll(|s, r| got.push((s, r[0])));
+    assert_eq!(got, [(1, 7)]);
+    server.reply(first.token, &[1; 8]).unwrap();
+    c1.poll(|s, r| got.push((s, r[0])));
+    assert_eq!(got, [(1, 7), (0, 1)]);
+}
