@@ -84,6 +84,19 @@ fuzz_all() {
   done
 }
 
+loom_models() {
+  # Every lock-free protocol has a loom model in core-nostd/tests/loom_*.rs (compiled to
+  # nothing without --cfg loom). Own target dir: --cfg loom would otherwise invalidate the
+  # normal build cache on every run.
+  local t models=()
+  for t in core-nostd/tests/loom_*.rs; do
+    [ -e "$t" ] && models+=(--test "$(basename "$t" .rs)")
+  done
+  [ "${#models[@]}" -gt 0 ] || { echo "no loom models found" >&2; return 1; }
+  CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} \
+    cargo test --quiet --release -p core-nostd "${models[@]}"
+}
+
 miri_unsafe() {
   # Miri checks the raw-memory driver code (pointer provenance, alignment, data races
   # between the fake device thread and the poller in the tests). Not layout_golden (its
@@ -100,6 +113,7 @@ step "no_std crates: no std/alloc in sources" nostd_sources_clean
 step "no_std crates: bare-metal builds"       bare_builds
 step "freestanding link + run (x86_64, aarch64/qemu)" linker/freestanding/check.sh
 step "no_std crates' tests on aarch64 (qemu)"  aarch64_tests
+step "loom models (core-nostd/tests/loom_*)"   loom_models
 step "miri: mlx5-raw"                         miri_unsafe
 step "fuzz: build + bounded runs"             fuzz_all
 step "rustdoc -D warnings (no_std crates)"    env RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps -p core-nostd -p mlx5-raw
