@@ -10,17 +10,23 @@
 //! | [`ring`] | free-running virtual positions over power-of-two rings; send and recv ring state |
 //! | [`credit`] | the flow-control invariant `in_flight + 2R <= C`, grants, allowances, reservations |
 //! | [`deleg`] | delegationrpc: MPSC request ring + per-client response slots over a shared region (seed 000 §2.1 layout), hole recovery, client-id reuse |
+//! | [`ipc`] | per-client SPSC request/response rings over a shared region; [`ipc::spsc`] is the ring both ipc and Flux use |
+//! | [`flux`] | N-to-N request/response mesh between threads over caller memory; user data in a per-node slab keyed by generation tokens |
 //! | `sync` | the only source of atomics and `UnsafeCell`: `core`'s, or loom's under `--cfg loom` |
 //!
 //! Modules that opt out of `deny(unsafe_code)` at file level, each saying why:
 //! `sync` (none itself; the `UnsafeCell` wrapper is safe), `deleg::layout` (casting a
-//! shared mapping to the layout structs, payload cells).
+//! shared mapping to the layout structs, payload cells), `ipc::spsc` (ring slot cells
+//! under the single-producer/single-consumer contract), `flux` (calls of the ring's
+//! `unsafe fn`s).
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod credit;
 pub mod deleg;
+pub mod flux;
+pub mod ipc;
 pub mod ring;
 pub mod wire;
 

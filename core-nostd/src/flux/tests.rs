@@ -1,0 +1,196 @@
+use super::*;
+use std::vec::Vec;
+
+struct Mem<T> {
+    pairs: Vec<PairCtl>,
+    req: Vec<Slot<Msg<T>>>,
+    resp: Vec<Slot<Msg<T>>>,
+    nodes: Vec<NodeCtl>,
+}
+
+impl<T: Copy + Send> Mem<T> {
+    fn new(n: usize, cap: usize) -> Self {
+        let slots = Mesh::<T>::slots_needed(n, cap);
+        Self {
+            pairs: (0..n * n).map(|_| PairCtl::new()).collect(),
+            req: (0..slots).map(|_| Slot::new()).collect(),
+            resp: (0..slots).map(|_| Slot::new()).collect(),
+            nodes: (0..n).map(|_| NodeCtl::new()).collect(),
+        }
+    }
+    fn mesh(&self, n: usize, cap: usize) -> Mesh<'_, T> {
+        Mesh::new(n, cap, &self.pairs, &self.req, &self.resp, &self.nodes).unwrap()
+    }
+}
+
+fn slab_mem<U>(n: usize) -> Vec<SlabEntry<U>> {
+    (0..n).map(|_| SlabEntry::new()).collect()
+}
+
+#[test]
+fn deferred_out_of_order_replies_keep_every_user_datum() {
+    let mem = Mem::<u64>::new(2, 8);
+    let mesh = mem.mesh(2, 8);
+    let (mut sa, mut sb) = (slab_mem::<u64>(8), slab_mem::<()>(1));
+    let mut a = mesh.node(0, Slab::new(&mut sa)).unwrap();
+    let mut b = mesh.node(1, Slab::new(&mut sb)).unwrap();
+    // Eight calls, user datum = 1000 + payload.
+    for p in 0..8u64 {
+        a.call(1, p, 1000 + p).unwrap();
+    }
+    assert_eq!(a.call(1, 99, 0), Err(FluxError::Full));
+    let mut handles: Vec<_> = core::iter::from_fn(|| b.try_recv()).collect();
+    assert_eq!(handles.len(), 8);
+    let mut got = Vec::new();
+    // Reply in a scrambled order, polling between replies and making new calls into the
+    // freed entries meanwhile: every datum must come back with its own call's reply.
+    let order = [5usize, 0, 7, 2, 6, 1, 4, 3];
+    let mut next = 100u64;
+    for (k, &i) in order.iter().enumerate() {
+        let h = core::mem::replace(
+            &mut handles[i],
+            RecvHandle {
+                node: 1,
+                from: 0,
+                token: u64::MAX,
+                payload: 0,
+            },
+        );
+        let p = h.payload;
+        b.reply(h, p * 10).unwrap();
+        a.poll(|u, r| got.push((u, r)));
+        if k % 2 == 0 {
+            // Reuse the freed entry while older calls are still pending.
+            a.call(1, next, 1000 + next).unwrap();
+            let h = b.try_recv().unwrap();
+            let p = h.payload;
+            handles.push(h);
+            next += 1;
+            let _ = p;
+        }
+    }
+    // Answer the late calls last, newest first.
+    while let Some(h) = handles.pop() {
+        if h.token == u64::MAX {
+            continue;
+        }
+        let p = h.payload;
+        b.reply(h, p * 10).unwrap();
+    }
+    a.poll(|u, r| got.push((u, r)));
+    assert_eq!(got.len(), 8 + 4);
+    for (u, r) in &got {
+        assert_eq!(
+            *r,
+            (u - 1000) * 10,
+            "user datum {u} came back with reply {r}"
+        );
+    }
+    let mut us: Vec<_> = got.iter().map(|g| g.0).collect();
+    us.sort_unstable();
+    us.dedup();
+    assert_eq!(us.len(), 12, "no datum lost or duplicated");
+    assert_eq!(a.in_flight(), 0);
+}
+
+#[test]
+fn taking_and_addressing_errors() {
+    let mem = Mem::<u8>::new(2, 2);
+    let mesh = mem.mesh(2, 2);
+    let mut s0 = slab_mem::<()>(4);
+    let mut s1 = slab_mem::<()>(1);
+    let mut s2 = slab_mem::<()>(1);
+    let mut a = mesh.node(0, Slab::new(&mut s0)).unwrap();
+    assert_eq!(
+        mesh.node(0, Slab::new(&mut s1)).unwrap_err(),
+        FluxError::Taken
+    );
+    assert_eq!(
+        mesh.node(5, Slab::new(&mut s1)).unwrap_err(),
+        FluxError::BadNode
+    );
+    let mut b = mesh.node(1, Slab::new(&mut s2)).unwrap();
+    assert_eq!(a.call(2, 0, ()), Err(FluxError::BadNode));
+    b.call(0, 1, ()).unwrap();
+    assert_eq!(b.call(0, 2, ()), Err(FluxError::SlabFull));
+    let h = a.try_recv().unwrap();
+    assert_eq!(h.from(), 1);
+    assert_eq!(
+        b.reply(
+            RecvHandle {
+                node: 0,
+                from: 1,
+                token: 0,
+                payload: 0
+            },
+            0
+        ),
+        Err(FluxError::WrongNode)
+    );
+    a.reply(h, 7).unwrap();
+    assert_eq!(b.poll(|(), r| assert_eq!(r, 7)), 1);
+    assert_eq!(
+        Mesh::<u8>::new(2, 3, &mem.pairs, &mem.req, &mem.resp, &mem.nodes).unwrap_err(),
+        FluxError::BadMemory
+    );
+}
+
+/// Four threads call each other all-to-all with deferred replies; every user datum returns
+/// with the reply to its own call.
+#[test]
+fn all_to_all_threads_conserve_calls() {
+    const N: usize = 4;
+    let calls: u64 = if cfg!(miri) { 6 } else { 20_000 };
+    let mem = Mem::<(u64, u64)>::new(N, 4);
+    let mesh = mem.mesh(N, 4);
+    let mut slabs: Vec<_> = (0..N).map(|_| slab_mem::<(usize, u64)>(16)).collect();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for (id, slab) in slabs.iter_mut().enumerate() {
+            let done = &done;
+            s.spawn(move || {
+                let mut node = mesh.node(id, Slab::new(slab)).unwrap();
+                let mut deferred: Vec<RecvHandle<(u64, u64)>> = Vec::new();
+                let (mut sent, mut answered) = (0u64, 0u64);
+                let mut finished = false;
+                loop {
+                    if sent < calls {
+                        let to = (id + 1 + (sent as usize % (N - 1))) % N;
+                        if node.call(to, (id as u64, sent), (to, sent)).is_ok() {
+                            sent += 1;
+                        }
+                    }
+                    while let Some(h) = node.try_recv() {
+                        deferred.push(h);
+                    }
+                    // Reply to the newest first: out of order on purpose.
+                    while deferred.len() > 2 {
+                        let h = deferred.pop().unwrap();
+                        let (from, seq) = h.payload;
+                        assert_eq!(from as usize, h.from());
+                        node.reply(h, (seq, seq ^ 0xABCD)).unwrap();
+                    }
+                    if sent == calls && answered == calls && !finished {
+                        finished = true;
+                        done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if finished && done.load(std::sync::atomic::Ordering::SeqCst) == N {
+                        break;
+                    }
+                    if deferred.len() <= 2 && (answered < calls || !deferred.is_empty()) {
+                        for h in deferred.drain(..) {
+                            let (_, seq) = h.payload;
+                            node.reply(h, (seq, seq ^ 0xABCD)).unwrap();
+                        }
+                    }
+                    answered += node.poll(|(to, seq), (rseq, check)| {
+                        assert_eq!(rseq, seq, "reply to another call (from {to})");
+                        assert_eq!(check, seq ^ 0xABCD);
+                    }) as u64;
+                    std::thread::yield_now();
+                }
+                assert_eq!(node.in_flight(), 0);
+            });
+        }
+    });
+}

@@ -1,0 +1,69 @@
+//! Loom model of Flux: two nodes as threads, rings of 2, each calling the other while
+//! answering the other's calls out of order.
+//!
+//! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p core-nostd --release --test loom_flux`
+#![cfg(loom)]
+
+use copyrpc_core::flux::{Mesh, Msg, NodeCtl, PairCtl, RecvHandle, Slab, SlabEntry};
+use copyrpc_core::ipc::spsc::Slot;
+use loom::sync::Arc;
+use loom::thread;
+
+const N: usize = 2;
+const CAP: usize = 2;
+
+struct Mem {
+    pairs: Vec<PairCtl>,
+    req: Vec<Slot<Msg<u64>>>,
+    resp: Vec<Slot<Msg<u64>>>,
+    nodes: Vec<NodeCtl>,
+}
+
+fn run_node(mem: &Mem, id: usize) {
+    let mesh = Mesh::new(N, CAP, &mem.pairs, &mem.req, &mem.resp, &mem.nodes).unwrap();
+    let mut slab_mem: Vec<SlabEntry<u64>> = (0..CAP).map(|_| SlabEntry::new()).collect();
+    let mut node = mesh.node(id, Slab::new(&mut slab_mem)).unwrap();
+    let peer = 1 - id;
+    let base = 10 * id as u64;
+    // Two calls; user datum = payload + 100.
+    for k in 0..2 {
+        node.call(peer, base + k, base + k + 100).unwrap();
+    }
+    let mut held: Vec<RecvHandle<u64>> = Vec::new();
+    let (mut answered, mut replied) = (0, 0);
+    while answered < 2 || replied < 2 {
+        while let Some(h) = node.try_recv() {
+            held.push(h);
+        }
+        // Defer until both requests are in, then answer the newer one first.
+        if held.len() == 2 || (replied == 1 && held.len() == 1) {
+            while let Some(h) = held.pop() {
+                let p = h.payload;
+                node.reply(h, p * 2).unwrap();
+                replied += 1;
+            }
+        }
+        answered += node.poll(|u, r| assert_eq!(r, (u - 100) * 2, "datum {u} got reply {r}"));
+        thread::yield_now();
+    }
+    assert_eq!(node.in_flight(), 0);
+}
+
+#[test]
+fn two_nodes_call_each_other_out_of_order() {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 100_000;
+    b.check(|| {
+        let slots = Mesh::<u64>::slots_needed(N, CAP);
+        let mem = Arc::new(Mem {
+            pairs: (0..N * N).map(|_| PairCtl::new()).collect(),
+            req: (0..slots).map(|_| Slot::new()).collect(),
+            resp: (0..slots).map(|_| Slot::new()).collect(),
+            nodes: (0..N).map(|_| NodeCtl::new()).collect(),
+        });
+        let m2 = mem.clone();
+        let t = thread::spawn(move || run_node(&m2, 1));
+        run_node(&mem, 0);
+        t.join().unwrap();
+    });
+}
