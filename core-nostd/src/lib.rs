@@ -17,7 +17,8 @@
 //! Modules that opt out of `deny(unsafe_code)` at file level, each saying why:
 //! `sync` (none itself; the `UnsafeCell` wrapper is safe), `deleg::layout` (casting a
 //! shared mapping to the layout structs, payload cells), `ipc::spsc` (ring slot cells
-//! under the single-producer/single-consumer contract), `flux` (calls of the ring's
+//! under the single-producer/single-consumer contract), `ipc::layout` (casting a shared
+//! mapping), `ipc::client` and `ipc::server` (calls of the ring's `unsafe fn`s), `flux` (calls of the ring's
 //! `unsafe fn`s).
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]

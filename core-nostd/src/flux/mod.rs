@@ -41,8 +41,8 @@ use core::fmt;
 /// A request or response in a ring: the caller's token and the payload.
 #[derive(Debug, Clone, Copy)]
 pub struct Msg<T> {
-    token: u64,
-    payload: T,
+    pub(crate) token: u64,
+    pub(crate) payload: T,
 }
 
 /// The two rings between an ordered pair of nodes.

@@ -1,5 +1,117 @@
-//! ipc: per-client SPSC request and response rings in one shared region (seed 000
-//! §2.3, §4.4). This commit carries only the ring ([`spsc`]); the region, client and
-//! server follow.
+//! ipc: per-client SPSC request and response rings in one shared region (seed 000 §2.3,
+//! §4.4), over caller-supplied memory.
+//!
+//! Each client id owns two rings of `depth` slots: requests (client → server) and
+//! responses (server → client). A client `call(req, user_data)` keeps `user_data` in its
+//! own [`Slab`](crate::flux::Slab) and sends the slab token with the request; the server
+//! `poll`s every client (refreshing how many requests each has waiting, skipping idle or
+//! excluded ones cheaply), `recv`s round robin, and `reply`s by the request's token — in
+//! any order. The client's `poll` hands `user_data` back with each response.
+//!
+//! # Layout
+//!
+//! ```text
+//! 0     header, 128 B   magic u64 "CPRIPCV1" @0, version u32 = 1 @8, max_clients @12,
+//!                       depth @16, next_client_id @24, server_alive u8 @28,
+//!                       server_owner u32 @32 (host: the server's pid),
+//!                       req_size @40, resp_size @44
+//! 128   client table    max_clients x 64 B: state u32 (epoch << 2 | Free/Active/
+//!                       Closing/Dead) @+0, owner u32 (host: the client's pid) @+4
+//! C     request ring control, max_clients x 256 B (producer line: tail + cached head;
+//!                       consumer line: head + cached tail; 128 B apart)
+//! C+256n response ring control, max_clients x 256 B
+//! S     request slots   max_clients x depth x {token u64, Req}
+//! S'    response slots  max_clients x depth x {token u64, Resp}   (all parts 128-aligned)
+//! ```
+//!
+//! # Progress and failure story
+//!
+//! - Client `call` / `poll`, server `recv` / `reply`: wait-free (SPSC rings, one attempt).
+//!   `poll` is `O(max_clients)`; `recv` touches only clients its last `poll` saw busy.
+//! - Calls in flight per client are bounded by `depth` (and the slab), so the server's
+//!   reply always finds room; a client that breaks the bound gets its replies refused
+//!   (`Full`), never blocks the server.
+//! - A client that dies leaves its rings as they were (publication is one index store).
+//!   The server's host evicts it ([`Server::evict`], after checking its pid); the next
+//!   `poll` drops its unread requests and frees the id. A client that closes is freed the
+//!   same way. A reused id gets a new epoch: replies to the old owner are refused
+//!   (`ClientGone`), and the new owner skips responses published before it took the id.
+//! - A server that stops: clients see `server_alive == false` (or the host sees its pid
+//!   gone) and get `ServerDisconnected`; calls in flight are lost with it.
 
+mod client;
+mod layout;
+mod server;
 pub mod spsc;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use client::Client;
+pub use layout::{
+    ClientEntry, Config, Header, Offsets, Region, MAGIC, MAX_CLIENTS, MAX_DEPTH, VERSION,
+};
+pub use server::{RecvHandle, Server};
+
+use core::fmt;
+
+/// Why a client could not connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpcConnectError {
+    /// Every id is in use.
+    NoFreeClientId,
+    /// The server is gone.
+    ServerDisconnected,
+    /// The slab for user data has no entries.
+    EmptySlab,
+}
+
+/// Why a call failed; nothing was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpcCallError {
+    /// `depth` calls (or the slab's capacity) in flight, or the server has not yet taken
+    /// earlier requests: poll, then retry.
+    Full,
+    /// The server is gone.
+    ServerDisconnected,
+}
+
+/// Why a reply was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpcReplyError {
+    /// The client closed, was evicted, or its id was reused since the request.
+    ClientGone,
+    /// The client's response ring is full: it exceeded its in-flight bound.
+    Full,
+}
+
+impl fmt::Display for IpcConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NoFreeClientId => "no free client id",
+            Self::ServerDisconnected => "server disconnected",
+            Self::EmptySlab => "user-data slab has no entries",
+        })
+    }
+}
+
+impl fmt::Display for IpcCallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Full => "queue full",
+            Self::ServerDisconnected => "server disconnected",
+        })
+    }
+}
+
+impl fmt::Display for IpcReplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ClientGone => "client closed or evicted",
+            Self::Full => "client response ring full",
+        })
+    }
+}
+
+impl core::error::Error for IpcConnectError {}
+impl core::error::Error for IpcCallError {}
+impl core::error::Error for IpcReplyError {}

@@ -1,0 +1,182 @@
+//! The ipc client: one request ring (producer) and one response ring (consumer).
+//!
+//! Unsafe code (module opt-out): calls of the SPSC ring's `unsafe fn`s; this client is the
+//! only producer of its request ring and the only consumer of its response ring, because
+//! it holds the id's registration (epoch) exclusively.
+#![allow(unsafe_code)]
+
+use super::layout::Region;
+use super::{IpcCallError, IpcConnectError};
+use crate::deleg::{ClientState, Payload};
+use crate::flux::{Msg, Slab, Token};
+use crate::sync::Ordering;
+
+/// One ipc client; `call` and `poll` from one thread.
+#[derive(Debug)]
+pub struct Client<'a, 's, Req: Payload, Resp: Payload, U> {
+    region: Region<'a, Req, Resp>,
+    id: u32,
+    epoch: u32,
+    slab: Slab<'s, U>,
+    closed: bool,
+}
+
+impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
+    /// Registers (a never-used id first, then a freed one with its epoch bumped). `slab`
+    /// holds the user data of calls in flight; at most `min(slab capacity, depth)` calls
+    /// are in flight.
+    pub fn connect(
+        region: Region<'a, Req, Resp>,
+        owner: u32,
+        slab: Slab<'s, U>,
+    ) -> Result<Self, IpcConnectError> {
+        let h = region.header;
+        // Relaxed: a flag.
+        if !h.server_alive.load(Ordering::Relaxed) {
+            return Err(IpcConnectError::ServerDisconnected);
+        }
+        if slab.capacity() == 0 {
+            return Err(IpcConnectError::EmptySlab);
+        }
+        let max = region.cfg.max_clients;
+        // Relaxed: hands out numbers; the entry CAS synchronises.
+        // Reserve one never-used id (if any is left) so the scan below covers it.
+        let mut n = h.next_client_id.load(Ordering::Relaxed);
+        while n < max {
+            match h.next_client_id.compare_exchange_weak(
+                n,
+                n + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(cur) => n = cur,
+            }
+        }
+        // Relaxed: bounds the scan only.
+        let seen = h.next_client_id.load(Ordering::Relaxed).min(max);
+        for id in 0..seen {
+            let e = region.client_entry(id);
+            // Relaxed: re-checked by the CAS.
+            let word = e.state.load(Ordering::Relaxed);
+            let (st, epoch) = ClientState::unpack(word);
+            if st != ClientState::Free {
+                continue;
+            }
+            let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
+            // A4 (pairs with R4 in Server::retire): the server's drain of this id's rings
+            // and its last replies happen before we take them over.
+            if e.state
+                .compare_exchange(
+                    word,
+                    ClientState::Active.pack(epoch),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                // Relaxed: for the server's host (liveness).
+                e.owner.store(owner, Ordering::Relaxed);
+                // Responses published for this id's previous owner are not ours.
+                region.resp_ctl[id as usize].skip_to_producer();
+                return Ok(Self {
+                    region,
+                    id,
+                    epoch,
+                    slab,
+                    closed: false,
+                });
+            }
+        }
+        Err(IpcConnectError::NoFreeClientId)
+    }
+
+    /// This client's id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Registrations of this id so far (starts at 1).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Calls in flight.
+    pub fn in_flight(&self) -> usize {
+        self.slab.len()
+    }
+
+    /// Sends `req`; `user_data` comes back with the response.
+    pub fn call(&mut self, req: &Req, user_data: U) -> Result<(), IpcCallError> {
+        // Relaxed: a flag.
+        if !self.region.header.server_alive.load(Ordering::Relaxed) {
+            return Err(IpcCallError::ServerDisconnected);
+        }
+        if self.slab.len() >= self.region.cfg.depth as usize {
+            return Err(IpcCallError::Full);
+        }
+        let token = self
+            .slab
+            .insert(user_data)
+            .map_err(|_| IpcCallError::Full)?;
+        let msg = Msg {
+            token: token.0,
+            payload: *req,
+        };
+        // SAFETY: only producer of our request ring (see module docs); fixed slot range.
+        let r = unsafe {
+            self.region.req_ctl[self.id as usize].push(self.region.req_slots(self.id), msg)
+        };
+        if r.is_err() {
+            // The server has not yet consumed earlier requests: not in flight.
+            self.slab.remove(token);
+            return Err(IpcCallError::Full);
+        }
+        Ok(())
+    }
+
+    /// Delivers every response: `f(user_data, &resp)`. Returns how many.
+    pub fn poll(&mut self, mut f: impl FnMut(U, &Resp)) -> usize {
+        let mut n = 0;
+        let ctl = &self.region.resp_ctl[self.id as usize];
+        let slots = self.region.resp_slots(self.id);
+        // SAFETY: only consumer of our response ring; payloads are `Payload` (valid for
+        // any bytes), tokens are plain u64.
+        while let Some(m) = unsafe { ctl.pop(slots) } {
+            // A response with a stale or foreign token finds nothing and is dropped.
+            if let Some(u) = self.slab.remove(Token(m.token)) {
+                f(u, &m.payload);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Leaves; the server frees the id on its next poll. Same as dropping.
+    pub fn close(mut self) {
+        self.do_close();
+    }
+
+    fn do_close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        // R5 (pairs with A5 in Server::poll): our last request pushes are visible to the
+        // server that sees Closing. A failed CAS means the server evicted us already.
+        let _ = self.region.clients[self.id as usize]
+            .state
+            .compare_exchange(
+                ClientState::Active.pack(self.epoch),
+                ClientState::Closing.pack(self.epoch),
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+    }
+}
+
+impl<Req: Payload, Resp: Payload, U> Drop for Client<'_, '_, Req, Resp, U> {
+    fn drop(&mut self) {
+        self.do_close();
+    }
+}

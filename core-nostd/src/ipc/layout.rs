@@ -1,0 +1,403 @@
+//! The ipc region: header, client table, ring control blocks and slots.
+//!
+//! Unsafe code (module opt-out): casting a raw shared mapping to references of these
+//! structs in `Region::init` / `Region::attach`.
+#![allow(unsafe_code)]
+
+use core::mem::size_of;
+
+use super::spsc::{RingCtl, Slot};
+use crate::deleg::{LayoutError, Payload};
+use crate::flux::Msg;
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// `"CPRIPCV1"` as a big-endian number.
+pub const MAGIC: u64 = 0x4350_5249_5043_5631;
+/// Layout version.
+pub const VERSION: u32 = 1;
+/// Largest `max_clients`.
+pub const MAX_CLIENTS: u32 = 1 << 12;
+/// Largest per-client `depth`.
+pub const MAX_DEPTH: u32 = 1 << 16;
+
+/// Header, 128 bytes at offset 0 (same conventions as delegationrpc's: magic @0,
+/// version @8, creator's owner tag @32).
+#[repr(C)]
+#[derive(Debug)]
+pub struct Header {
+    /// @0 [`MAGIC`], stored last by the creator (Release).
+    pub magic: AtomicU64,
+    /// @8 [`VERSION`].
+    pub version: AtomicU32,
+    /// @12 client ids.
+    pub max_clients: AtomicU32,
+    /// @16 slots of each client's request ring and response ring (power of two).
+    pub depth: AtomicU32,
+    _pad20: [u8; 4],
+    /// @24 high-water mark of ids handed out.
+    pub next_client_id: AtomicU32,
+    /// @28 true while the server runs.
+    pub server_alive: AtomicBool,
+    _pad29: [u8; 3],
+    /// @32 the server's owner tag (the host's pid).
+    pub server_owner: AtomicU32,
+    _pad36: [u8; 4],
+    /// @40 `size_of::<Req>()`.
+    pub req_size: AtomicU32,
+    /// @44 `size_of::<Resp>()`.
+    pub resp_size: AtomicU32,
+    _pad48: [u8; 80],
+}
+
+/// Client-table entry, 64 bytes.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct ClientEntry {
+    /// `epoch << 2 | state` with [`crate::deleg::ClientState`] values.
+    pub state: AtomicU32,
+    /// The client's owner tag (the host's pid).
+    pub owner: AtomicU32,
+    _pad: [u8; 56],
+}
+
+#[cfg(not(loom))]
+mod asserts {
+    use super::*;
+    use core::mem::offset_of;
+    const _: () = assert!(size_of::<Header>() == 128);
+    const _: () = assert!(offset_of!(Header, version) == 8);
+    const _: () = assert!(offset_of!(Header, max_clients) == 12);
+    const _: () = assert!(offset_of!(Header, depth) == 16);
+    const _: () = assert!(offset_of!(Header, next_client_id) == 24);
+    const _: () = assert!(offset_of!(Header, server_alive) == 28);
+    const _: () = assert!(offset_of!(Header, server_owner) == 32);
+    const _: () = assert!(offset_of!(Header, req_size) == 40);
+    const _: () = assert!(size_of::<ClientEntry>() == 64);
+    const _: () = assert!(size_of::<RingCtl>() == 256);
+}
+
+/// Shape of an ipc region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Client ids, `1..=MAX_CLIENTS`.
+    pub max_clients: u32,
+    /// Per-client queue depth (calls in flight), a power of two in `1..=MAX_DEPTH`.
+    pub depth: u32,
+}
+
+/// Byte offsets of a region's parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offsets {
+    /// Client table (after the header).
+    pub clients: usize,
+    /// Request ring control blocks, one per client.
+    pub req_ctl: usize,
+    /// Response ring control blocks, one per client.
+    pub resp_ctl: usize,
+    /// Request slots, `depth` per client.
+    pub req_slots: usize,
+    /// Response slots, `depth` per client.
+    pub resp_slots: usize,
+    /// Total bytes.
+    pub region_len: usize,
+}
+
+const fn align128(x: usize) -> usize {
+    (x + 127) & !127
+}
+
+impl Config {
+    /// Checks ranges.
+    pub const fn validate(&self) -> Result<(), LayoutError> {
+        if self.max_clients >= 1
+            && self.max_clients <= MAX_CLIENTS
+            && self.depth.is_power_of_two()
+            && self.depth <= MAX_DEPTH
+        {
+            Ok(())
+        } else {
+            Err(LayoutError::BadConfig)
+        }
+    }
+
+    /// Offsets for payload types `Req` / `Resp`.
+    pub const fn offsets<Req, Resp>(&self) -> Result<Offsets, LayoutError> {
+        if let Err(e) = self.validate() {
+            return Err(e);
+        }
+        // Bounded by MAX_CLIENTS * MAX_DEPTH * slot size: no overflow on 64-bit targets
+        // for payloads below 2^36 bytes; checked below for 32-bit ones.
+        let n = self.max_clients as usize;
+        let d = self.depth as usize;
+        let clients = 128;
+        let req_ctl = align128(clients + n * 64);
+        let resp_ctl = req_ctl + n * 256;
+        let req_slots = resp_ctl + n * 256;
+        let Some(req_bytes) = (n * d).checked_mul(size_of::<Slot<Msg<Req>>>()) else {
+            return Err(LayoutError::BadConfig);
+        };
+        let resp_slots = align128(req_slots + req_bytes);
+        let Some(resp_bytes) = (n * d).checked_mul(size_of::<Slot<Msg<Resp>>>()) else {
+            return Err(LayoutError::BadConfig);
+        };
+        Ok(Offsets {
+            clients,
+            req_ctl,
+            resp_ctl,
+            req_slots,
+            resp_slots,
+            region_len: align128(resp_slots + resp_bytes),
+        })
+    }
+}
+
+impl Header {
+    /// A fully initialised header, for regions built from parts.
+    pub fn new<Req, Resp>(cfg: &Config) -> Self {
+        let h = Self {
+            magic: AtomicU64::new(0),
+            version: AtomicU32::new(0),
+            max_clients: AtomicU32::new(0),
+            depth: AtomicU32::new(0),
+            _pad20: [0; 4],
+            next_client_id: AtomicU32::new(0),
+            server_alive: AtomicBool::new(false),
+            _pad29: [0; 3],
+            server_owner: AtomicU32::new(0),
+            _pad36: [0; 4],
+            req_size: AtomicU32::new(0),
+            resp_size: AtomicU32::new(0),
+            _pad48: [0; 80],
+        };
+        h.publish::<Req, Resp>(cfg, 0);
+        h
+    }
+
+    fn publish<Req, Resp>(&self, cfg: &Config, owner: u32) {
+        // Relaxed: published by R0 below.
+        self.version.store(VERSION, Ordering::Relaxed);
+        self.max_clients.store(cfg.max_clients, Ordering::Relaxed);
+        self.depth.store(cfg.depth, Ordering::Relaxed);
+        self.server_owner.store(owner, Ordering::Relaxed);
+        self.req_size
+            .store(size_of::<Req>() as u32, Ordering::Relaxed);
+        self.resp_size
+            .store(size_of::<Resp>() as u32, Ordering::Relaxed);
+        self.server_alive.store(true, Ordering::Relaxed);
+        // R0 (pairs with A0 in read_config).
+        self.magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// Validates magic, version, payload sizes and ranges.
+    pub fn read_config<Req, Resp>(&self) -> Result<Config, LayoutError> {
+        // A0 (pairs with R0 in publish).
+        let magic = self.magic.load(Ordering::Acquire);
+        if magic != MAGIC {
+            return Err(LayoutError::BadMagic { found: magic });
+        }
+        // Relaxed: immutable after A0.
+        let version = self.version.load(Ordering::Relaxed);
+        if version != VERSION {
+            return Err(LayoutError::BadVersion { found: version });
+        }
+        let (req, resp) = (
+            self.req_size.load(Ordering::Relaxed),
+            self.resp_size.load(Ordering::Relaxed),
+        );
+        if req as usize != size_of::<Req>() || resp as usize != size_of::<Resp>() {
+            return Err(LayoutError::PayloadSize { req, resp });
+        }
+        let cfg = Config {
+            max_clients: self.max_clients.load(Ordering::Relaxed),
+            depth: self.depth.load(Ordering::Relaxed),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl ClientEntry {
+    /// Free, epoch 0.
+    pub fn new() -> Self {
+        Self {
+            state: AtomicU32::new(0),
+            owner: AtomicU32::new(0),
+            _pad: [0; 56],
+        }
+    }
+}
+
+impl Default for ClientEntry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// References to the parts of one ipc region.
+pub struct Region<'a, Req, Resp> {
+    pub(crate) header: &'a Header,
+    pub(crate) clients: &'a [ClientEntry],
+    pub(crate) req_ctl: &'a [RingCtl],
+    pub(crate) resp_ctl: &'a [RingCtl],
+    pub(crate) req: &'a [Slot<Msg<Req>>],
+    pub(crate) resp: &'a [Slot<Msg<Resp>>],
+    pub(crate) cfg: Config,
+}
+
+impl<Req, Resp> Clone for Region<'_, Req, Resp> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<Req, Resp> Copy for Region<'_, Req, Resp> {}
+
+impl<Req, Resp> core::fmt::Debug for Region<'_, Req, Resp> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ipc::Region")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
+    /// Builds a region from separately allocated parts (loom tests, in-process use).
+    pub fn from_parts(
+        header: &'a Header,
+        clients: &'a [ClientEntry],
+        req_ctl: &'a [RingCtl],
+        resp_ctl: &'a [RingCtl],
+        req: &'a [Slot<Msg<Req>>],
+        resp: &'a [Slot<Msg<Resp>>],
+    ) -> Result<Self, LayoutError> {
+        let cfg = header.read_config::<Req, Resp>()?;
+        let n = cfg.max_clients as usize;
+        let slots = n * cfg.depth as usize;
+        if clients.len() != n
+            || req_ctl.len() != n
+            || resp_ctl.len() != n
+            || req.len() != slots
+            || resp.len() != slots
+        {
+            return Err(LayoutError::BadConfig);
+        }
+        Ok(Self {
+            header,
+            clients,
+            req_ctl,
+            resp_ctl,
+            req,
+            resp,
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> Config {
+        self.cfg
+    }
+
+    /// The header.
+    pub fn header(&self) -> &'a Header {
+        self.header
+    }
+
+    /// Client-table entry `id`.
+    pub fn client_entry(&self, id: u32) -> &'a ClientEntry {
+        &self.clients[id as usize]
+    }
+
+    pub(crate) fn req_slots(&self, id: u32) -> &'a [Slot<Msg<Req>>] {
+        let d = self.cfg.depth as usize;
+        &self.req[id as usize * d..(id as usize + 1) * d]
+    }
+
+    pub(crate) fn resp_slots(&self, id: u32) -> &'a [Slot<Msg<Resp>>] {
+        let d = self.cfg.depth as usize;
+        &self.resp[id as usize * d..(id as usize + 1) * d]
+    }
+}
+
+#[cfg(not(loom))]
+impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
+    /// Bytes a region with `cfg` needs.
+    pub fn required_len(cfg: &Config) -> Result<usize, LayoutError> {
+        Ok(cfg.offsets::<Req, Resp>()?.region_len)
+    }
+
+    /// Initialises a region in zero-filled memory; `owner` goes to header offset 32.
+    ///
+    /// # Safety
+    ///
+    /// As [`crate::deleg::Region::init`]: `ptr` valid for reads and writes of `len` bytes
+    /// for `'a`, zero-filled, accessed only through this module's views meanwhile.
+    pub unsafe fn init(
+        ptr: *mut u8,
+        len: usize,
+        cfg: &Config,
+        owner: u32,
+    ) -> Result<Self, LayoutError> {
+        let off = cfg.offsets::<Req, Resp>()?;
+        check_span(ptr, len, off.region_len)?;
+        // SAFETY: checked span and alignment; zero bytes are valid for every part
+        // (atomics at 0, empty rings at index 0, slot contents are MaybeUninit).
+        let r = unsafe { Self::cast(ptr, cfg, &off) };
+        // Relaxed: a check for a reused buffer, before publication.
+        if r.header.magic.load(Ordering::Relaxed) != 0 {
+            return Err(LayoutError::NotZeroed);
+        }
+        r.header.publish::<Req, Resp>(cfg, owner);
+        Ok(r)
+    }
+
+    /// Attaches to an initialised region, validating it like [`crate::deleg::Region::attach`].
+    ///
+    /// # Safety
+    ///
+    /// `ptr` valid for reads and writes of `len` bytes for `'a`, accessed only through this
+    /// module's views (in any process).
+    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, LayoutError> {
+        check_span(ptr, len, 128)?;
+        // SAFETY: 128 aligned bytes; `Header` is all atomics.
+        let header = unsafe { &*(ptr as *const Header) };
+        let cfg = header.read_config::<Req, Resp>()?;
+        let off = cfg.offsets::<Req, Resp>()?;
+        check_span(ptr, len, off.region_len)?;
+        // SAFETY: the layout fits in `len`.
+        Ok(unsafe { Self::cast(ptr, &cfg, &off) })
+    }
+
+    /// # Safety
+    ///
+    /// `ptr` is 128-aligned and valid for `off.region_len` bytes for `'a`.
+    unsafe fn cast(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
+        let n = cfg.max_clients as usize;
+        let slots = n * cfg.depth as usize;
+        // SAFETY: every part is in bounds per `Offsets`, aligned (128-aligned offsets
+        // from a 128-aligned base; slot arrays need at most their payload's alignment,
+        // which `Payload` types in shared memory keep at or below 128), and valid for any
+        // bytes the protocol reads (atomics; MaybeUninit slots read only after publication
+        // of POD payloads).
+        unsafe {
+            Self {
+                header: &*(ptr as *const Header),
+                clients: core::slice::from_raw_parts(ptr.add(off.clients).cast(), n),
+                req_ctl: core::slice::from_raw_parts(ptr.add(off.req_ctl).cast(), n),
+                resp_ctl: core::slice::from_raw_parts(ptr.add(off.resp_ctl).cast(), n),
+                req: core::slice::from_raw_parts(ptr.add(off.req_slots).cast(), slots),
+                resp: core::slice::from_raw_parts(ptr.add(off.resp_slots).cast(), slots),
+                cfg: *cfg,
+            }
+        }
+    }
+}
+
+#[cfg(not(loom))]
+fn check_span(ptr: *mut u8, len: usize, need: usize) -> Result<(), LayoutError> {
+    if ptr.is_null() || !ptr.addr().is_multiple_of(128) {
+        return Err(LayoutError::Misaligned);
+    }
+    if len < need {
+        return Err(LayoutError::Truncated { need, have: len });
+    }
+    Ok(())
+}

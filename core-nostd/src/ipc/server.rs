@@ -1,0 +1,204 @@
+//! The ipc server: scans every client's request ring, replies into its response ring.
+//!
+//! Unsafe code (module opt-out): calls of the SPSC ring's `unsafe fn`s; the server is the
+//! only consumer of every request ring and the only producer of every response ring.
+#![allow(unsafe_code)]
+
+use super::layout::Region;
+use super::IpcReplyError;
+use crate::deleg::{ClientInfo, ClientState, EvictError, Payload};
+use crate::flux::Msg;
+use crate::sync::Ordering;
+
+/// A received request; answer it with [`Server::reply`].
+#[derive(Debug)]
+#[must_use = "the client waits for a reply"]
+pub struct RecvHandle<Req> {
+    client_id: u32,
+    epoch: u32,
+    token: u64,
+    /// The request.
+    pub payload: Req,
+}
+
+impl<Req> RecvHandle<Req> {
+    /// The calling client.
+    pub fn client_id(&self) -> u32 {
+        self.client_id
+    }
+}
+
+/// The ipc server of one region.
+#[derive(Debug)]
+pub struct Server<'a, Req: Payload, Resp: Payload> {
+    region: Region<'a, Req, Resp>,
+    /// Next client `recv` looks at first (round robin), in `0..max_clients`.
+    next: u32,
+    /// Ids `< scan_end` have ever been handed out (from `next_client_id`).
+    scan_end: u32,
+}
+
+impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
+    /// Takes the server role over `region`.
+    pub fn new(region: Region<'a, Req, Resp>) -> Self {
+        // Relaxed: a flag.
+        region.header.server_alive.store(true, Ordering::Relaxed);
+        Self {
+            region,
+            next: 0,
+            scan_end: 0,
+        }
+    }
+
+    /// Scans every client: frees the ids of closed or evicted clients (dropping their
+    /// unread requests) and refreshes each active client's count of waiting requests.
+    /// Returns the total waiting.
+    pub fn poll(&mut self) -> usize {
+        self.poll_with_skip(|_| false)
+    }
+
+    /// As [`poll`](Self::poll), but does not look at the request rings of clients for
+    /// which `skip(id)` is true (e.g. clients known to be idle).
+    pub fn poll_with_skip(&mut self, mut skip: impl FnMut(u32) -> bool) -> usize {
+        let max = self.region.cfg.max_clients;
+        // Relaxed: only bounds the scan; each entry's state synchronises.
+        self.scan_end = self
+            .region
+            .header
+            .next_client_id
+            .load(Ordering::Relaxed)
+            .min(max);
+        let mut total = 0;
+        for id in 0..self.scan_end {
+            let e = &self.region.clients[id as usize];
+            // A5 (pairs with R5 in Client::do_close): a closing client's pushes are
+            // visible before we discard them.
+            let (st, epoch) = ClientState::unpack(e.state.load(Ordering::Acquire));
+            match st {
+                ClientState::Free => {}
+                ClientState::Active => {
+                    if !skip(id) {
+                        total += self.region.req_ctl[id as usize].refresh_available() as usize;
+                    }
+                }
+                ClientState::Closing | ClientState::Dead => self.retire(id, epoch),
+            }
+        }
+        total
+    }
+
+    fn retire(&mut self, id: u32, epoch: u32) {
+        // Requests of a client that left are dropped; replies to it are refused (epoch).
+        self.region.req_ctl[id as usize].discard_all();
+        // R4 (pairs with A4 in Client::connect): the drain and our last replies happen
+        // before the next owner of the id takes the rings.
+        self.region.clients[id as usize]
+            .state
+            .store(ClientState::Free.pack(epoch), Ordering::Release);
+    }
+
+    /// Takes one request counted by the last `poll`, round robin over clients.
+    pub fn recv(&mut self) -> Option<RecvHandle<Req>> {
+        let n = self.scan_end;
+        for k in 0..n {
+            let id = (self.next + k) % n;
+            let ctl = &self.region.req_ctl[id as usize];
+            if ctl.cached_available() == 0 {
+                continue;
+            }
+            // SAFETY: the server is the only consumer of every request ring; payloads are
+            // `Payload` (valid for any bytes).
+            let Some(m) = (unsafe { ctl.pop(self.region.req_slots(id)) }) else {
+                continue;
+            };
+            // Relaxed: the client registered before pushing (A1 in pop covers it); only
+            // this thread moves an id to Free.
+            let (st, epoch) = ClientState::unpack(
+                self.region.clients[id as usize]
+                    .state
+                    .load(Ordering::Relaxed),
+            );
+            if st != ClientState::Active {
+                continue;
+            }
+            self.next = (id + 1) % n;
+            return Some(RecvHandle {
+                client_id: id,
+                epoch,
+                token: m.token,
+                payload: m.payload,
+            });
+        }
+        None
+    }
+
+    /// Answers `h` (in any order relative to other requests).
+    pub fn reply(&mut self, h: RecvHandle<Req>, resp: &Resp) -> Result<(), IpcReplyError> {
+        let id = h.client_id;
+        // Relaxed: only this thread frees ids, so the epoch cannot change under us.
+        let (st, epoch) = ClientState::unpack(
+            self.region.clients[id as usize]
+                .state
+                .load(Ordering::Relaxed),
+        );
+        if st != ClientState::Active || epoch != h.epoch {
+            return Err(IpcReplyError::ClientGone);
+        }
+        let msg = Msg {
+            token: h.token,
+            payload: *resp,
+        };
+        // SAFETY: the server is the only producer of every response ring.
+        unsafe { self.region.resp_ctl[id as usize].push(self.region.resp_slots(id), msg) }
+            // Only a client that broke its in-flight bound fills its response ring.
+            .map_err(|_| IpcReplyError::Full)
+    }
+
+    /// Declares client `id` dead (its process is gone); freed on the next poll.
+    pub fn evict(&mut self, id: u32) -> Result<(), EvictError> {
+        let e = self
+            .region
+            .clients
+            .get(id as usize)
+            .ok_or(EvictError::BadId)?;
+        // Relaxed: only this thread acts on Dead.
+        let word = e.state.load(Ordering::Relaxed);
+        let (st, epoch) = ClientState::unpack(word);
+        if st != ClientState::Active {
+            return Err(EvictError::NotActive);
+        }
+        // Relaxed: as above; a racing close is handled the same way.
+        let _ = e.state.compare_exchange(
+            word,
+            ClientState::Dead.pack(epoch),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    /// The client table.
+    pub fn clients(&self) -> impl Iterator<Item = ClientInfo> + '_ {
+        self.region.clients.iter().enumerate().map(|(i, e)| {
+            // Relaxed: a snapshot.
+            let (state, epoch) = ClientState::unpack(e.state.load(Ordering::Relaxed));
+            ClientInfo {
+                id: i as u32,
+                state,
+                epoch,
+                // Relaxed: a snapshot.
+                owner: e.owner.load(Ordering::Relaxed),
+            }
+        })
+    }
+}
+
+impl<Req: Payload, Resp: Payload> Drop for Server<'_, Req, Resp> {
+    fn drop(&mut self) {
+        // Release: clients that see false stop calling; nothing else is published.
+        self.region
+            .header
+            .server_alive
+            .store(false, Ordering::Release);
+    }
+}

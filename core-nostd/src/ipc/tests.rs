@@ -1,0 +1,178 @@
+//! ipc unit tests over heap buffers cast like a shared mapping (also run under Miri).
+#![allow(unsafe_code)]
+
+use super::*;
+use crate::deleg::{EvictError, LayoutError};
+use crate::flux::{Slab, SlabEntry};
+use std::vec::Vec;
+
+type Req = [u64; 2];
+type Resp = [u64; 2];
+
+#[repr(C, align(128))]
+#[derive(Clone, Copy)]
+struct Block([u8; 128]);
+
+struct Mem(Vec<Block>);
+
+impl Mem {
+    fn for_cfg(cfg: &Config) -> Self {
+        let len = Region::<Req, Resp>::required_len(cfg).unwrap();
+        Self(std::vec![Block([0; 128]); len.div_ceil(128)])
+    }
+    fn region(&mut self, cfg: &Config) -> Region<'static, Req, Resp> {
+        let len = self.0.len() * 128;
+        // SAFETY: zeroed, aligned, alive for the whole test, accessed only via the region.
+        unsafe { Region::init(self.0.as_mut_ptr().cast(), len, cfg, 1) }.unwrap()
+    }
+}
+
+fn slab<U>(n: usize) -> Vec<SlabEntry<U>> {
+    (0..n).map(|_| SlabEntry::new()).collect()
+}
+
+const CFG: Config = Config {
+    max_clients: 2,
+    depth: 4,
+};
+
+#[test]
+fn out_of_order_replies_by_token() {
+    let mut mem = Mem::for_cfg(&CFG);
+    let r = mem.region(&CFG);
+    let mut server = Server::new(r);
+    let mut sm = slab::<u32>(8);
+    let mut c = Client::connect(r, 5, Slab::new(&mut sm)).unwrap();
+    for i in 0..4u64 {
+        c.call(&[i, 0], 100 + i as u32).unwrap();
+    }
+    assert_eq!(
+        c.call(&[9, 0], 0),
+        Err(IpcCallError::Full),
+        "depth bounds in flight"
+    );
+    assert_eq!(server.poll(), 4);
+    let mut hs: Vec<_> = core::iter::from_fn(|| server.recv()).collect();
+    assert_eq!(hs.len(), 4);
+    let mut got = Vec::new();
+    while let Some(h) = hs.pop() {
+        let p = h.payload;
+        server.reply(h, &[p[0], p[0] * 7]).unwrap();
+        c.poll(|u, r| got.push((u, *r)));
+    }
+    assert_eq!(got.len(), 4);
+    for (u, r) in got {
+        assert_eq!(r, [(u - 100) as u64, (u - 100) as u64 * 7]);
+    }
+}
+
+#[test]
+fn closed_client_frees_its_id_and_stale_replies_are_refused() {
+    let cfg = Config {
+        max_clients: 1,
+        depth: 2,
+    };
+    let mut mem = Mem::for_cfg(&cfg);
+    let r = mem.region(&cfg);
+    let mut server = Server::new(r);
+    let (mut s1, mut s2, mut s3) = (slab::<()>(2), slab::<()>(2), slab::<()>(2));
+    let mut a = Client::connect(r, 1, Slab::new(&mut s1)).unwrap();
+    assert_eq!(
+        Client::connect(r, 2, Slab::new(&mut s2)).unwrap_err(),
+        IpcConnectError::NoFreeClientId
+    );
+    a.call(&[1, 1], ()).unwrap();
+    a.call(&[2, 2], ()).unwrap();
+    server.poll();
+    let h = server.recv().unwrap();
+    a.close();
+    server.poll();
+    let mut b = Client::connect(r, 2, Slab::new(&mut s2)).unwrap();
+    assert_eq!((b.id(), b.epoch()), (0, 2));
+    assert_eq!(server.reply(h, &[0, 0]), Err(IpcReplyError::ClientGone));
+    assert_eq!(
+        server.poll(),
+        0,
+        "the closed client's unread request was dropped"
+    );
+    b.call(&[3, 3], ()).unwrap();
+    assert_eq!(server.poll(), 1);
+    let h = server.recv().unwrap();
+    assert_eq!(h.payload, [3, 3]);
+    server.reply(h, &[4, 4]).unwrap();
+    assert_eq!(b.poll(|(), r| assert_eq!(*r, [4, 4])), 1);
+    // Eviction of a dead client frees the id too.
+    let id = b.id();
+    core::mem::forget(b);
+    server.evict(id).unwrap();
+    assert_eq!(server.evict(id), Err(EvictError::NotActive));
+    server.poll();
+    let c = Client::connect(r, 3, Slab::new(&mut s3)).unwrap();
+    assert_eq!(c.epoch(), 3);
+}
+
+#[test]
+fn attach_validates() {
+    let mut mem = Mem::for_cfg(&CFG);
+    let len = mem.0.len() * 128;
+    let p: *mut u8 = mem.0.as_mut_ptr().cast();
+    // SAFETY: valid zeroed memory for the test, accessed only through regions.
+    let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
+    assert_eq!(e, LayoutError::BadMagic { found: 0 });
+    let _r = mem.region(&CFG);
+    // SAFETY: as above.
+    let ok = unsafe { Region::<Req, Resp>::attach(p, len) };
+    assert!(ok.is_ok());
+    // SAFETY: as above.
+    let short = unsafe { Region::<Req, Resp>::attach(p, len - 128) };
+    assert!(matches!(short, Err(LayoutError::Truncated { .. })));
+    // SAFETY: as above.
+    let other = unsafe { Region::<Req, [u8; 3]>::attach(p, len) };
+    assert!(matches!(other, Err(LayoutError::PayloadSize { .. })));
+}
+
+#[test]
+fn threaded_clients_conserve_requests() {
+    let per: u64 = if cfg!(miri) { 10 } else { 20_000 };
+    let cfg = Config {
+        max_clients: 3,
+        depth: 4,
+    };
+    let mut mem = Mem::for_cfg(&cfg);
+    let r = mem.region(&cfg);
+    let mut server = Server::new(r);
+    std::thread::scope(|s| {
+        for t in 0..3u32 {
+            s.spawn(move || {
+                let mut sm = slab::<u64>(4);
+                let mut c = Client::connect(r, t, Slab::new(&mut sm)).unwrap();
+                let me = c.id() as u64;
+                let (mut next, mut done) = (0u64, 0u64);
+                while done < per {
+                    if next < per && c.call(&[me, next], next).is_ok() {
+                        next += 1;
+                    }
+                    done += c.poll(|seq, r| assert_eq!(*r, [me, seq * 2])) as u64;
+                    std::hint::spin_loop();
+                }
+            });
+        }
+        let mut seen = [0u64; 3];
+        let mut held = Vec::new();
+        while seen.iter().sum::<u64>() < 3 * per {
+            server.poll();
+            while let Some(h) = server.recv() {
+                let [id, seq] = h.payload;
+                assert_eq!(seq, seen[id as usize], "per-client order");
+                seen[id as usize] += 1;
+                held.push(h);
+            }
+            // Reply newest first.
+            while let Some(h) = held.pop() {
+                let [id, seq] = h.payload;
+                server.reply(h, &[id, seq * 2]).unwrap();
+            }
+            std::hint::spin_loop();
+        }
+    });
+}
