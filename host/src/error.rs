@@ -4,6 +4,7 @@
 use std::io;
 
 use copyrpc_core::deleg::{ConnectError, LayoutError};
+use copyrpc_core::ipc::IpcConnectError;
 
 /// Everything the host's shm regions and pinning can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +107,15 @@ pub enum Error {
         /// Why (e.g. no free client id).
         #[source]
         source: ConnectError,
+    },
+    /// Registration as an ipc client was refused.
+    #[error("connect to ipc region {name}")]
+    IpcConnect {
+        /// The region name.
+        name: String,
+        /// Why (e.g. no free client id).
+        #[source]
+        source: IpcConnectError,
     },
     /// `sched_getaffinity`.
     #[error("sched_getaffinity failed")]

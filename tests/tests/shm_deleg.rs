@@ -21,7 +21,7 @@ type Resp = [u64; 4];
 
 const ROLE: &str = "COPYRPC_SHM_DELEG_ROLE";
 const NAME: &str = "COPYRPC_SHM_DELEG_NAME";
-/// Calls each surviving client makes (the victim calls until killed).
+/// Calls each surviving client makes after the kill (the victim calls until killed).
 const CALLS: u64 = 20_000;
 /// Every child gives up (and fails) after this long.
 const CHILD_DEADLINE: Duration = Duration::from_secs(20);
@@ -44,8 +44,8 @@ fn role_entry() {
     let name = std::env::var(NAME).unwrap();
     match role.as_str() {
         "server" => run_server(&name),
-        "client" => run_client(&name, Some(CALLS)),
-        "victim" => run_client(&name, None),
+        "client" => run_client(&name, true),
+        "victim" => run_client(&name, false),
         r => panic!("unknown role {r}"),
     }
 }
@@ -103,40 +103,60 @@ fn active_clients(server: &DelegServer<Req, Resp>) -> usize {
         .count()
 }
 
-fn run_client(name: &str, calls: Option<u64>) {
+/// Answers before "PROGRESS"; survivors then wait for "GO" on stdin and make `CALLS` more.
+const PROGRESS_AT: u64 = 1000;
+
+fn wait_go() {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "GO");
+}
+
+fn run_client(name: &str, survivor: bool) {
     let mut c = DelegClient::<Req, Resp>::connect(name).unwrap();
     let pid = std::process::id() as u64;
     let deadline = Instant::now() + CHILD_DEADLINE;
     let mut sent: [Option<u64>; 4] = [None; 4];
     let (mut next, mut answered) = (0u64, 0u64);
-    let limit = calls.unwrap_or(u64::MAX);
-    while answered < limit {
-        assert!(Instant::now() < deadline, "client deadline");
-        while next < limit && c.in_flight() < 4 {
-            let req = [pid, next, check_word(pid, next), 0];
-            match c.call(&req) {
-                Ok(slot) => {
-                    assert!(sent[slot as usize].is_none(), "slot double-booked");
-                    sent[slot as usize] = Some(next);
-                    next += 1;
+    let mut limit = PROGRESS_AT;
+    loop {
+        while answered < limit {
+            assert!(Instant::now() < deadline, "client deadline");
+            while next < limit && c.in_flight() < 4 {
+                let req = [pid, next, check_word(pid, next), 0];
+                match c.call(&req) {
+                    Ok(slot) => {
+                        assert!(sent[slot as usize].is_none(), "slot double-booked");
+                        sent[slot as usize] = Some(next);
+                        next += 1;
+                    }
+                    // Not delivered; retry the same sequence number.
+                    Err(CallError::Abandoned) => {}
+                    Err(e) => panic!("call: {e}"),
                 }
-                // Not delivered; retry the same sequence number.
-                Err(CallError::Abandoned) => {}
-                Err(e) => panic!("call: {e}"),
             }
+            answered += c.poll(|slot, resp| {
+                let seq = sent[slot as usize]
+                    .take()
+                    .expect("response on an idle slot");
+                let want = response_for(&[pid, seq, check_word(pid, seq), 0]);
+                assert_eq!(*resp, want, "response for another call");
+            }) as u64;
         }
-        answered += c.poll(|slot, resp| {
-            let seq = sent[slot as usize]
-                .take()
-                .expect("response on an idle slot");
-            let want = response_for(&[pid, seq, check_word(pid, seq), 0]);
-            assert_eq!(*resp, want, "response for another call");
-        }) as u64;
-        if answered == 1000 {
+        if limit == PROGRESS_AT {
             println!("PROGRESS");
+            limit = if survivor {
+                wait_go();
+                PROGRESS_AT + CALLS
+            } else {
+                // The victim calls until it is killed.
+                u64::MAX
+            };
+            continue;
         }
+        break;
     }
-    println!("DONE {answered}");
+    println!("DONE {}", answered - PROGRESS_AT);
 }
 
 struct Proc {
@@ -149,6 +169,7 @@ fn spawn(role: &str, name: &str) -> Proc {
         .args(["--exact", "role_entry", "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
         .env(NAME, name)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -216,10 +237,19 @@ fn killed_client_does_not_stop_the_others() {
     let mut clients: Vec<Proc> = (0..2).map(|_| spawn("client", &name)).collect();
     let mut victim = victim;
     victim.expect("PROGRESS", deadline);
+    for c in &clients {
+        c.expect("PROGRESS", deadline);
+    }
     // Kill the victim mid-run, wherever it is (possibly between claim and commit), and
     // reap it so its pid is gone.
     victim.child.kill().unwrap();
     victim.child.wait().unwrap();
+    // Only now do the survivors make most of their calls: the server must serve them
+    // after the kill.
+    for c in clients.iter_mut() {
+        use std::io::Write;
+        writeln!(c.child.stdin.as_mut().unwrap(), "GO").unwrap();
+    }
     for c in clients.iter_mut() {
         let done = c.expect("DONE", deadline);
         assert_eq!(done, format!("DONE {CALLS}"));

@@ -15,7 +15,7 @@
 //! `evict` calls (delegation clients) or stale-region errors (servers).
 
 pub mod deleg;
-// pub mod ipc; (lands with core ipc)
+pub mod ipc;
 
 use std::ffi::CString;
 use std::io;

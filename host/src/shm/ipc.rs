@@ -1,0 +1,256 @@
+//! ipc over a named `/dev/shm` region: the core's ipc [`Server`] and [`Client`] with the
+//! pids and liveness checks left to the host.
+
+use copyrpc_core::deleg::{ClientInfo, ClientState, EvictError, Payload};
+use copyrpc_core::flux::{Slab, SlabEntry};
+use copyrpc_core::ipc::{Client, Config, IpcCallError, IpcReplyError, RecvHandle, Region, Server};
+
+use super::deleg::create_exclusive;
+use super::{my_pid, pid_alive, ShmRegion};
+use crate::error::{Error, Result};
+
+/// The server of an ipc region it created; dropping it clears `server_alive` and unlinks.
+pub struct IpcServer<Req: Payload, Resp: Payload> {
+    // Field order matters: `server` borrows the mapping owned by `shm` and drops first.
+    server: Server<'static, Req, Resp>,
+    shm: ShmRegion,
+}
+
+impl<Req: Payload, Resp: Payload> std::fmt::Debug for IpcServer<Req, Resp> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpcServer")
+            .field("name", &self.shm.name())
+            .finish()
+    }
+}
+
+impl<Req: Payload, Resp: Payload> IpcServer<Req, Resp> {
+    /// Creates region `name` exclusively (see [`super::deleg::DelegServer::create`] for the
+    /// stale-region rules) and starts serving.
+    pub fn create(name: &str, cfg: Config, replace_stale: bool) -> Result<Self> {
+        let layout_err = |source| Error::ShmLayout {
+            name: name.to_owned(),
+            source,
+        };
+        let len = Region::<Req, Resp>::required_len(&cfg).map_err(layout_err)?;
+        let shm = create_exclusive(name, len, replace_stale)?;
+        // SAFETY: a fresh zero-filled mapping of `len` bytes that outlives `server` (field
+        // order), and nothing derived from it is handed out beyond `&self`.
+        let region =
+            unsafe { Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, my_pid()) }
+                .map_err(layout_err)?;
+        Ok(Self {
+            server: Server::new(region),
+            shm,
+        })
+    }
+
+    /// The region's name.
+    pub fn name(&self) -> &str {
+        self.shm.name()
+    }
+
+    /// Core `poll`.
+    pub fn poll(&mut self) -> usize {
+        self.server.poll()
+    }
+
+    /// Core `poll_with_skip`.
+    pub fn poll_with_skip(&mut self, skip: impl FnMut(u32) -> bool) -> usize {
+        self.server.poll_with_skip(skip)
+    }
+
+    /// Core `recv`.
+    pub fn recv(&mut self) -> Option<RecvHandle<Req>> {
+        self.server.recv()
+    }
+
+    /// Core `reply`.
+    pub fn reply(&mut self, h: RecvHandle<Req>, resp: &Resp) -> Result<(), IpcReplyError> {
+        self.server.reply(h, resp)
+    }
+
+    /// The client table.
+    pub fn clients(&self) -> impl Iterator<Item = ClientInfo> + '_ {
+        self.server.clients()
+    }
+
+    /// Core `evict`.
+    pub fn evict(&mut self, id: u32) -> Result<(), EvictError> {
+        self.server.evict(id)
+    }
+
+    /// Evicts every active client whose owner pid is gone; returns how many. The next
+    /// `poll` frees their ids.
+    pub fn reap_dead_clients(&mut self) -> usize {
+        let dead: Vec<u32> = self
+            .server
+            .clients()
+            .filter(|c| c.state == ClientState::Active && !pid_alive(c.owner))
+            .map(|c| c.id)
+            .collect();
+        for &id in &dead {
+            let _ = self.server.evict(id);
+        }
+        dead.len()
+    }
+}
+
+/// Heap storage for a client's slab, freed after the client that borrows it.
+struct SlabBox<U>(*mut [SlabEntry<U>]);
+
+impl<U> Drop for SlabBox<U> {
+    fn drop(&mut self) {
+        // SAFETY: made by `Box::into_raw` in `IpcClient::connect`; the client borrowing it
+        // was dropped before this field (declaration order).
+        drop(unsafe { Box::from_raw(self.0) });
+    }
+}
+
+/// A client of an ipc region, with `depth` slab entries for its calls' user data.
+pub struct IpcClient<Req: Payload, Resp: Payload, U: 'static> {
+    // Field order matters: `client` borrows both `slab` and the mapping in `shm`.
+    client: Client<'static, 'static, Req, Resp, U>,
+    _slab: SlabBox<U>,
+    region: Region<'static, Req, Resp>,
+    shm: ShmRegion,
+}
+
+// SAFETY: the raw slab pointer is owned exclusively by this value (like a Box), and the
+// region views point into a process-wide mapping that is shared only through atomics.
+unsafe impl<Req: Payload, Resp: Payload, U: Send + 'static> Send for IpcClient<Req, Resp, U> {}
+
+impl<Req: Payload, Resp: Payload, U: 'static> std::fmt::Debug for IpcClient<Req, Resp, U> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpcClient")
+            .field("name", &self.shm.name())
+            .field("id", &self.client.id())
+            .finish()
+    }
+}
+
+impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
+    /// Opens `name`, validates its layout, checks that its server is alive and registers.
+    pub fn connect(name: &str) -> Result<Self> {
+        let shm = ShmRegion::open(name)?;
+        // SAFETY: the mapping covers `shm.len()` bytes and outlives the views (field order).
+        let region = unsafe { Region::<'static, Req, Resp>::attach(shm.as_ptr(), shm.len()) }
+            .map_err(|source| Error::ShmLayout {
+                name: name.to_owned(),
+                source,
+            })?;
+        let h = region.header();
+        // Relaxed: a flag and a pid.
+        if !h.server_alive.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::ServerGone {
+                name: name.to_owned(),
+            });
+        }
+        let pid = h.server_owner.load(std::sync::atomic::Ordering::Relaxed);
+        if !pid_alive(pid) {
+            return Err(Error::ShmStale {
+                name: name.to_owned(),
+                pid,
+            });
+        }
+        let depth = region.config().depth as usize;
+        let raw = Box::into_raw((0..depth).map(|_| SlabEntry::new()).collect::<Box<[_]>>());
+        let slab_box = SlabBox(raw);
+        // SAFETY: `raw` is a live allocation owned by `slab_box`, which is dropped after
+        // the client that borrows it; nothing else aliases it.
+        let slab = Slab::new(unsafe { &mut *raw });
+        let client = Client::connect(region, my_pid(), slab).map_err(|e| Error::IpcConnect {
+            name: name.to_owned(),
+            source: e,
+        })?;
+        Ok(Self {
+            client,
+            _slab: slab_box,
+            region,
+            shm,
+        })
+    }
+
+    /// This client's id.
+    pub fn id(&self) -> u32 {
+        self.client.id()
+    }
+
+    /// Calls in flight.
+    pub fn in_flight(&self) -> usize {
+        self.client.in_flight()
+    }
+
+    /// Core `call`.
+    pub fn call(&mut self, req: &Req, user_data: U) -> Result<(), IpcCallError> {
+        self.client.call(req, user_data)
+    }
+
+    /// Core `poll`.
+    pub fn poll(&mut self, f: impl FnMut(U, &Resp)) -> usize {
+        self.client.poll(f)
+    }
+
+    /// True while the server's flag is set and its pid is alive.
+    pub fn server_alive(&self) -> bool {
+        let h = self.region.header();
+        // Relaxed: flag and pid.
+        h.server_alive.load(std::sync::atomic::Ordering::Relaxed)
+            && pid_alive(h.server_owner.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::tests::unique;
+    use copyrpc_core::deleg::LayoutError;
+    use copyrpc_core::ipc::IpcConnectError;
+
+    type Req = [u64; 2];
+    type Resp = [u64; 2];
+    const CFG: Config = Config {
+        max_clients: 1,
+        depth: 4,
+    };
+
+    #[test]
+    fn round_trip_and_typed_errors() {
+        let name = unique("ipc");
+        let mut s = IpcServer::<Req, Resp>::create(&name, CFG, false).unwrap();
+        let mut c = IpcClient::<Req, Resp, u32>::connect(&name).unwrap();
+        assert!(c.server_alive());
+        c.call(&[1, 2], 7).unwrap();
+        assert_eq!(s.poll(), 1);
+        let h = s.recv().unwrap();
+        s.reply(h, &[3, 4]).unwrap();
+        let mut got = None;
+        c.poll(|u, r| got = Some((u, *r)));
+        assert_eq!(got, Some((7, [3, 4])));
+        // Exhaustion, payload mismatch, wrong protocol.
+        assert!(matches!(
+            IpcClient::<Req, Resp, u32>::connect(&name),
+            Err(Error::IpcConnect {
+                source: IpcConnectError::NoFreeClientId,
+                ..
+            })
+        ));
+        assert!(matches!(
+            IpcClient::<[u8; 4], Resp, u32>::connect(&name),
+            Err(Error::ShmLayout {
+                source: LayoutError::PayloadSize { .. },
+                ..
+            })
+        ));
+        assert!(matches!(
+            super::super::deleg::DelegClient::<Req, Resp>::connect(&name),
+            Err(Error::ShmLayout {
+                source: LayoutError::BadMagic { .. },
+                ..
+            })
+        ));
+        drop(c);
+        s.poll();
+        let _c2 = IpcClient::<Req, Resp, u32>::connect(&name).unwrap();
+    }
+}
