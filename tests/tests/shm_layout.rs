@@ -43,7 +43,7 @@ fn live_region_fields_at_seed_offsets() {
         Region::<Req, Resp>::required_len(&cfg).unwrap(),
         "file size"
     );
-    assert_eq!(b.len(), resp_area + 3 * 4 * resp_slot + 3 * 64);
+    assert_eq!(b.len(), resp_area + 3 * 4 * resp_slot + 3 * 128);
     // Header.
     assert_eq!(u64_at(&b, 0), MAGIC);
     assert_eq!(&b[0..8], &0x444C_4752_5043_5631u64.to_le_bytes());
@@ -108,10 +108,11 @@ fn live_region_fields_at_seed_offsets() {
     let r0 = resp_area + 4 * resp_slot;
     assert_eq!(u8_at(&b, r0), 0, "slot 0 not answered yet");
     // Client table after the response area: entry 1 active, epoch 1, owner = us.
-    let t = resp_area + 3 * 4 * resp_slot + 64;
+    let t = resp_area + 3 * 4 * resp_slot + 128;
     assert_eq!(u32_at(&b, t), 1 << 2 | 1, "state: epoch 1, Active");
     assert_eq!(u32_at(&b, t + 4), std::process::id(), "owner");
-    assert_eq!(u64_at(&b, t + 8), 2, "claim_pos = last position + 1");
+    assert_eq!(u64_at(&b, t + 8), u64::MAX, "drain_until: not retiring");
+    assert_eq!(u64_at(&b, t + 64), 2, "claim_pos = last position + 1");
 
     let mut got = Vec::new();
     c1.poll(|s, r| got.push((s, r[0])));

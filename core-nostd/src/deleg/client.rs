@@ -193,6 +193,11 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
     }
 
     /// Delivers every response that has arrived: `f(resp_slot, &resp)`. Returns how many.
+    ///
+    /// Scans the pending slots (seed: all `resp_depth` slots; pending ones only here). An
+    /// in-order variant that stops at the first unanswered slot was measured and gave no
+    /// gain within this machine's noise (docs/PERFORMANCE.md), so answers that overtake
+    /// older calls are delivered at once.
     pub fn poll(&mut self, mut f: impl FnMut(u32, &Resp)) -> usize {
         if self.in_flight == 0 {
             return 0;

@@ -23,8 +23,10 @@ pub const HEADER_SIZE: usize = 128;
 pub const RING_CONTROL_OFFSET: usize = 128;
 /// Offset of the first request slot.
 pub const RING_OFFSET: usize = 256;
-/// Bytes of one client-table entry (an addition after the response area; see module docs).
-pub const CLIENT_ENTRY_SIZE: usize = 64;
+/// Bytes of one client-table entry (an addition after the response area; see module docs):
+/// two 64 B lines, so the client's per-call `claim_pos` store does not invalidate the line
+/// whose `state` the server reads on every `recv` and `reply`.
+pub const CLIENT_ENTRY_SIZE: usize = 128;
 /// Largest `max_clients` a region may declare.
 pub const MAX_CLIENTS: u32 = 1 << 16;
 /// Largest `ring_depth` / `resp_depth` a region may declare.
@@ -124,7 +126,8 @@ pub struct RespSlot<Resp> {
     payload: UnsafeCell<Resp>,
 }
 
-/// Client-table entry (addition after the response area), 64 bytes per client id.
+/// Client-table entry (addition after the response area), 128 bytes per client id: a
+/// read-mostly line (state, owner, server-private drain mark) and the client's hot line.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct ClientEntry {
@@ -132,12 +135,14 @@ pub struct ClientEntry {
     pub state: AtomicU32,
     /// @+4 opaque owner tag given at connect (the host stores the client's pid).
     pub owner: AtomicU32,
-    /// @+8 `pos + 1` of the client's latest claimed ring position, 0 before any.
-    pub claim_pos: AtomicU64,
-    /// @+16 server-private: exclusive end of the positions to drain before the id is
+    /// @+8 server-private: exclusive end of the positions to drain before the id is
     /// freed, or `u64::MAX` when not retiring.
     pub drain_until: AtomicU64,
-    _pad: [u8; 40],
+    _pad0: [u8; 48],
+    /// @+64 `pos + 1` of the client's latest claimed ring position, 0 before any; stored
+    /// on every call, read by the server only for an evicted client.
+    pub claim_pos: AtomicU64,
+    _pad1: [u8; 56],
 }
 
 /// Lifecycle of a client id, the low two bits of [`ClientEntry::state`].
@@ -204,8 +209,8 @@ mod asserts {
     const _: () = assert!(offset_of!(RespSlot<u64>, pending) == 1);
     const _: () = assert!(offset_of!(RespSlot<u64>, payload) == 8);
     const _: () = assert!(size_of::<ClientEntry>() == CLIENT_ENTRY_SIZE);
-    const _: () = assert!(offset_of!(ClientEntry, claim_pos) == 8);
-    const _: () = assert!(offset_of!(ClientEntry, drain_until) == 16);
+    const _: () = assert!(offset_of!(ClientEntry, drain_until) == 8);
+    const _: () = assert!(offset_of!(ClientEntry, claim_pos) == 64);
 }
 
 // SAFETY: the cells are accessed only under the slot protocol: the claimer of a position
@@ -489,9 +494,10 @@ impl ClientEntry {
         Self {
             state: AtomicU32::new(0),
             owner: AtomicU32::new(0),
-            claim_pos: AtomicU64::new(0),
             drain_until: AtomicU64::new(u64::MAX),
-            _pad: [0; 40],
+            _pad0: [0; 48],
+            claim_pos: AtomicU64::new(0),
+            _pad1: [0; 56],
         }
     }
 }

@@ -24,10 +24,11 @@
 //!                         R = 256 + ring_depth * req_slot_size;
 //!                         slot (c, i) at R + (c * resp_depth + i) * resp_slot_size:
 //!                         valid u8 @+0, + pending u8 @+1 (client-private), payload @+8
-//! T  + client table       max_clients x 64 B, T = R + max_clients * resp_depth * resp_slot_size:
+//! T  + client table       max_clients x 128 B, T = R + max_clients * resp_depth * resp_slot_size:
 //!                         state u32 @+0 (epoch << 2 | Free/Active/Closing/Dead),
-//!                         owner u32 @+4 (host: the client's pid), claim_pos u64 @+8,
-//!                         drain_until u64 @+16 (server-private)
+//!                         owner u32 @+4 (host: the client's pid),
+//!                         drain_until u64 @+8 (server-private),
+//!                         claim_pos u64 @+64 (own line: stored on every call)
 //! ```
 //!
 //! Nothing the seed defines moves: the additions use the seed's padding bytes or sit after

@@ -130,7 +130,7 @@ fn seed_offsets() {
     assert_eq!(off.resp_slot_size, 64);
     assert_eq!(off.resp_area_offset, 256 + 4 * 64);
     assert_eq!(off.client_table_offset, 512 + 3 * 2 * 64);
-    assert_eq!(off.region_len, 512 + 384 + 3 * 64);
+    assert_eq!(off.region_len, 512 + 384 + 3 * 128);
     assert_eq!(req_slot_size::<[u8; 100]>(), 128);
     assert_eq!(resp_slot_size::<[u8; 120]>(), 128);
 }
@@ -448,4 +448,50 @@ fn threaded_stress_conserves_requests() {
 
 fn c_id_tag(id: u64) -> u64 {
     0xC0DE_0000 + id
+}
+
+#[test]
+fn answers_overtaking_an_old_call_are_delivered_and_slots_reused() {
+    let cfg = Config {
+        max_clients: 1,
+        ring_depth: 8,
+        resp_depth: 4,
+    };
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&cfg).unwrap());
+    let r = region(&mut mem, &cfg);
+    let mut server = Server::new(r, SC);
+    let mut c = Client::connect(r, 1).unwrap();
+    for i in 0..4 {
+        c.call(&[i, 0]).unwrap();
+    }
+    server.poll(0);
+    let hs: Vec<_> = core::iter::from_fn(|| server.recv()).collect();
+    server.advance_tail();
+    let mut hs = hs.into_iter();
+    let first = hs.next().unwrap();
+    // Answer the newest three; the oldest stays out.
+    for h in hs {
+        let p = h.payload;
+        server.reply(h.token, &p).unwrap();
+    }
+    let mut got = Vec::new();
+    assert_eq!(
+        c.poll(|_, r| got.push(r[0])),
+        3,
+        "overtaking answers delivered at once"
+    );
+    got.sort_unstable();
+    assert_eq!(got, [1, 2, 3]);
+    // A slot freed out of order is reused; everything is still delivered.
+    let s = c.call(&[9, 0]).unwrap();
+    server.poll(1);
+    let h = server.recv().unwrap();
+    assert_eq!(h.token.resp_slot_idx(), s);
+    server.reply(h.token, &[9, 0]).unwrap();
+    server.reply(first.token, &[0, 0]).unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(c.poll(|_, r| rest.push(r[0])), 2);
+    rest.sort_unstable();
+    assert_eq!(rest, [0, 9]);
+    assert_eq!(c.in_flight(), 0);
 }

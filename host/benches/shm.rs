@@ -1,0 +1,518 @@
+//! Shared-memory protocol benches, two threads pinned to two cores (printed at start).
+//!
+//! `cargo bench -p host --bench shm` (about a minute); numbers and their reading are in
+//! docs/PERFORMANCE.md. Groups:
+//!
+//! - `rtt/*`: one request/response round trip, one call in flight: `floor_one_line` (a
+//!   single cache line bounced between the two cores: the physical floor), `ipc`,
+//!   `rtrb` (two rtrb rings), `deleg`, `flux`, `crossbeam_channel`, `array_queue`.
+//! - `window32/*`: throughput with 32 calls in flight, request and response both ways:
+//!   `deleg` vs `array_queue` (crossbeam ArrayQueue pair), `flux` vs `crossbeam_channel`,
+//!   `ipc` vs `rtrb`.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use copyrpc_host::affinity::{pin_current_thread, usable_cores};
+use copyrpc_host::core::deleg;
+use copyrpc_host::core::flux::{Mesh, Msg, NodeCtl, PairCtl, Slab, SlabEntry};
+use copyrpc_host::core::ipc;
+use copyrpc_host::core::ipc::spsc::Slot;
+use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
+use copyrpc_host::shm::ipc::{IpcClient, IpcServer};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+type P = [u64; 2];
+const WINDOW: u64 = 32;
+
+/// (bench thread's cpu, peer thread's cpu): the first two usable cpus, read once before
+/// the bench thread pins itself (after that its own affinity is one cpu).
+fn cores() -> (usize, usize) {
+    static CORES: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        let c = usable_cores().expect("sched_getaffinity");
+        (c[0], c[1 % c.len()])
+    })
+}
+
+/// The second thread of a bench: pinned, runs `body` until stopped.
+struct Peer {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Peer {
+    fn spawn(body: impl FnOnce(&AtomicBool) + Send + 'static) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let (_, peer_core) = cores();
+        let handle = std::thread::spawn(move || {
+            pin_current_thread(peer_core).expect("pin peer");
+            body(&s);
+        });
+        Self {
+            stop,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.take().unwrap().join().unwrap();
+    }
+}
+
+fn unique(tag: &str) -> String {
+    format!("/copyrpc-bench-{tag}-{}", std::process::id())
+}
+
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+fn rtt(c: &mut Criterion) {
+    let mut g = c.benchmark_group("rtt");
+    g.throughput(Throughput::Elements(1));
+
+    // The floor: one cache line, written alternately by the two cores.
+    {
+        let line = Arc::new(Line(AtomicU64::new(0)));
+        let l2 = line.clone();
+        let _peer = Peer::spawn(move |stop| {
+            let mut seen = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let v = l2.0.load(Ordering::Acquire);
+                if v != seen && v % 2 == 1 {
+                    l2.0.store(v + 1, Ordering::Release);
+                    seen = v + 1;
+                }
+                std::hint::spin_loop();
+            }
+        });
+        let mut v = 0u64;
+        g.bench_function("floor_one_line", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for _ in 0..iters {
+                    line.0.store(v + 1, Ordering::Release);
+                    while line.0.load(Ordering::Acquire) != v + 2 {
+                        std::hint::spin_loop();
+                    }
+                    v += 2;
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    // ipc over /dev/shm.
+    {
+        let name = unique("ipc-rtt");
+        let cfg = ipc::Config {
+            max_clients: 1,
+            depth: 64,
+        };
+        let mut server = IpcServer::<P, P>::create(&name, cfg, true).unwrap();
+        let mut client = IpcClient::<P, P, u64>::connect(&name).unwrap();
+        let _peer = Peer::spawn(move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                server.poll();
+                while let Some(h) = server.recv() {
+                    let p = h.payload;
+                    server.reply(h, &p).unwrap();
+                }
+            }
+        });
+        g.bench_function("ipc", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for i in 0..iters {
+                    client.call(&[i, 0], i).unwrap();
+                    while client.poll(|u, r| {
+                        black_box((u, r));
+                    }) == 0
+                    {}
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    // rtrb: a request ring and a response ring.
+    {
+        let (mut req_p, mut req_c) = rtrb::RingBuffer::<P>::new(64);
+        let (mut resp_p, mut resp_c) = rtrb::RingBuffer::<P>::new(64);
+        let _peer = Peer::spawn(move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(p) = req_c.pop() {
+                    resp_p.push(p).unwrap();
+                }
+            }
+        });
+        g.bench_function("rtrb", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for i in 0..iters {
+                    req_p.push([i, 0]).unwrap();
+                    loop {
+                        if let Ok(r) = resp_c.pop() {
+                            black_box(r);
+                            break;
+                        }
+                    }
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    // delegationrpc over /dev/shm, one client.
+    {
+        let name = unique("deleg-rtt");
+        let cfg = deleg::Config {
+            max_clients: 1,
+            ring_depth: 64,
+            resp_depth: 32,
+        };
+        let opts = ServerOptions {
+            replace_stale: true,
+            ..ServerOptions::default()
+        };
+        let mut server = DelegServer::<P, P>::create(&name, cfg, opts).unwrap();
+        let mut client = DelegClient::<P, P>::connect(&name).unwrap();
+        let _peer = Peer::spawn(move |stop| deleg_echo(&mut server, stop));
+        g.bench_function("deleg", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for i in 0..iters {
+                    client.call(&[i, 0]).unwrap();
+                    while client.poll(|s, r| {
+                        black_box((s, r));
+                    }) == 0
+                    {}
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    // Flux, two nodes.
+    {
+        let (mut a, mut bnode) = flux_pair();
+        let _peer = Peer::spawn(move |stop| flux_echo(&mut bnode, stop));
+        g.bench_function("flux", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for i in 0..iters {
+                    a.call(1, [i, 0], i).unwrap();
+                    while a.poll(|u, r| {
+                        black_box((u, r));
+                    }) == 0
+                    {}
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    // crossbeam bounded channels, request and response.
+    {
+        let (req_tx, req_rx) = crossbeam_channel::bounded::<P>(64);
+        let (resp_tx, resp_rx) = crossbeam_channel::bounded::<P>(64);
+        let _peer = Peer::spawn(move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(p) = req_rx.try_recv() {
+                    resp_tx.send(p).unwrap();
+                }
+            }
+        });
+        g.bench_function("crossbeam_channel", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for i in 0..iters {
+                    req_tx.send([i, 0]).unwrap();
+                    loop {
+                        if let Ok(r) = resp_rx.try_recv() {
+                            black_box(r);
+                            break;
+                        }
+                    }
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    // crossbeam ArrayQueue pair.
+    {
+        let req = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(64));
+        let resp = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(64));
+        let (rq, rs) = (req.clone(), resp.clone());
+        let _peer = Peer::spawn(move |stop| aq_echo(&rq, &rs, stop));
+        g.bench_function("array_queue", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for i in 0..iters {
+                    req.push([i, 0]).unwrap();
+                    loop {
+                        if let Some(r) = resp.pop() {
+                            black_box(r);
+                            break;
+                        }
+                    }
+                }
+                t.elapsed()
+            })
+        });
+    }
+    g.finish();
+}
+
+fn deleg_echo(server: &mut DelegServer<P, P>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        if server.poll() > 0 {
+            while let Some(e) = server.recv() {
+                let p = e.payload;
+                server.reply(e.token, &p).unwrap();
+            }
+            server.advance_tail();
+        }
+    }
+}
+
+fn aq_echo(
+    req: &crossbeam_queue::ArrayQueue<P>,
+    resp: &crossbeam_queue::ArrayQueue<P>,
+    stop: &AtomicBool,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(p) = req.pop() {
+            while resp.push(p).is_err() {}
+        }
+    }
+}
+
+type FluxNode = copyrpc_host::core::flux::Node<'static, 'static, P, u64>;
+
+/// Two Flux nodes over leaked memory (the bench process ends soon after).
+fn flux_pair() -> (FluxNode, FluxNode) {
+    const CAP: usize = 64;
+    let slots = Mesh::<P>::slots_needed(2, CAP);
+    let pairs: &'static [PairCtl] = Vec::leak((0..4).map(|_| PairCtl::new()).collect());
+    let req: &'static [Slot<Msg<P>>] = Vec::leak((0..slots).map(|_| Slot::new()).collect());
+    let resp: &'static [Slot<Msg<P>>] = Vec::leak((0..slots).map(|_| Slot::new()).collect());
+    let nodes: &'static [NodeCtl] = Vec::leak((0..2).map(|_| NodeCtl::new()).collect());
+    let mesh = Mesh::new(2, CAP, pairs, req, resp, nodes).unwrap();
+    let slab = || Slab::new(Vec::leak((0..CAP).map(|_| SlabEntry::new()).collect()));
+    (mesh.node(0, slab()).unwrap(), mesh.node(1, slab()).unwrap())
+}
+
+fn flux_echo(node: &mut FluxNode, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        while let Some(h) = node.try_recv() {
+            let p = h.payload;
+            node.reply(h, p).unwrap();
+        }
+    }
+}
+
+fn window32(c: &mut Criterion) {
+    let mut g = c.benchmark_group("window32");
+    g.throughput(Throughput::Elements(1));
+
+    {
+        let name = unique("deleg-win");
+        let cfg = deleg::Config {
+            max_clients: 1,
+            ring_depth: 64,
+            resp_depth: 32,
+        };
+        let opts = ServerOptions {
+            replace_stale: true,
+            ..ServerOptions::default()
+        };
+        let mut server = DelegServer::<P, P>::create(&name, cfg, opts).unwrap();
+        let mut client = DelegClient::<P, P>::connect(&name).unwrap();
+        let _peer = Peer::spawn(move |stop| deleg_echo(&mut server, stop));
+        g.bench_function("deleg", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                let (mut sent, mut done) = (0u64, 0u64);
+                while done < iters {
+                    while sent < iters && u64::from(client.in_flight()) < WINDOW {
+                        client.call(&[sent, 0]).unwrap();
+                        sent += 1;
+                    }
+                    done += client.poll(|s, r| {
+                        black_box((s, r));
+                    }) as u64;
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    {
+        let req = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(64));
+        let resp = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(64));
+        let (rq, rs) = (req.clone(), resp.clone());
+        let _peer = Peer::spawn(move |stop| aq_echo(&rq, &rs, stop));
+        g.bench_function("array_queue", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                let (mut sent, mut done) = (0u64, 0u64);
+                while done < iters {
+                    while sent < iters && sent - done < WINDOW {
+                        req.push([sent, 0]).unwrap();
+                        sent += 1;
+                    }
+                    while let Some(r) = resp.pop() {
+                        black_box(r);
+                        done += 1;
+                    }
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    {
+        let (mut a, mut bnode) = flux_pair();
+        let _peer = Peer::spawn(move |stop| flux_echo(&mut bnode, stop));
+        g.bench_function("flux", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                let (mut sent, mut done) = (0u64, 0u64);
+                while done < iters {
+                    while sent < iters && (a.in_flight() as u64) < WINDOW {
+                        a.call(1, [sent, 0], sent).unwrap();
+                        sent += 1;
+                    }
+                    done += a.poll(|u, r| {
+                        black_box((u, r));
+                    }) as u64;
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    {
+        let (req_tx, req_rx) = crossbeam_channel::bounded::<P>(64);
+        let (resp_tx, resp_rx) = crossbeam_channel::bounded::<P>(64);
+        let _peer = Peer::spawn(move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                while let Ok(p) = req_rx.try_recv() {
+                    resp_tx.send(p).unwrap();
+                }
+            }
+        });
+        g.bench_function("crossbeam_channel", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                let (mut sent, mut done) = (0u64, 0u64);
+                while done < iters {
+                    while sent < iters && sent - done < WINDOW {
+                        req_tx.send([sent, 0]).unwrap();
+                        sent += 1;
+                    }
+                    while let Ok(r) = resp_rx.try_recv() {
+                        black_box(r);
+                        done += 1;
+                    }
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    {
+        let name = unique("ipc-win");
+        let cfg = ipc::Config {
+            max_clients: 1,
+            depth: 32,
+        };
+        let mut server = IpcServer::<P, P>::create(&name, cfg, true).unwrap();
+        let mut client = IpcClient::<P, P, u64>::connect(&name).unwrap();
+        let _peer = Peer::spawn(move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                server.poll();
+                while let Some(h) = server.recv() {
+                    let p = h.payload;
+                    server.reply(h, &p).unwrap();
+                }
+            }
+        });
+        g.bench_function("ipc", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                let (mut sent, mut done) = (0u64, 0u64);
+                while done < iters {
+                    while sent < iters && (client.in_flight() as u64) < WINDOW {
+                        client.call(&[sent, 0], sent).unwrap();
+                        sent += 1;
+                    }
+                    done += client.poll(|u, r| {
+                        black_box((u, r));
+                    }) as u64;
+                }
+                t.elapsed()
+            })
+        });
+    }
+
+    {
+        let (mut req_p, mut req_c) = rtrb::RingBuffer::<P>::new(64);
+        let (mut resp_p, mut resp_c) = rtrb::RingBuffer::<P>::new(64);
+        let _peer = Peer::spawn(move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                while let Ok(p) = req_c.pop() {
+                    while resp_p.push(p).is_err() {}
+                }
+            }
+        });
+        g.bench_function("rtrb", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                let (mut sent, mut done) = (0u64, 0u64);
+                while done < iters {
+                    while sent < iters && sent - done < WINDOW {
+                        req_p.push([sent, 0]).unwrap();
+                        sent += 1;
+                    }
+                    while let Ok(r) = resp_c.pop() {
+                        black_box(r);
+                        done += 1;
+                    }
+                }
+                t.elapsed()
+            })
+        });
+    }
+    g.finish();
+}
+
+fn config() -> Criterion {
+    let usable = usable_cores().expect("sched_getaffinity");
+    let (main_core, peer_core) = cores();
+    pin_current_thread(main_core).expect("pin bench thread");
+    println!(
+        "shm benches: bench thread pinned to cpu {main_core}, peer thread to cpu {peer_core} \
+         (usable: {usable:?})"
+    );
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = rtt, window32
+}
+criterion_main!(benches);
