@@ -154,7 +154,7 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
     /// The clock is read every 64 polls, so the hole timeout and the reap interval are
     /// honoured to within 64 polls.
     pub fn poll(&mut self) -> usize {
-        if self.polls % CLOCK_EVERY == 0 {
+        if self.polls.is_multiple_of(CLOCK_EVERY) {
             let now = Instant::now();
             self.now_ns = now.duration_since(self.start).as_nanos() as u64;
             if now.duration_since(self.last_reap) >= self.reap_interval {
