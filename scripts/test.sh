@@ -24,8 +24,8 @@ step() {
 }
 
 nostd_sources_clean() {
-  # The no_std crates must not name std or alloc outside test code. Test code is either a
-  # `#[cfg(test)] mod tests { .. }` block at the end of a file (so each file is scanned up
+  # The no_std crates must not name std or alloc outside test code. Test code (under
+  # `#[cfg(test)]` or `#[cfg(all(test, ..))]`) is either a `mod tests { .. }` block at the end of a file (so each file is scanned up
   # to its first `#[cfg(test)]`) or a whole `tests.rs` file declared `#[cfg(test)] mod
   # tests;` (skipped, after checking that its declaration really is cfg(test)).
   local bad=0 f
@@ -34,12 +34,12 @@ nostd_sources_clean() {
       local parent
       parent=$(dirname "$f")/mod.rs
       [ -f "$parent" ] || parent=$(dirname "$f").rs
-      if ! grep -B2 -E '^\s*mod tests;' "$parent" | grep -q 'cfg(test)'; then
+      if ! grep -B2 -E '^\s*mod tests;' "$parent" | grep -qE '#\[cfg\((all\()?test[,)]'; then
         echo "$f: not declared under #[cfg(test)] in $parent"; bad=1
       fi
       continue
     fi
-    if awk '/#\[cfg\(test\)\]/{exit} {print FILENAME": "FNR": "$0}' "$f" \
+    if awk '/#\[cfg\((all\()?test[,)]/{exit} {print FILENAME": "FNR": "$0}' "$f" \
         | grep -E '(^|[^_[:alnum:]])(std|alloc)::|extern crate (std|alloc)' ; then
       bad=1
     fi
