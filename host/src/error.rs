@@ -133,6 +133,234 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+
+    // ---- fabric selection (src/fabric/mod.rs) ----
+    /// A `--fabric` value that is not `verbs`, `sim` or `auto`.
+    #[error("unknown fabric {given:?}: expected `verbs`, `sim` or `auto`")]
+    ParseFabricKind {
+        /// The string given.
+        given: String,
+    },
+    /// The fabric exists in the API but cannot be opened in this build yet.
+    #[error("fabric `{fabric}` is not available yet: {reason}")]
+    FabricUnavailable {
+        /// `verbs` or `sim`.
+        fabric: &'static str,
+        /// Why, and what lands it.
+        reason: &'static str,
+    },
+
+    // ---- verbs fabric (src/fabric/verbs/) ----
+    /// `ibv_get_device_list` failed for a reason other than "this kernel has no RDMA"
+    /// (that one, ENOSYS, is reported as [`Error::NoRdmaDevice`]).
+    #[error("ibv_get_device_list failed")]
+    VerbsDeviceList {
+        /// The errno it set.
+        #[source]
+        source: io::Error,
+    },
+    /// There is no RDMA device at all, so the `verbs` fabric cannot open.
+    #[error(
+        "no RDMA device: {detail}; run with `--fabric sim` (the software device model) instead"
+    )]
+    NoRdmaDevice {
+        /// What the probe saw (e.g. ENOSYS from `ibv_get_device_list`, or an empty list).
+        detail: String,
+    },
+    /// RDMA devices exist, but not the one asked for.
+    #[error("RDMA device {name:?} not found (present: {available:?}); pick one of those, or run with `--fabric sim`")]
+    RdmaDeviceNotFound {
+        /// The device name asked for.
+        name: String,
+        /// The devices `ibv_get_device_list` returned.
+        available: Vec<String>,
+    },
+    /// The device is not driven by the mlx5 provider, so mlx5dv cannot expose its queues.
+    #[error("RDMA device {device} is not an mlx5 device (mlx5dv_is_supported is false); copyrpc drives mlx5 queues directly")]
+    NotMlx5 {
+        /// The device name.
+        device: String,
+    },
+    /// `ibv_open_device`.
+    #[error("ibv_open_device({device}) failed")]
+    VerbsOpenDevice {
+        /// The device name.
+        device: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_query_device`.
+    #[error("ibv_query_device({device}) failed")]
+    VerbsQueryDevice {
+        /// The device name.
+        device: String,
+        /// The errno returned.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_query_port`.
+    #[error("ibv_query_port({device}, port {port}) failed")]
+    VerbsQueryPort {
+        /// The device name.
+        device: String,
+        /// The port number.
+        port: u8,
+        /// The errno returned.
+        #[source]
+        source: io::Error,
+    },
+    /// The port is not ACTIVE (cable, subnet manager, or link down).
+    #[error("{device} port {port} is not active (ibv_port_state {state}); check the link and the subnet manager")]
+    VerbsPortNotActive {
+        /// The device name.
+        device: String,
+        /// The port number.
+        port: u8,
+        /// `ibv_port_state` as returned.
+        state: u32,
+    },
+    /// `ibv_query_gid`.
+    #[error("ibv_query_gid({device}, port {port}, index {index}) failed")]
+    VerbsQueryGid {
+        /// The device name.
+        device: String,
+        /// The port number.
+        port: u8,
+        /// The GID table index.
+        index: u8,
+        /// The errno returned.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_alloc_pd`.
+    #[error("ibv_alloc_pd({device}) failed")]
+    VerbsAllocPd {
+        /// The device name.
+        device: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Allocating (mmap) the memory behind a memory region.
+    #[error("allocating {len} bytes for memory region {region:?} failed")]
+    MrAlloc {
+        /// The region's name.
+        region: String,
+        /// Bytes asked for.
+        len: usize,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_reg_mr`.
+    #[error("ibv_reg_mr({device}, region {region:?}, {len} bytes) failed")]
+    VerbsRegMr {
+        /// The device name.
+        device: String,
+        /// The region's name.
+        region: String,
+        /// Bytes to register.
+        len: usize,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_create_cq`.
+    #[error("ibv_create_cq({device}, {cqe} entries) failed")]
+    VerbsCreateCq {
+        /// The device name.
+        device: String,
+        /// Entries asked for.
+        cqe: u32,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_create_srq`.
+    #[error("ibv_create_srq({device}, max_wr {max_wr}) failed")]
+    VerbsCreateSrq {
+        /// The device name.
+        device: String,
+        /// Receive WQEs asked for.
+        max_wr: u32,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// `mlx5dv_create_qp` (an RC QP through `ibv_qp_init_attr_ex`).
+    #[error(
+        "mlx5dv_create_qp({device}, RC, max_send_wr {max_send_wr}, max_inline {max_inline}) failed"
+    )]
+    VerbsCreateQp {
+        /// The device name.
+        device: String,
+        /// Send WQEs asked for.
+        max_send_wr: u32,
+        /// Inline bytes asked for.
+        max_inline: u32,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_modify_qp` to the named state.
+    #[error("ibv_modify_qp({device}, qpn {qpn:#x}) to {to} failed")]
+    VerbsModifyQp {
+        /// The device name.
+        device: String,
+        /// The QP number.
+        qpn: u32,
+        /// Target state: `INIT`, `RTR` or `RTS`.
+        to: &'static str,
+        /// The errno returned.
+        #[source]
+        source: io::Error,
+    },
+    /// `mlx5dv_init_obj` on a QP, CQ or SRQ.
+    #[error("mlx5dv_init_obj({device}, {object}) failed")]
+    Mlx5dvInitObj {
+        /// The device name.
+        device: String,
+        /// `qp`, `cq` or `srq`.
+        object: &'static str,
+        /// The errno returned.
+        #[source]
+        source: io::Error,
+    },
+    /// `mlx5dv_init_obj` described a queue that `mlx5-raw` cannot drive.
+    #[error("{device}: mlx5dv {object} has an unsupported layout: {detail}")]
+    Mlx5dvLayout {
+        /// The device name.
+        device: String,
+        /// `qp`, `cq` or `srq`.
+        object: &'static str,
+        /// What is off (e.g. an SQ stride other than 64).
+        detail: String,
+    },
+
+    // ---- exchange (src/exchange/) ----
+    /// `MPI_Init` was already called in this process (rsmpi hands out one universe).
+    #[error("MPI is already initialized in this process; create one MpiExchange and share it")]
+    MpiAlreadyInitialized,
+    /// A collective was called with the wrong number of records.
+    #[error("{op}: {got} records given, expected {expected} (one per rank)")]
+    ExchangeShape {
+        /// The collective.
+        op: &'static str,
+        /// Records expected.
+        expected: usize,
+        /// Records given.
+        got: usize,
+    },
+    /// A thread rank left the group (dropped its handle, or panicked) while the others
+    /// still expected it in a collective.
+    #[error("exchange rank {rank} left the group{}", if *.panicked { " (it panicked)" } else { "" })]
+    ExchangePeerGone {
+        /// The rank that left.
+        rank: usize,
+        /// Whether it left by panicking.
+        panicked: bool,
+    },
 }
 
 /// `Result` with the host's [`Error`].

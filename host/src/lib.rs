@@ -6,7 +6,9 @@
 
 pub mod affinity;
 pub mod error;
+pub mod fabric;
 pub mod shm;
+pub mod topology;
 
 pub use copyrpc_core as core;
 pub use mlx5_raw as mlx5;
