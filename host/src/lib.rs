@@ -6,6 +6,7 @@
 
 pub mod affinity;
 pub mod error;
+pub mod exchange;
 pub mod fabric;
 pub mod shm;
 pub mod topology;

@@ -1,0 +1,82 @@
+//! The MPI exchange across real processes: `mpirun -np N copyrpc-mpi-selftest` (the
+//! binary in `src/bin/`), with a bounded run time, asserting every rank's report.
+//!
+//! MPI is a CI requirement (`scripts/setup.sh` installs Open MPI), so a missing `mpirun`
+//! fails this test. The Open MPI settings (run as root, oversubscribe the 2-core
+//! machines, shared-memory transport only) are passed as `OMPI_*` environment variables,
+//! which `scripts/test.sh` exports too and other MPIs ignore.
+
+use std::process::{Command, Output};
+
+const EXE: &str = env!("CARGO_BIN_EXE_copyrpc-mpi-selftest");
+/// Generous: a 2-rank Open MPI start takes about 0.2 s here.
+const TIMEOUT_S: &str = "120";
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new("timeout")
+        .args(["--kill-after=10", TIMEOUT_S])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_pml", "ob1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `timeout` (coreutils): {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(127) if stderr.contains("mpirun") => panic!(
+            "`mpirun` not found: the MPI tests need Open MPI (scripts/setup.sh installs \
+             openmpi-bin and libopenmpi-dev)\n{stderr}"
+        ),
+        Some(124) | Some(137) => {
+            panic!("{args:?} did not finish within {TIMEOUT_S} s\nstdout:\n{stdout}\nstderr:\n{stderr}")
+        }
+        _ => {}
+    }
+    assert!(
+        out.status.success(),
+        "{args:?} failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    out
+}
+
+/// Every rank 0..n printed exactly one `rank r/n: ... ok` line, and nothing failed.
+fn assert_ranks_ok(out: &Output, n: usize) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("FAIL"), "a rank failed:\n{stdout}");
+    for r in 0..n {
+        let prefix = format!("rank {r}/{n}: ");
+        let lines: Vec<_> = stdout.lines().filter(|l| l.starts_with(&prefix)).collect();
+        assert_eq!(lines.len(), 1, "rank {r} reports once:\n{stdout}");
+        assert!(lines[0].ends_with(": ok"), "rank {r}: {}", lines[0]);
+        assert!(lines[0].contains("all_to_all x3 ok"), "{}", lines[0]);
+    }
+    assert_eq!(stdout.lines().count(), n, "one line per rank:\n{stdout}");
+}
+
+#[test]
+fn two_ranks_under_mpirun() {
+    let out = run(&["mpirun", "-np", "2", EXE]);
+    assert_ranks_ok(&out, 2);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("sum_u64=3 max_u64=10 sum_f64=1.5"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn three_ranks_under_mpirun() {
+    // An odd count, so a rank's peers are not just "the other one".
+    let out = run(&["mpirun", "-np", "3", EXE]);
+    assert_ranks_ok(&out, 3);
+}
+
+#[test]
+fn singleton_without_mpirun() {
+    let out = run(&[EXE]);
+    assert_ranks_ok(&out, 1);
+}
