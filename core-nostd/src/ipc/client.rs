@@ -77,8 +77,16 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
             {
                 // Relaxed: for the server's host (liveness).
                 e.owner.store(owner, Ordering::Relaxed);
-                // Responses published for this id's previous owner are not ours.
-                region.resp_ctl[id as usize].skip_to_producer();
+                // SAFETY: A4 orders the server's drain of our request ring and its last
+                // reply to the previous owner before this; the server pushes to us only
+                // after we send a request, and we are the id's only user now.
+                unsafe {
+                    // Start where the server's drain left the request ring, not where a
+                    // previous owner that died may have failed to record its position.
+                    region.req_ctl[id as usize].adopt_producer();
+                    // Drop responses published for the previous owner.
+                    region.resp_ctl[id as usize].adopt_consumer(region.resp_slots(id));
+                }
                 return Ok(Self {
                     region,
                     id,

@@ -17,17 +17,20 @@
 //!                       req_size @40, resp_size @44
 //! 128   client table    max_clients x 64 B: state u32 (epoch << 2 | Free/Active/
 //!                       Closing/Dead) @+0, owner u32 (host: the client's pid) @+4
-//! C     request ring control, max_clients x 256 B (producer line: tail + cached head;
-//!                       consumer line: head + cached tail; 128 B apart)
-//! C+256n response ring control, max_clients x 256 B
-//! S     request slots   max_clients x depth x {token u64, Req}
-//! S'    response slots  max_clients x depth x {token u64, Resp}   (all parts 128-aligned)
+//! C     request ring positions, max_clients x 256 B (producer's line, consumer's line,
+//!                       128 B apart; each written only by its side)
+//! C+256n response ring positions, max_clients x 256 B
+//! S     request slots   max_clients x depth x {state u64, token u64, Req}
+//! S'    response slots  max_clients x depth x {state u64, token u64, Resp}
+//!                       (state: 2 * lap empty, 2 * lap + 1 full; zero = empty lap 0;
+//!                       all parts 128-aligned)
 //! ```
 //!
 //! # Progress and failure story
 //!
 //! - Client `call` / `poll`, server `recv` / `reply`: wait-free (SPSC rings, one attempt).
-//!   `poll` is `O(max_clients)`; `recv` touches only clients its last `poll` saw busy.
+//!   `poll` is `O(max_clients)` (one slot read per client); `recv` touches only clients
+//!   its last `poll` saw busy.
 //! - Calls in flight per client are bounded by `depth` (and the slab), so the server's
 //!   reply always finds room; a client that breaks the bound gets its replies refused
 //!   (`Full`), never blocks the server.
@@ -35,7 +38,8 @@
 //!   The server's host evicts it ([`Server::evict`], after checking its pid); the next
 //!   `poll` drops its unread requests and frees the id. A client that closes is freed the
 //!   same way. A reused id gets a new epoch: replies to the old owner are refused
-//!   (`ClientGone`), and the new owner skips responses published before it took the id.
+//!   (`ClientGone`), and the new owner skips responses published before it took the id
+//!   and takes its ring positions from the server's side, not from a dead predecessor.
 //! - A server that stops: clients see `server_alive == false` (or the host sees its pid
 //!   gone) and get `ServerDisconnected`; calls in flight are lost with it.
 

@@ -51,8 +51,8 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     }
 
     /// Scans every client: frees the ids of closed or evicted clients (dropping their
-    /// unread requests) and refreshes each active client's count of waiting requests.
-    /// Returns the total waiting.
+    /// unread requests) and notes which active clients have a request waiting (one slot
+    /// read per client). Returns how many clients have requests waiting.
     pub fn poll(&mut self) -> usize {
         self.poll_with_skip(|_| false)
     }
@@ -77,8 +77,10 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             match st {
                 ClientState::Free => {}
                 ClientState::Active => {
-                    if !skip(id) {
-                        total += self.region.req_ctl[id as usize].refresh_available() as usize;
+                    if !skip(id)
+                        && self.region.req_ctl[id as usize].refresh_ready(self.region.req_slots(id))
+                    {
+                        total += 1;
                     }
                 }
                 ClientState::Closing | ClientState::Dead => self.retire(id, epoch),
@@ -89,7 +91,11 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
     fn retire(&mut self, id: u32, epoch: u32) {
         // Requests of a client that left are dropped; replies to it are refused (epoch).
-        self.region.req_ctl[id as usize].discard_all();
+        // SAFETY: the server is the only consumer of every request ring; payloads are
+        // `Payload` (valid for any bytes).
+        unsafe {
+            self.region.req_ctl[id as usize].discard_all(self.region.req_slots(id));
+        }
         // R4 (pairs with A4 in Client::connect): the drain and our last replies happen
         // before the next owner of the id takes the rings.
         self.region.clients[id as usize]
@@ -97,13 +103,14 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             .store(ClientState::Free.pack(epoch), Ordering::Release);
     }
 
-    /// Takes one request counted by the last `poll`, round robin over clients.
+    /// Takes one request from a client the last `poll` saw busy, round robin; a client
+    /// stays "busy" until a `recv` finds its ring empty.
     pub fn recv(&mut self) -> Option<RecvHandle<Req>> {
         let n = self.scan_end;
         for k in 0..n {
             let id = (self.next + k) % n;
             let ctl = &self.region.req_ctl[id as usize];
-            if ctl.cached_available() == 0 {
+            if !ctl.hinted_ready() {
                 continue;
             }
             // SAFETY: the server is the only consumer of every request ring; payloads are

@@ -1,26 +1,33 @@
 //! A bounded single-producer single-consumer ring over caller memory: the building block
 //! of [`ipc`](crate::ipc) (across processes) and [`flux`](crate::flux) (across threads).
 //!
-//! Lamport's ring with free-running `u64` indices and cached opposite indices (rtrb's
-//! `cached_head`/`cached_tail`): the producer owns `tail`, the consumer owns `head`; each
-//! keeps the last value it saw of the other's index on its own line and reloads it only
-//! when that cached value says full / empty. rtrb measured the caching at roughly 2–3x
-//! throughput on contended lines (rtrb `lib.rs`, "possibly full, then really full").
+//! Each slot carries its own state word next to the payload (FastForward's idea, with
+//! the per-slot stamp of crossbeam's `ArrayQueue`), so a hand-off moves one cache line
+//! per direction: the consumer polls the slot itself, not a shared `tail`, and the
+//! producer checks the slot it is about to write, not a shared `head`. The Lamport form
+//! (shared head/tail indices, rtrb's cached copies) costs a second serial line transfer
+//! per hand-off — index, then slot; on this machine it measured ~2x the one-line
+//! ping-pong round trip against ~1.1–1.3x for this form (docs/PERFORMANCE.md).
+//!
+//! Slot state: `2 * lap` = empty for lap `lap`, `2 * lap + 1` = full for lap `lap`, where
+//! position `pos` uses slot `pos & (capacity - 1)` in lap `pos / capacity`. Zeroed memory
+//! is "every slot empty for lap 0", so a fresh shm region needs no initialisation.
 //!
 //! Synchronisation is by atomics only — no volatile accesses or compiler fences, whose
 //! ordering is an x86 accident, not a guarantee of Rust's memory model:
 //!
-//! - R1 (producer `tail` store, Release) pairs with A1 (consumer `tail` load, Acquire):
-//!   the slot write happens before the consumer's read.
-//! - R2 (consumer `head` store, Release) pairs with A2 (producer `head` load, Acquire):
-//!   the consumer's read of a slot happens before the producer overwrites it.
+//! - R1 (producer's `full(lap)` store, Release) pairs with A1 (consumer's state load,
+//!   Acquire): the payload write happens before the consumer's read.
+//! - R2 (consumer's `empty(lap + 1)` store, Release) pairs with A2 (producer's state
+//!   load, Acquire): the consumer's read happens before the slot is rewritten.
 //!
-//! Index domain: `head <= tail <= head + capacity`, free-running, slot `i & (capacity - 1)`.
-//! At 10^9 operations per second a `u64` wraps after 584 years.
+//! Each side's position (`pos`, free-running `u64`) lives on its own 128-byte line in
+//! [`RingCtl`], written only by that side and read by the other only for recovery
+//! (`discard_all`, `adopt_*`) and diagnostics.
 //!
 //! Progress: both sides wait-free (one attempt, `Full` / `None` on failure). A peer that
-//! dies leaves the ring as it was: no slot is half-published, because publication is one
-//! store of the index after the slot write.
+//! dies leaves every slot either published or not (publication is one store), so the
+//! survivor never reads half a message.
 //!
 //! Unsafe code (module opt-out): slot cells are written and read through raw pointers
 //! under the single-producer / single-consumer contract, which the `unsafe fn`s state
@@ -31,18 +38,18 @@ use core::mem::MaybeUninit;
 
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
-/// One side's line: its own index and its cached copy of the other side's index.
-/// 128-byte aligned against the adjacent-line prefetcher (crossbeam `CachePadded`, L9).
+/// One side's line: its position and, on the consumer side, a readiness hint.
 #[repr(C, align(128))]
 #[derive(Debug)]
 struct Side {
-    /// This side's index (published to the other side).
-    own: AtomicU64,
-    /// The other side's index as last seen; private to this side (Relaxed).
-    cached: AtomicU64,
+    /// This side's position; written only by this side (Relaxed: program order on one
+    /// thread, or the recovery handshakes of ipc).
+    pos: AtomicU64,
+    /// Consumer only: 1 if the last `refresh_ready` saw a message waiting.
+    hint: AtomicU64,
 }
 
-/// Control block of one ring: the producer's line then the consumer's line (256 B).
+/// Positions of one ring: the producer's line then the consumer's line (256 B).
 #[repr(C)]
 #[derive(Debug)]
 pub struct RingCtl {
@@ -53,19 +60,25 @@ pub struct RingCtl {
 #[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<RingCtl>() == 256);
 
-/// One slot of a ring.
-#[repr(transparent)]
+/// One slot: the state word and the payload, adjacent (one line for payloads up to 56 B).
+#[repr(C)]
 #[derive(Debug)]
-pub struct Slot<T>(UnsafeCell<MaybeUninit<T>>);
+pub struct Slot<T> {
+    state: AtomicU64,
+    val: UnsafeCell<MaybeUninit<T>>,
+}
 
-// SAFETY: a slot's cell is accessed by the producer before R1 and by the consumer after
-// A1 and before R2 (see the module docs), never concurrently; `T: Send` may move across.
+// SAFETY: a slot's cell is written by the producer before R1 and read by the consumer
+// after A1 and before R2 (module docs), never concurrently; `T: Send` may move across.
 unsafe impl<T: Send> Sync for Slot<T> {}
 
 impl<T> Slot<T> {
-    /// An empty slot.
+    /// An empty slot (lap 0).
     pub fn new() -> Self {
-        Self(UnsafeCell::new(MaybeUninit::uninit()))
+        Self {
+            state: AtomicU64::new(0),
+            val: UnsafeCell::new(MaybeUninit::uninit()),
+        }
     }
 }
 
@@ -81,12 +94,29 @@ impl Default for RingCtl {
     }
 }
 
+#[inline]
+fn empty(pos: u64, lg: u32) -> u64 {
+    (pos >> lg) << 1
+}
+
+#[inline]
+fn full(pos: u64, lg: u32) -> u64 {
+    empty(pos, lg) | 1
+}
+
+#[inline]
+fn geometry<T>(slots: &[Slot<T>]) -> (u64, u32) {
+    let cap = slots.len() as u64;
+    debug_assert!(cap.is_power_of_two());
+    (cap - 1, cap.trailing_zeros())
+}
+
 impl RingCtl {
-    /// An empty ring at index 0.
+    /// An empty ring at position 0.
     pub fn new() -> Self {
         let side = || Side {
-            own: AtomicU64::new(0),
-            cached: AtomicU64::new(0),
+            pos: AtomicU64::new(0),
+            hint: AtomicU64::new(0),
         };
         Self {
             prod: side(),
@@ -94,122 +124,146 @@ impl RingCtl {
         }
     }
 
-    /// Producer: appends `v` if there is room.
+    /// Producer: appends `v` if the slot at the producer's position is free.
     ///
     /// # Safety
     ///
-    /// The caller is this ring's only producer for as long as it pushes (no other thread
-    /// or process pushes concurrently), `slots.len()` is a power of two and the same for
-    /// every call on this ring, and for `T` that is not valid for any bytes, the slots
-    /// were written only by this ring's producer.
+    /// The caller is this ring's only producer while it pushes (no other thread or
+    /// process pushes concurrently), and `slots` is the same power-of-two slice on every
+    /// call on this ring, by both sides.
     pub unsafe fn push<T: Copy>(&self, slots: &[Slot<T>], v: T) -> Result<(), T> {
-        let cap = slots.len() as u64;
-        debug_assert!(cap.is_power_of_two());
-        // Relaxed: only this producer writes tail.
-        let tail = self.prod.own.load(Ordering::Relaxed);
-        // Relaxed: producer-private cache.
-        let mut head = self.prod.cached.load(Ordering::Relaxed);
-        if tail.wrapping_sub(head) >= cap {
-            // A2 (pairs with R2 in pop): the consumer finished reading the slot we reuse.
-            head = self.cons.own.load(Ordering::Acquire);
-            // Relaxed: producer-private cache.
-            self.prod.cached.store(head, Ordering::Relaxed);
-            if tail.wrapping_sub(head) >= cap {
-                return Err(v);
-            }
+        let (mask, lg) = geometry(slots);
+        // Relaxed: only the producer writes it.
+        let p = self.prod.pos.load(Ordering::Relaxed);
+        let slot = &slots[(p & mask) as usize];
+        // A2 (pairs with R2 in pop): the consumer finished reading the previous lap.
+        if slot.state.load(Ordering::Acquire) != empty(p, lg) {
+            return Err(v);
         }
-        debug_assert!(
-            tail.wrapping_sub(head) < cap,
-            "index domain: head <= tail < head + cap"
-        );
-        let slot = &slots[(tail & (cap - 1)) as usize];
-        // SAFETY: slot `tail` is outside `head..tail`, so the consumer does not read it
-        // (A2 ordered its last read before this), and we are the only producer.
-        slot.0.with_mut(|p| unsafe { p.write(MaybeUninit::new(v)) });
-        // R1 (pairs with A1 in pop): publishes the slot write.
-        self.prod.own.store(tail.wrapping_add(1), Ordering::Release);
+        // SAFETY: the slot is empty for our lap: the consumer does not read it until R1,
+        // and we are the only producer.
+        slot.val
+            .with_mut(|q| unsafe { q.write(MaybeUninit::new(v)) });
+        // R1 (pairs with A1 in pop): publishes the payload.
+        slot.state.store(full(p, lg), Ordering::Release);
+        // Relaxed: producer-private position.
+        self.prod.pos.store(p.wrapping_add(1), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Consumer: takes the oldest element, if any.
+    /// Consumer: takes the message at the consumer's position, if published.
     ///
     /// # Safety
     ///
-    /// The caller is this ring's only consumer, `slots` is the same slice the producer
-    /// uses, and either `T` is valid for any bytes or only this ring's producer wrote the
-    /// slots.
+    /// The caller is this ring's only consumer, `slots` is the producer's slice, and
+    /// either `T` is valid for any bytes or only this ring's producer wrote the slots.
     pub unsafe fn pop<T: Copy>(&self, slots: &[Slot<T>]) -> Option<T> {
-        let cap = slots.len() as u64;
-        // Relaxed: only this consumer writes head.
-        let head = self.cons.own.load(Ordering::Relaxed);
-        // Relaxed: consumer-private cache.
-        let mut tail = self.cons.cached.load(Ordering::Relaxed);
-        if head == tail {
-            // A1 (pairs with R1 in push): the slot writes below tail are visible.
-            tail = self.prod.own.load(Ordering::Acquire);
-            // Relaxed: consumer-private cache.
-            self.cons.cached.store(tail, Ordering::Relaxed);
-            if head == tail {
-                return None;
-            }
+        let (mask, lg) = geometry(slots);
+        // Relaxed: only the consumer writes it.
+        let c = self.cons.pos.load(Ordering::Relaxed);
+        let slot = &slots[(c & mask) as usize];
+        // A1 (pairs with R1 in push): the payload is written.
+        if slot.state.load(Ordering::Acquire) != full(c, lg) {
+            // Relaxed: consumer-private hint.
+            self.cons.hint.store(0, Ordering::Relaxed);
+            return None;
         }
-        // A hostile peer may publish a tail past head + cap; clamp the damage to a wrong
-        // value (any bytes are valid for the shm payloads), never an out-of-bounds access.
-        let slot = &slots[(head & (cap - 1)) as usize];
-        // SAFETY: `head < tail`: the producer wrote this slot before R1 (seen through A1)
-        // and will not write it again before R2 below; the caller guarantees the value is
-        // initialised (producer-written or valid for any bytes).
-        let v = slot.0.with(|p| unsafe { (*p).assume_init() });
+        // SAFETY: full for our lap: the producer wrote the value before R1 (seen by A1)
+        // and will not write the slot again before R2 below; the caller guarantees the
+        // value is initialised (producer-written, or valid for any bytes).
+        let v = slot.val.with(|q| unsafe { (*q).assume_init() });
         // R2 (pairs with A2 in push): our read happens before the slot is rewritten.
-        self.cons.own.store(head.wrapping_add(1), Ordering::Release);
+        slot.state
+            .store(empty(c.wrapping_add(1 << lg), lg), Ordering::Release);
+        // Relaxed: consumer-private position.
+        self.cons.pos.store(c.wrapping_add(1), Ordering::Relaxed);
         Some(v)
     }
 
-    /// Consumer: refreshes the cached tail and returns how many elements are ready.
-    pub fn refresh_available(&self) -> u64 {
-        // A1 (pairs with R1 in push).
-        let tail = self.prod.own.load(Ordering::Acquire);
-        // Relaxed: consumer-private cache; only the consumer calls this.
-        self.cons.cached.store(tail, Ordering::Relaxed);
-        // Relaxed: our own index.
-        tail.wrapping_sub(self.cons.own.load(Ordering::Relaxed))
+    /// Consumer: checks whether a message is waiting and records it as the hint.
+    ///
+    /// Call only from the consumer (it writes the consumer's line).
+    pub fn refresh_ready<T>(&self, slots: &[Slot<T>]) -> bool {
+        let (mask, lg) = geometry(slots);
+        // Relaxed: consumer-private position.
+        let c = self.cons.pos.load(Ordering::Relaxed);
+        // Relaxed: a hint; `pop` re-checks with Acquire before reading.
+        let ready = slots[(c & mask) as usize].state.load(Ordering::Relaxed) == full(c, lg);
+        // Relaxed: consumer-private hint.
+        self.cons.hint.store(ready as u64, Ordering::Relaxed);
+        ready
     }
 
-    /// Consumer: elements ready according to the cached tail (no shared-line access).
-    pub fn cached_available(&self) -> u64 {
-        // Relaxed: both are the consumer's own words.
-        self.cons
-            .cached
-            .load(Ordering::Relaxed)
-            .wrapping_sub(self.cons.own.load(Ordering::Relaxed))
+    /// Consumer: the hint left by the last `refresh_ready` or `pop` (no slot access).
+    pub fn hinted_ready(&self) -> bool {
+        // Relaxed: consumer-private hint.
+        self.cons.hint.load(Ordering::Relaxed) != 0
     }
 
-    /// The producer's index (pushes so far), read by the producer itself.
+    /// The producer's position (pushes so far). Exact for the producer itself.
     pub fn producer_index(&self) -> u64 {
-        // Relaxed: read by the side that writes it, or as a snapshot.
-        self.prod.own.load(Ordering::Relaxed)
+        // Relaxed: read by its writer, or as a snapshot.
+        self.prod.pos.load(Ordering::Relaxed)
     }
 
-    /// The consumer's index (pops so far), read by the consumer itself.
+    /// The consumer's position (pops so far). Exact for the consumer itself.
     pub fn consumer_index(&self) -> u64 {
-        // Relaxed: read by the side that writes it, or as a snapshot.
-        self.cons.own.load(Ordering::Relaxed)
+        // Relaxed: read by its writer, or as a snapshot.
+        self.cons.pos.load(Ordering::Relaxed)
     }
 
-    /// Consumer: drops everything published so far (a retired client's requests).
-    pub fn discard_all(&self) {
-        // A1 (pairs with R1 in push): nothing further will be read from these slots.
-        let tail = self.prod.own.load(Ordering::Acquire);
-        // Relaxed: consumer-private cache.
-        self.cons.cached.store(tail, Ordering::Relaxed);
-        // R2 (pairs with A2 in push): frees the slots.
-        self.cons.own.store(tail, Ordering::Release);
+    /// Consumer: drops every published message (a retired producer's). Returns how many.
+    ///
+    /// # Safety
+    ///
+    /// As [`pop`](Self::pop).
+    pub unsafe fn discard_all<T: Copy>(&self, slots: &[Slot<T>]) -> u64 {
+        let mut n = 0;
+        // SAFETY: forwarded contract. At most `capacity` messages are published.
+        while unsafe { self.pop(slots) }.is_some() {
+            n += 1;
+        }
+        n
     }
 
-    /// Consumer: skips to the producer's index; the new consumer of a reused ring
-    /// ignores what was published for its predecessor.
-    pub fn skip_to_producer(&self) {
-        self.discard_all();
+    /// A new producer takes over the ring after the consumer drained it
+    /// ([`discard_all`](Self::discard_all)): its position becomes the consumer's, so it
+    /// does not depend on the last position store of a producer that died.
+    ///
+    /// # Safety
+    ///
+    /// No other producer is active, the consumer has drained everything published (and
+    /// that drain happens before this call), and no concurrent `pop` can find a message.
+    pub unsafe fn adopt_producer(&self) {
+        // Relaxed: ordered after the drain by the caller's handshake (ipc: A4/R4).
+        let c = self.cons.pos.load(Ordering::Relaxed);
+        // Relaxed: producer-private position.
+        self.prod.pos.store(c, Ordering::Relaxed);
+    }
+
+    /// A new consumer takes over the ring: messages published for its predecessor are
+    /// dropped and every slot is reset to empty for the lap the producer will use next.
+    ///
+    /// # Safety
+    ///
+    /// No other consumer is active, and the producer does not push concurrently (ipc: the
+    /// server pushes only to a registered client, which this one is not yet visibly), and
+    /// its last push happens before this call.
+    pub unsafe fn adopt_consumer<T>(&self, slots: &[Slot<T>]) {
+        let (mask, lg) = geometry(slots);
+        // Relaxed: ordered after the producer's last push by the caller's handshake.
+        let p = self.prod.pos.load(Ordering::Relaxed);
+        for k in 0..slots.len() as u64 {
+            let pos = p.wrapping_add(k);
+            // Relaxed: published to the producer by the caller's handshake (registration
+            // Release/Acquire) before it pushes again.
+            slots[(pos & mask) as usize]
+                .state
+                .store(empty(pos, lg), Ordering::Relaxed);
+        }
+        // Relaxed: consumer-private position and hint.
+        self.cons.pos.store(p, Ordering::Relaxed);
+        self.cons.hint.store(0, Ordering::Relaxed);
     }
 }
 
@@ -230,14 +284,48 @@ mod tests {
                     ctl.push(&slots, round * 10 + i).unwrap();
                 }
                 assert_eq!(ctl.push(&slots, 99), Err(99));
-                assert_eq!(ctl.refresh_available(), 4);
+                assert!(ctl.refresh_ready(&slots));
                 for i in 0..4 {
                     assert_eq!(ctl.pop(&slots), Some(round * 10 + i));
                 }
                 assert_eq!(ctl.pop(&slots), None);
+                assert!(!ctl.hinted_ready());
             }
         }
         assert_eq!(ctl.producer_index(), 20);
+        assert_eq!(ctl.consumer_index(), 20);
+    }
+
+    #[test]
+    fn takeover_after_a_producer_and_a_consumer_die() {
+        let ctl = RingCtl::new();
+        let slots: Vec<Slot<u32>> = (0..4).map(|_| Slot::new()).collect();
+        // SAFETY: single thread plays every role in turn.
+        unsafe {
+            ctl.push(&slots, 1).unwrap();
+            ctl.push(&slots, 2).unwrap();
+            // The producer "died" after publishing but before its position store.
+            ctl.prod.pos.store(1, Ordering::Relaxed);
+            assert_eq!(ctl.discard_all(&slots), 2);
+            ctl.adopt_producer();
+            ctl.push(&slots, 3).unwrap();
+            // The consumer "dies" with one message unread and a stale position.
+            ctl.push(&slots, 4).unwrap();
+            assert_eq!(ctl.pop(&slots), Some(3));
+            ctl.cons.pos.store(2, Ordering::Relaxed);
+            ctl.adopt_consumer(&slots);
+            assert_eq!(
+                ctl.pop(&slots),
+                None,
+                "the predecessor's message is dropped"
+            );
+            for v in 10..14 {
+                ctl.push(&slots, v).unwrap();
+            }
+            for v in 10..14 {
+                assert_eq!(ctl.pop(&slots), Some(v));
+            }
+        }
     }
 
     #[test]
