@@ -22,9 +22,9 @@ type Resp = [u64; 4];
 const ROLE: &str = "COPYRPC_SHM_DELEG_ROLE";
 const NAME: &str = "COPYRPC_SHM_DELEG_NAME";
 /// Calls each surviving client makes after the kill (the victim calls until killed).
-const CALLS: u64 = 20_000;
+const CALLS: u64 = 5_000;
 /// Every child gives up (and fails) after this long.
-const CHILD_DEADLINE: Duration = Duration::from_secs(20);
+const CHILD_DEADLINE: Duration = Duration::from_secs(25);
 const TEST_DEADLINE: Duration = Duration::from_secs(28);
 
 fn check_word(pid: u64, seq: u64) -> u64 {
@@ -68,8 +68,17 @@ fn run_server(name: &str) {
     let mut next_seq = std::collections::HashMap::<(u32, u64), u64>::new();
     let mut ever_registered = 0;
     loop {
-        assert!(Instant::now() < deadline, "server deadline");
-        server.poll();
+        assert!(
+            Instant::now() < deadline,
+            "server deadline: {}",
+            server.diagnostics()
+        );
+        if server.poll() == 0 {
+            // Three spinning processes share two cores with whatever else runs: give
+            // the clients the core rather than burn the time slice.
+            std::thread::yield_now();
+        }
+
         while let Some(e) = server.recv() {
             let [pid, seq, check, _] = e.payload;
             assert_eq!(check, check_word(pid, seq), "torn or foreign request");
@@ -86,7 +95,6 @@ fn run_server(name: &str) {
         if ever_registered >= 3 && active_clients(&server) == 0 {
             break;
         }
-        std::hint::spin_loop();
     }
     let st = server.stats();
     println!(
@@ -121,7 +129,11 @@ fn run_client(name: &str, survivor: bool) {
     let mut limit = PROGRESS_AT;
     loop {
         while answered < limit {
-            assert!(Instant::now() < deadline, "client deadline");
+            assert!(
+                Instant::now() < deadline,
+                "client deadline: {}",
+                c.diagnostics()
+            );
             while next < limit && c.in_flight() < 4 {
                 let req = [pid, next, check_word(pid, next), 0];
                 match c.call(&req) {
@@ -135,13 +147,18 @@ fn run_client(name: &str, survivor: bool) {
                     Err(e) => panic!("call: {e}"),
                 }
             }
-            answered += c.poll(|slot, resp| {
+            let got = c.poll(|slot, resp| {
                 let seq = sent[slot as usize]
                     .take()
                     .expect("response on an idle slot");
                 let want = response_for(&[pid, seq, check_word(pid, seq), 0]);
                 assert_eq!(*resp, want, "response for another call");
             }) as u64;
+            answered += got;
+            if got == 0 {
+                // Let the server run when the cores are oversubscribed (see run_server).
+                std::thread::yield_now();
+            }
         }
         if limit == PROGRESS_AT {
             println!("PROGRESS");

@@ -23,9 +23,9 @@ type Resp = [u64; 4];
 const ROLE: &str = "COPYRPC_SHM_IPC_ROLE";
 const NAME: &str = "COPYRPC_SHM_IPC_NAME";
 /// Calls each surviving client makes after the kill (the victim calls until killed).
-const CALLS: u64 = 20_000;
+const CALLS: u64 = 5_000;
 /// Every child gives up (and fails) after this long.
-const CHILD_DEADLINE: Duration = Duration::from_secs(20);
+const CHILD_DEADLINE: Duration = Duration::from_secs(25);
 const TEST_DEADLINE: Duration = Duration::from_secs(28);
 
 fn check_word(pid: u64, seq: u64) -> u64 {
@@ -69,7 +69,11 @@ fn run_server(name: &str) {
             last_reap = Instant::now();
             server.reap_dead_clients();
         }
-        server.poll();
+        if server.poll() == 0 {
+            // Three spinning processes share two cores with whatever else runs: give
+            // the clients the core rather than burn the time slice.
+            std::thread::yield_now();
+        }
         while let Some(h) = server.recv() {
             let [pid, seq, check, _] = h.payload;
             assert_eq!(check, check_word(pid, seq), "torn or foreign request");
@@ -88,7 +92,6 @@ fn run_server(name: &str) {
         if next_seq.len() >= 3 && server.clients().all(|c| c.state == ClientState::Free) {
             break;
         }
-        std::hint::spin_loop();
     }
     println!("SERVER received={received}");
 }
@@ -119,10 +122,15 @@ fn run_client(name: &str, survivor: bool) {
                     Err(e) => panic!("call: {e}"),
                 }
             }
-            answered += c.poll(|seq, resp| {
+            let got = c.poll(|seq, resp| {
                 let want = response_for(&[pid, seq, check_word(pid, seq), 0]);
                 assert_eq!(*resp, want, "response for another call");
             }) as u64;
+            answered += got;
+            if got == 0 {
+                // Let the server run when the cores are oversubscribed (see run_server).
+                std::thread::yield_now();
+            }
         }
         if limit == PROGRESS_AT {
             println!("PROGRESS");

@@ -90,8 +90,6 @@ pub struct Server<'a, Req: Payload, Resp: Payload> {
     cfg: ServerConfig,
     /// Next position to consume; `tail_published <= cursor <= head`.
     cursor: u64,
-    /// Head seen by the last `poll`; `recv` does not pass it.
-    cached_head: u64,
     tail_published: u64,
     /// The hole at the cursor being timed: `(pos, first seen at)`.
     hole: Option<(u64, u64)>,
@@ -116,7 +114,6 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             region,
             cfg,
             cursor: tail,
-            cached_head: tail,
             tail_published: tail,
             hole: None,
             retire_seen: 0,
@@ -142,14 +139,30 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         self.cursor
     }
 
+    /// The hole being timed at the cursor: `(position, first seen at)`.
+    pub fn hole(&self) -> Option<(u64, u64)> {
+        self.hole
+    }
+
     /// Scans for committed requests from the cursor and returns how many are ready in a
     /// row. Resolves a hole at the cursor as the module docs describe; `now` is the
     /// caller's clock (any monotonic unit matching `hole_timeout`). Also frees retired ids.
+    ///
+    /// Unlike the seed, which snapshots `head` on every poll, `head` is read only when the
+    /// cursor's slot is not committed (to tell "nothing sent" from a hole): a committed
+    /// slot can only belong to the cursor's lap, because the next lap's claimer waits for
+    /// `tail` to pass it. So while requests keep coming, the server never pulls the line
+    /// every client `fetch_add`s.
     pub fn poll(&mut self, now: u64) -> usize {
         self.process_retirements();
-        // Relaxed: head only bounds the scan; each slot's `committed` (A1) synchronises.
+        let n = self.count_ready();
+        if n > 0 {
+            self.hole = None;
+            return n;
+        }
+        // Relaxed: head only says whether the cursor's position was claimed; the slot's
+        // `committed` (A1) synchronises its contents.
         let head = self.region.ctrl.head.load(Ordering::Relaxed);
-        self.cached_head = head;
         loop {
             if self.cursor == head {
                 self.hole = None;
@@ -165,9 +178,14 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             }
         }
         self.hole = None;
+        self.count_ready()
+    }
+
+    /// Committed slots from the cursor, skipping void ones, up to the first hole or one lap.
+    fn count_ready(&self) -> usize {
         let mut n = 0;
         let mut p = self.cursor;
-        while p != head {
+        for _ in 0..self.region.cfg.ring_depth {
             let slot = self.region.slot(p);
             // A1 (pairs with R1 in Reservation::commit).
             if slot.committed.load(Ordering::Acquire) == 1 {
@@ -257,15 +275,12 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         })
     }
 
-    /// Takes the request at the cursor, if committed and seen by the last `poll`.
-    /// Skips void positions and drops requests of retiring clients.
+    /// Takes the request at the cursor, if committed. Skips void positions and drops
+    /// requests of retiring clients.
     pub fn recv(&mut self) -> Option<RecvEntry<Req>> {
         let cfg = self.region.cfg;
         let lg = self.region.depth_log2;
         loop {
-            if self.cursor == self.cached_head {
-                return None;
-            }
             let p = self.cursor;
             let slot = self.region.slot(p);
             // A1 (pairs with R1 in Reservation::commit): the body is written.

@@ -200,6 +200,35 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
         self.server.stats()
     }
 
+    /// A one-line snapshot for failure messages: cursor, head, tail, the cursor slot's
+    /// `committed` and claim word, counters and the client table.
+    pub fn diagnostics(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        let r = self.server.region();
+        let cur = self.server.cursor();
+        let slot = r.req_slot((cur & (r.config().ring_depth as u64 - 1)) as usize);
+        // Relaxed: a snapshot for humans.
+        format!(
+            "cursor={cur} head={} tail={} committed={} claim={:#x} hole={:?} stats={:?} clients={:?} ring={:?}",
+            r.ring_control().head.load(Relaxed),
+            r.ring_control().tail.load(Relaxed),
+            slot.committed.load(Relaxed),
+            slot.claim.load(Relaxed),
+            self.server.hole(),
+            self.server.stats(),
+            self.server
+                .clients()
+                .map(|c| (c.id, c.state, c.owner, r.client_entry(c.id).claim_pos.load(Relaxed)))
+                .collect::<Vec<_>>(),
+            (0..r.config().ring_depth as usize)
+                .map(|i| {
+                    let s = r.req_slot(i);
+                    (s.committed.load(Relaxed), s.claim.load(Relaxed))
+                })
+                .collect::<Vec<_>>()
+        )
+    }
+
     /// The client table (id, state, epoch, owner pid).
     pub fn clients(&self) -> impl Iterator<Item = ClientInfo> + '_ {
         self.server.clients()
@@ -299,6 +328,27 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
     /// The region's name.
     pub fn name(&self) -> &str {
         self.shm.name()
+    }
+
+    /// A one-line snapshot for failure messages: id, calls in flight, and each response
+    /// slot's `(pending, valid)`.
+    pub fn diagnostics(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        let r = self.region;
+        let id = self.client.id();
+        // Relaxed: a snapshot for humans.
+        format!(
+            "client id={id} in_flight={} head={} tail={} slots={:?}",
+            self.client.in_flight(),
+            r.ring_control().head.load(Relaxed),
+            r.ring_control().tail.load(Relaxed),
+            (0..r.config().resp_depth)
+                .map(|i| {
+                    let s = r.resp_slot(id, i);
+                    (s.pending.load(Relaxed), s.valid.load(Relaxed))
+                })
+                .collect::<Vec<_>>()
+        )
     }
 }
 
