@@ -184,8 +184,8 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// Committed slots from the cursor, skipping void ones, up to the first hole or one lap.
     fn count_ready(&self) -> usize {
         let mut n = 0;
-        let mut p = self.cursor;
-        for _ in 0..self.region.cfg.ring_depth {
+        let end = self.cursor + u64::from(self.region.cfg.ring_depth);
+        for p in self.cursor..end {
             let slot = self.region.slot(p);
             // A1 (pairs with R1 in Reservation::commit).
             if slot.committed.load(Ordering::Acquire) == 1 {
@@ -193,7 +193,6 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             } else if !self.is_void(p) {
                 break;
             }
-            p += 1;
         }
         n
     }
