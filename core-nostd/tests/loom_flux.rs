@@ -21,29 +21,32 @@ struct Mem {
 
 fn run_node(mem: &Mem, id: usize) {
     let mesh = Mesh::new(N, CAP, &mem.pairs, &mem.req, &mem.resp, &mem.nodes).unwrap();
-    let mut slab_mem: Vec<SlabEntry<u64>> = (0..CAP).map(|_| SlabEntry::new()).collect();
+    let mut slab_mem: Vec<SlabEntry<u64>> = (0..2 * CAP).map(|_| SlabEntry::new()).collect();
     let mut node = mesh.node(id, Slab::new(&mut slab_mem)).unwrap();
     let peer = 1 - id;
     let base = 10 * id as u64;
-    // Two calls; user datum = payload + 100.
-    for k in 0..2 {
-        node.call(peer, base + k, base + k + 100).unwrap();
-    }
+    // Three calls through a ring of 2 (the third reuses a slot); user datum = payload + 100.
+    const CALLS: u64 = 3;
     let mut held: Vec<RecvHandle<u64>> = Vec::new();
-    let (mut answered, mut replied) = (0, 0);
-    while answered < 2 || replied < 2 {
+    let (mut sent, mut answered, mut received) = (0u64, 0u64, 0u64);
+    while answered < CALLS || received < CALLS || !held.is_empty() {
+        if sent < CALLS && node.call(peer, base + sent, base + sent + 100).is_ok() {
+            sent += 1;
+        }
         while let Some(h) = node.try_recv() {
             held.push(h);
+            received += 1;
         }
-        // Defer until both requests are in, then answer the newer one first.
-        if held.len() == 2 || (replied == 1 && held.len() == 1) {
+        // Defer until two requests are held (or the last one came), then answer the
+        // newer one first.
+        if held.len() == 2 || (received == CALLS && !held.is_empty()) {
             while let Some(h) = held.pop() {
                 let p = h.payload;
                 node.reply(h, p * 2).unwrap();
-                replied += 1;
             }
         }
-        answered += node.poll(|u, r| assert_eq!(r, (u - 100) * 2, "datum {u} got reply {r}"));
+        answered +=
+            node.poll(|u, r| assert_eq!(r, (u - 100) * 2, "datum {u} got reply {r}")) as u64;
         thread::yield_now();
     }
     assert_eq!(node.in_flight(), 0);

@@ -269,12 +269,11 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
         };
         let ring = &self.mesh.pair(self.id, to).req;
         // SAFETY: this node is the only producer of the `id -> to` request ring (nodes are
-        // taken once), with the fixed slot range of that pair.
-        let pushed = unsafe { ring.push(self.mesh.ring_slots(self.mesh.req, self.id, to), msg) };
-        if pushed.is_err() {
-            self.slab.remove(token);
-            return Err(FluxError::Full);
-        }
+        // taken once), with the fixed slot range of that pair; the slot is free: fewer
+        // than `capacity` calls to `to` are unanswered (checked above), so one of our last
+        // `capacity` requests to it was answered, and `to` pops in order, so it handed
+        // this slot back before the answer we popped (the `push_known_free` contract).
+        unsafe { ring.push_known_free(self.mesh.ring_slots(self.mesh.req, self.id, to), msg) };
         Ok(())
     }
 

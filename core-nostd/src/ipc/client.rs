@@ -131,15 +131,15 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
             token: token.0,
             payload: *req,
         };
-        // SAFETY: only producer of our request ring (see module docs); fixed slot range.
-        let r = unsafe {
-            self.region.req_ctl[self.id as usize].push(self.region.req_slots(self.id), msg)
+        // SAFETY: only producer of our request ring (see module docs), fixed slot range;
+        // the slot is free: with `in_flight < depth` before this call (checked above),
+        // one of our last `depth` requests has been answered, and the server pops in
+        // order, so it handed this slot back before sending an answer we acquired (the
+        // `push_known_free` contract).
+        unsafe {
+            self.region.req_ctl[self.id as usize]
+                .push_known_free(self.region.req_slots(self.id), msg)
         };
-        if r.is_err() {
-            // The server has not yet consumed earlier requests: not in flight.
-            self.slab.remove(token);
-            return Err(IpcCallError::Full);
-        }
         Ok(())
     }
 

@@ -151,6 +151,36 @@ impl RingCtl {
         Ok(())
     }
 
+    /// Producer: appends `v` without reading the slot's state first, for a producer that
+    /// knows the slot is free. Saves the read miss of `push`'s check (the consumer wrote
+    /// the state last), which on a ping-pong is a whole extra line transfer per hand-off.
+    ///
+    /// # Safety
+    ///
+    /// As [`push`](Self::push), and the consumer's hand-back of this slot (its R2 store for
+    /// the previous lap) happens before this call. ipc and Flux callers establish it with
+    /// their in-flight bound: with fewer than `capacity` calls unanswered, one of the last
+    /// `capacity` requests was answered; the consumer pops in order, so it had handed back
+    /// this slot before it answered that one, and the caller acquired that answer.
+    pub unsafe fn push_known_free<T: Copy>(&self, slots: &[Slot<T>], v: T) {
+        let (mask, lg) = geometry(slots);
+        // Relaxed: only the producer writes it.
+        let p = self.prod.pos.load(Ordering::Relaxed);
+        let slot = &slots[(p & mask) as usize];
+        debug_assert_eq!(
+            // Relaxed: a debug check of the caller's contract.
+            slot.state.load(Ordering::Relaxed),
+            empty(p, lg),
+            "push_known_free on a slot that is not free"
+        );
+        // SAFETY: free for our lap per the caller contract; we are the only producer.
+        slot.val.with_mut(|q| unsafe { q.write(MaybeUninit::new(v)) });
+        // R1 (pairs with A1 in pop): publishes the payload.
+        slot.state.store(full(p, lg), Ordering::Release);
+        // Relaxed: producer-private position.
+        self.prod.pos.store(p.wrapping_add(1), Ordering::Relaxed);
+    }
+
     /// Consumer: takes the message at the consumer's position, if published.
     ///
     /// # Safety
