@@ -174,7 +174,8 @@ impl RingCtl {
             "push_known_free on a slot that is not free"
         );
         // SAFETY: free for our lap per the caller contract; we are the only producer.
-        slot.val.with_mut(|q| unsafe { q.write(MaybeUninit::new(v)) });
+        slot.val
+            .with_mut(|q| unsafe { q.write(MaybeUninit::new(v)) });
         // R1 (pairs with A1 in pop): publishes the payload.
         slot.state.store(full(p, lg), Ordering::Release);
         // Relaxed: producer-private position.
