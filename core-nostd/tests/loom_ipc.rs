@@ -64,7 +64,8 @@ fn calls_answered_once_out_of_order() {
         });
         let p2 = parts.clone();
         let client = thread::spawn(move || {
-            let mut sm: Vec<SlabEntry<u64>> = (0..2).map(|_| SlabEntry::new()).collect();
+            // A slab larger than the depth: the in-flight bound, not the slab, limits calls.
+            let mut sm: Vec<SlabEntry<u64>> = (0..4).map(|_| SlabEntry::new()).collect();
             let mut c = Client::connect(p2.region(), 1, Slab::new(&mut sm)).unwrap();
             let (mut sent, mut got) = (0u64, 0u64);
             while got < 3 {

@@ -310,10 +310,11 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
             token: handle.token,
             payload,
         };
-        // SAFETY: this node is the only producer of the `id -> to` response ring.
-        unsafe { ring.push(self.mesh.ring_slots(self.mesh.resp, self.id, to), msg) }
-            // Unreachable while the caller keeps its in-flight bound; reported, not hidden.
-            .map_err(|_| FluxError::Full)
+        // SAFETY: this node is the only producer of the `id -> to` response ring, and the
+        // slot is free by the caller's in-flight bound (`push_known_free`, response ring):
+        // `to` made this call with fewer than `capacity` calls to us unanswered.
+        unsafe { ring.push_known_free(self.mesh.ring_slots(self.mesh.resp, self.id, to), msg) };
+        Ok(())
     }
 
     /// Takes every response that has arrived: `on_response(user_data, payload)`.

@@ -32,8 +32,10 @@
 //!   `poll` is `O(max_clients)` (one slot read per client); `recv` touches only clients
 //!   its last `poll` saw busy.
 //! - Calls in flight per client are bounded by `depth` (and the slab), so the server's
-//!   reply always finds room; a client that breaks the bound gets its replies refused
-//!   (`Full`), never blocks the server.
+//!   reply always finds room, and both sides write ring slots without reading them first
+//!   (`spsc::RingCtl::push_known_free`: the bound proves the slot was handed back). A
+//!   client that breaks the bound (not ours: `call` enforces it) can only garble its own
+//!   responses; the server never blocks and reads nothing back from them.
 //! - A client that dies leaves its rings as they were (publication is one index store).
 //!   The server's host evicts it ([`Server::evict`], after checking its pid); the next
 //!   `poll` drops its unread requests and frees the id. A client that closes is freed the
@@ -84,8 +86,6 @@ pub enum IpcCallError {
 pub enum IpcReplyError {
     /// The client closed, was evicted, or its id was reused since the request.
     ClientGone,
-    /// The client's response ring is full: it exceeded its in-flight bound.
-    Full,
 }
 
 impl fmt::Display for IpcConnectError {
@@ -111,7 +111,6 @@ impl fmt::Display for IpcReplyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::ClientGone => "client closed or evicted",
-            Self::Full => "client response ring full",
         })
     }
 }

@@ -158,21 +158,22 @@ impl RingCtl {
     /// # Safety
     ///
     /// As [`push`](Self::push), and the consumer's hand-back of this slot (its R2 store for
-    /// the previous lap) happens before this call. ipc and Flux callers establish it with
-    /// their in-flight bound: with fewer than `capacity` calls unanswered, one of the last
-    /// `capacity` requests was answered; the consumer pops in order, so it had handed back
-    /// this slot before it answered that one, and the caller acquired that answer.
+    /// the previous lap) happens before this call. ipc and Flux establish it with the
+    /// caller's in-flight bound, in both directions:
+    ///
+    /// - request ring: with fewer than `capacity` calls unanswered, one of the caller's
+    ///   last `capacity` requests was answered; the callee pops in order, so it handed
+    ///   this slot back before that answer, which the caller acquired;
+    /// - response ring: when the caller sent the request being answered it had fewer than
+    ///   `capacity` calls unanswered, so of the calls answered by the last `capacity`
+    ///   responses before this one, at least one had been consumed — and the caller
+    ///   consumes in order, so the response this slot last held was consumed (and handed
+    ///   back) before that request was sent, which the callee acquired.
     pub unsafe fn push_known_free<T: Copy>(&self, slots: &[Slot<T>], v: T) {
         let (mask, lg) = geometry(slots);
         // Relaxed: only the producer writes it.
         let p = self.prod.pos.load(Ordering::Relaxed);
         let slot = &slots[(p & mask) as usize];
-        debug_assert_eq!(
-            // Relaxed: a debug check of the caller's contract.
-            slot.state.load(Ordering::Relaxed),
-            empty(p, lg),
-            "push_known_free on a slot that is not free"
-        );
         // SAFETY: free for our lap per the caller contract; we are the only producer.
         slot.val
             .with_mut(|q| unsafe { q.write(MaybeUninit::new(v)) });
