@@ -13,6 +13,7 @@
 //! | [`sq`] | [`Sq`]: WQE builders in a borrowing [`SqBatch`], signaling policy, SQ-space accounting, doorbell / BlueFlame |
 //! | [`cq`] | [`Cq`]: owner-bit poller lending [`CqeRef`]s, consumer-index doorbell |
 //! | [`srq`] | [`Srq`]: free-list posting (rdma-core v44), batched doorbell |
+//! | [`sim`] | the software device model: reads these same bytes, executes RC, writes CQEs (its own table of what is modeled) |
 //!
 //! # Where the `unsafe` is
 //!
@@ -26,6 +27,9 @@
 //!   contracts carry the DMA lifetime of gather/scatter memory
 //!   ([`Payload::registered`](sq::Payload::registered), [`Payload::gather`](sq::Payload::gather),
 //!   [`SqBatch::rdma_read`](sq::SqBatch::rdma_read)).
+//!
+//! * `src/sim/raw.rs`, `src/sim/device.rs`, `src/sim/link.rs`: the device model's access
+//!   to caller memory (see [`sim`]).
 //!
 //! `src/layout/` is `#![forbid(unsafe_code)]`.
 //!
@@ -75,6 +79,7 @@ pub mod cq;
 pub mod desc;
 pub mod layout;
 mod mem;
+pub mod sim;
 pub mod sq;
 pub mod srq;
 
