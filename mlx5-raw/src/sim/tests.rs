@@ -152,7 +152,7 @@ fn parse_tv1_across_the_sq_end() {
     // starts in slot 1, and its inline payload runs past the ring end to offset 0.
     let sq = Mem::new(128);
     let msg: Vec<u8> = (0..60u8).collect();
-    let mut w = vec![0u8; 128];
+    let mut w = [0u8; 128];
     w[..16].copy_from_slice(&[0, 0, 7, 0x0a, 0, 0, 0x12, 5, 0, 0, 0, 8, 0, 0, 0, 0]);
     w[16..20].copy_from_slice(&(0x8000_0000u32 | 60).to_be_bytes());
     w[20..80].copy_from_slice(&msg);
