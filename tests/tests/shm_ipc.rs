@@ -148,6 +148,16 @@ fn run_client(name: &str, survivor: bool) {
     println!("DONE {}", answered - PROGRESS_AT);
 }
 
+/// Removes a region name when dropped (after every child is gone: declared first, so
+/// dropped last), whatever the test's outcome.
+struct UnlinkOnDrop(String);
+
+impl Drop for UnlinkOnDrop {
+    fn drop(&mut self) {
+        let _ = copyrpc_host::shm::ShmRegion::unlink(&self.0);
+    }
+}
+
 struct Proc {
     child: Child,
     lines: mpsc::Receiver<String>,
@@ -220,6 +230,8 @@ fn killed_client_does_not_stop_the_others() {
     }
     let deadline = Instant::now() + TEST_DEADLINE;
     let name = format!("/copyrpc-mp-ipc-{}", std::process::id());
+    // A server killed by a failing run cannot unlink its region; do it on the way out.
+    let _cleanup = UnlinkOnDrop(name.clone());
     let mut server = spawn("server", &name);
     server.expect("READY", deadline);
     let victim = spawn("victim", &name);
