@@ -9,6 +9,7 @@ pub mod error;
 pub mod exchange;
 pub mod fabric;
 pub mod shm;
+pub mod sim_engine;
 pub mod topology;
 
 pub use copyrpc_core as core;
