@@ -632,3 +632,30 @@ fn the_trace_says_why_an_exchange_hangs() {
     r.dev.step_traced(r.now + 1_000_000, &mut n);
     assert!(n.0 > 0);
 }
+
+#[test]
+fn zero_length_write_with_a_garbage_rkey_succeeds() {
+    // Reference §6, last row (IBA C9-88): zero-length READ/WRITE are not validated.
+    let mut r = Rig::new(opts());
+    r.b.srq.post_batch(1).unwrap();
+    let garbage = Remote {
+        addr: 0xdead_beef_0000,
+        rkey: 0x00ee_ee01,
+    };
+    let mut b = r.a.sq.batch();
+    let w = b.rdma_write(garbage, Payload::EMPTY, SIG).unwrap();
+    let wi = b
+        .rdma_write_imm(garbage, Payload::EMPTY, [5; 4], SIG)
+        .unwrap();
+    b.finish();
+    assert_eq!(
+        summary(&r.a_sends(2)),
+        [
+            (CqeOpcode::Req, None, w.wqe_index),
+            (CqeOpcode::Req, None, wi.wqe_index)
+        ]
+    );
+    let rc = r.b_recvs(1);
+    assert_eq!((rc[0].opcode, rc[0].byte_cnt), (CqeOpcode::RespWrImm, 0));
+    assert_eq!(r.dev.qp_info(r.b.qpn).unwrap().state, QpState::Rts);
+}

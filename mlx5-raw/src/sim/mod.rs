@@ -44,7 +44,7 @@
 //! | errors (reference §6) | bad lkey / bounds / PD / missing LOCAL_WRITE: LOCAL_PROT_ERR; malformed WQE: LOCAL_QP_OP_ERR; bad rkey / bounds / access: REMOTE_ACCESS_ERR and the responder QP to ERR; op not enabled on the remote QP or receive buffer too small: REMOTE_INVAL_REQ_ERR (responder: LOCAL_LENGTH_ERR); bad receive lkey: REMOTE_OP_ERR (responder: LOCAL_PROT_ERR) | vendor syndromes (a fixed 0xf9 in flushes, 0 elsewhere); SQD/SQE states |
 //! | flush | error CQE first, then every outstanding WQE and every WQE rung later with WR_FLUSH_ERR, in order, one per WQE ([`FlushMode::EveryWqe`], default) or per signaled WQE; the SEND being received completes with a RESP_ERR flush; SRQ WQEs are not flushed; LAST_WQE_REACHED event | |
 //! | timing & faults | one-way latency and bandwidth per link direction ([`LinkConfig`], packets carry a deliver-at time); [`fail_qp`](Device::fail_qp), [`set_link_cut`](Device::set_link_cut), [`stall_until`](Device::stall_until), [`set_cq_delay`](Device::set_cq_delay) | packet loss other than a cut; reordering; congestion |
-//! | memory | every access checked against the MR table and then against the region's bounds ([`raw`](self) is the only file that dereferences); payload moves only between registered regions, WQEs and link slots | ODP, memory windows, relaxed ordering, placement-order scrambling |
+//! | memory | every access checked against the MR table and then against the region's bounds (`sim/raw.rs` is the only file that dereferences); payload moves only between registered regions, WQEs and link slots | ODP, memory windows, relaxed ordering, placement-order scrambling |
 //!
 //! # Memory-model edges (the device side of the crate-level table)
 //!
@@ -54,7 +54,7 @@
 //! | A-SRQ-DB | Acquire load of the SRQ record before reading SRQ WQEs | R-SRQ-DB (driver) |
 //! | A-CQ-CI | Acquire load of `[CQ_SET_CI]` before reusing a CQE slot | R-CQ-CI (driver) |
 //! | R-CQE | CQE bytes 0..62, then Release store of `op_own` | A-CQE (driver) |
-//! | R/A-LINK-TAIL, R/A-LINK-HEAD, R/A-LINK-FMT | link queue (see [`link`](self)) | the other device |
+//! | R/A-LINK-TAIL, R/A-LINK-HEAD, R/A-LINK-FMT | link queue (layout in `sim/link.rs`) | the other device |
 //!
 //! The device finishes reading a WQE (and its gather memory) before it writes the CQE
 //! that retires it, and places payload before the CQE that reports it.
