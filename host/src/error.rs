@@ -141,13 +141,54 @@ pub enum Error {
         /// The string given.
         given: String,
     },
-    /// The fabric exists in the API but cannot be opened in this build yet.
-    #[error("fabric `{fabric}` is not available yet: {reason}")]
-    FabricUnavailable {
-        /// `verbs` or `sim`.
-        fabric: &'static str,
-        /// Why, and what lands it.
-        reason: &'static str,
+    // ---- sim fabric (src/fabric/sim.rs) ----
+    /// The device model refused a call (its reason is the [`mlx5_raw::sim::SimError`]).
+    #[error("sim fabric {region}: {what} failed: {reason}")]
+    Sim {
+        /// The device call (`create_qp`, `connect`, ...).
+        what: &'static str,
+        /// The fabric's (or the peer's) `/dev/shm` region.
+        region: String,
+        /// The model's reason (a no_std `Copy` enum, so not an error `source`).
+        reason: mlx5_raw::sim::SimError,
+    },
+    /// Inconsistent `sim` options, or a peer endpoint that cannot be this fabric's.
+    #[error("sim fabric: {reason}")]
+    SimConfig {
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// The fabric's region has no room left for an object.
+    #[error("sim fabric region {region} is full: {what} needs {len} bytes, {used} of {size} are used; raise SimOptions::region_bytes")]
+    SimRegionFull {
+        /// The region.
+        region: String,
+        /// The object being created.
+        what: String,
+        /// Bytes it needs.
+        len: usize,
+        /// Bytes already carved.
+        used: usize,
+        /// The region's size.
+        size: usize,
+    },
+    /// The peer's region cannot be mapped (it runs on another machine, or has exited).
+    #[error("sim fabric: cannot map the peer's region {region}; sim connects processes on one machine only, and the peer must still be running")]
+    SimPeer {
+        /// The peer's region name.
+        region: String,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A thread could not be spawned.
+    #[error("spawning the {what} thread failed")]
+    SpawnThread {
+        /// Which thread.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
     },
 
     // ---- verbs fabric (src/fabric/verbs/) ----

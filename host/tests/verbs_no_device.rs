@@ -51,13 +51,10 @@ fn no_device_is_a_clear_error_and_auto_picks_sim() {
         sel.reason
     );
 
-    // Opening `auto` reaches the sim seam. Until issue 3 wires the device model it is
-    // "not available yet"; then this becomes a successful open.
-    let e = fabric::open(FabricKind::Auto, &FabricOptions::default()).unwrap_err();
-    assert!(
-        matches!(e, Error::FabricUnavailable { fabric: "sim", .. }),
-        "{e:?}"
-    );
+    // Opening `auto` opens the device model.
+    let (f, sel) = fabric::open(FabricKind::Auto, &FabricOptions::default()).unwrap();
+    assert_eq!(sel.kind, FabricKind::Sim);
+    assert!(matches!(f, fabric::Fabric::Sim(_)), "{f:?}");
 
     std::fs::remove_dir(&empty).unwrap();
 }

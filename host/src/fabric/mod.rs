@@ -3,7 +3,7 @@
 //! | fabric | queues live in | status |
 //! |---|---|---|
 //! | [`verbs`] | a ConnectX NIC, through libibverbs + mlx5dv | here |
-//! | `sim` | the software device model's objects in `/dev/shm` | lands with issue 3 ([`open_sim`] is the seam) |
+//! | [`sim`] | the software device model's objects in `/dev/shm`, on an engine thread | here |
 //!
 //! Both hand out the same raw descriptions (`mlx5_raw::desc::{SqDesc, CqDesc, SrqDesc}`
 //! plus memory-region keys), so the driver above does not know which it runs on.
@@ -12,6 +12,7 @@
 //! none; [`select`] returns that decision with a sentence saying why, for the caller to
 //! print (this crate never prints).
 
+pub mod sim;
 pub mod verbs;
 
 use std::fmt;
@@ -74,11 +75,13 @@ pub struct Selection {
     pub reason: String,
 }
 
-/// Options for [`open`]. The `sim` fabric's options join with issue 3.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Options for [`open`].
+#[derive(Clone, Debug, Default)]
 pub struct FabricOptions {
     /// Device, port and GID for `verbs` (also what `auto` probes for).
     pub verbs: verbs::VerbsOptions,
+    /// Region size, engine idle policy, links and tracing for `sim`.
+    pub sim: sim::SimOptions,
 }
 
 /// Resolves `kind` (only `Auto` needs a probe). `Verbs` and `Sim` are taken as asked;
@@ -142,12 +145,14 @@ fn auto_decision(probe: &verbs::Probe, device: Option<&str>) -> Result<Selection
     }
 }
 
-/// An opened fabric. Variants join as fabrics land (`Sim` with issue 3).
+/// An opened fabric.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Fabric {
     /// A real NIC.
     Verbs(verbs::Device),
+    /// The software device model.
+    Sim(Box<sim::SimFabric>),
 }
 
 /// Opens the fabric `kind` selects: the one entry point for command-line tools.
@@ -164,13 +169,9 @@ pub fn open(kind: FabricKind, opts: &FabricOptions) -> Result<(Fabric, Selection
     Ok((fabric, sel))
 }
 
-/// The seam for the device-model fabric: issue 3 replaces this body (and adds
-/// `Fabric::Sim`); nothing else in this module needs to change.
-pub fn open_sim(_opts: &FabricOptions) -> Result<Fabric> {
-    Err(Error::FabricUnavailable {
-        fabric: "sim",
-        reason: "the device-model fabric lands with issue 3",
-    })
+/// Opens the device-model fabric: a `/dev/shm` region and an engine thread.
+pub fn open_sim(opts: &FabricOptions) -> Result<Fabric> {
+    Ok(Fabric::Sim(Box::new(sim::SimFabric::open(&opts.sim)?)))
 }
 
 /// A QP's address for the peer: what two ranks exchange before [`verbs::Qp::connect`].
@@ -199,6 +200,9 @@ pub struct QpEndpoint {
 impl QpEndpoint {
     /// The peer must be addressed with a GRH (RoCE).
     pub const FLAG_GRH: u8 = 1;
+    /// A `sim` fabric endpoint: the GID bytes name a `/dev/shm` region and a link in it
+    /// (see [`sim`]), not a port.
+    pub const FLAG_SIM: u8 = 2;
 }
 
 /// A memory region's address for the peer's RDMA (24 bytes of plain data).
@@ -291,13 +295,14 @@ mod tests {
     }
 
     #[test]
-    fn sim_is_not_available_yet_and_says_which_issue() {
-        let e = open(FabricKind::Sim, &FabricOptions::default()).unwrap_err();
-        assert!(
-            matches!(e, Error::FabricUnavailable { fabric: "sim", .. }),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("issue 3"), "{e}");
+    fn sim_opens_a_region_that_goes_with_it() {
+        let (f, sel) = open(FabricKind::Sim, &FabricOptions::default()).unwrap();
+        assert_eq!(sel.kind, FabricKind::Sim);
+        let Fabric::Sim(f) = f else { panic!("{f:?}") };
+        let name = f.region_name().to_owned();
+        assert!(std::path::Path::new(&format!("/dev/shm{name}")).exists());
+        drop(f);
+        assert!(!std::path::Path::new(&format!("/dev/shm{name}")).exists());
     }
 
     #[test]

@@ -544,6 +544,16 @@ impl Qp {
     /// LID.
     pub fn connect(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<()> {
         let ctx = &self.ctx;
+        if remote.flags & QpEndpoint::FLAG_SIM != 0 {
+            return Err(Error::SimConfig {
+                reason: format!(
+                    "qp {:#x} on {} was given a sim endpoint (qpn {:#x}); both ranks must use the same --fabric",
+                    self.qpn(),
+                    ctx.name,
+                    remote.qpn
+                ),
+            });
+        }
         type M = ibv_qp_attr_mask;
 
         // SAFETY: all-zero is a valid ibv_qp_attr (integers, pointers-free unions).
