@@ -11,6 +11,7 @@
 //! | [`credit`] | the flow-control invariant `in_flight + 2R <= C`, grants, allowances, reservations |
 //! | [`deleg`] | delegationrpc: MPSC request ring + per-client response slots over a shared region (seed 000 §2.1 layout), hole recovery, client-id reuse |
 //! | [`ipc`] | per-client SPSC request/response rings over a shared region; [`ipc::spsc`] is the ring both ipc and Flux use |
+//! | [`copyrpc`] | the RPC engine over raw mlx5 queues: context, endpoints, call / poll / recv / reply, batching, wrap, credit, READ fallback, raw READ/WRITE |
 //! | [`flux`] | N-to-N request/response mesh between threads over caller memory; user data in a per-node slab keyed by generation tokens |
 //! | `sync` | the only source of atomics and `UnsafeCell`: `core`'s, or loom's under `--cfg loom` |
 //!
@@ -19,11 +20,13 @@
 //! shared mapping to the layout structs, payload cells), `ipc::spsc` (ring slot cells
 //! under the single-producer/single-consumer contract), `ipc::layout` (casting a shared
 //! mapping), `ipc::client` and `ipc::server` (calls of the ring's `unsafe fn`s), `flux` (calls of the ring's
-//! `unsafe fn`s).
+//! `unsafe fn`s), `copyrpc::{mem, context, endpoint, raw}` (registered memory behind
+//! `unsafe fn` constructors, and the driver's `unsafe fn`s for DMA payloads).
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod copyrpc;
 pub mod credit;
 pub mod deleg;
 pub mod flux;

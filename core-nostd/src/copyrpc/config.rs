@@ -1,0 +1,45 @@
+//! Settings of a context and of its endpoints.
+
+use mlx5_raw::SqConfig;
+
+/// Per-endpoint settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// Cap on the response reservation `R` (seed 002 default: ring size / 4).
+    pub max_resp_reservation: u64,
+    /// Response allowance of [`Context::call`](super::Context::call), in payload bytes.
+    pub default_response_allowance: u32,
+    /// Batches of at most this many bytes go fully inline in the WQE (≤ 220: one
+    /// BlueFlame buffer).
+    pub max_inline: u32,
+    /// Larger batches send this many leading bytes inline and the rest by one SGE.
+    pub inline_head: u32,
+    /// Every this many WQEs asks for a completion (seed: 64).
+    pub signal_interval: u32,
+    /// While calls are pending on the endpoint and nothing arrives, an RDMA READ of the
+    /// peer's consumer position is posted every this many polls: a dead peer or link
+    /// then surfaces as an error completion instead of silence. 0 disables it.
+    pub probe_interval: u32,
+}
+
+impl EndpointConfig {
+    /// Seed values for a ring of `ring_size` bytes.
+    pub const fn for_ring(ring_size: u64) -> Self {
+        Self {
+            max_resp_reservation: ring_size / 4,
+            default_response_allowance: 256,
+            max_inline: SqConfig::COPYRPC.max_inline,
+            inline_head: SqConfig::COPYRPC.inline_head,
+            signal_interval: SqConfig::COPYRPC.signal_interval,
+            probe_interval: 4096,
+        }
+    }
+
+    pub(crate) const fn sq_config(&self) -> SqConfig {
+        SqConfig {
+            max_inline: self.max_inline,
+            inline_head: self.inline_head,
+            signal_interval: self.signal_interval,
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! The context: shared queues, the endpoint table, pending calls, the receive queue.
+#![allow(unsafe_code)]
+
+use mlx5_raw::{Cq, CqDesc, SqDesc, Srq, SrqDesc};
+
+use super::config::EndpointConfig;
+use super::endpoint::{Endpoint, EpData, EpState, CONSUMER_WORD, CONTROL_BYTES};
+use super::mem::{Dma, Region};
+use super::pending::Pending;
+use super::qpn_map::QpnMap;
+use super::requests::{Link, ReqState};
+use super::stats::Stats;
+use super::{CallError, EndpointInfo, Error, RecvHandle};
+use crate::credit;
+use crate::ring::RingSize;
+
+/// An endpoint of a [`Context`]: an index into its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EndpointId(pub u16);
+
+/// The queues every endpoint of a context shares: one SRQ (zero-length receive WQEs:
+/// data arrives by RDMA WRITE into the rings), one send CQ, one recv CQ.
+#[derive(Debug, Clone, Copy)]
+pub struct Queues {
+    /// The SRQ every endpoint's QP is created with.
+    pub srq: SrqDesc,
+    /// An lkey of the protection domain, for the SRQ's zero-length data segments.
+    pub srq_lkey: u32,
+    /// The send CQ of every endpoint's QP. Size it for every signaled WQE in flight,
+    /// and for the flush completions of every send queue if QPs may fail.
+    pub send_cq: CqDesc,
+    /// The recv CQ of every endpoint's QP; at least the SRQ's WQE count.
+    pub recv_cq: CqDesc,
+}
+
+/// Memory of one endpoint. The three regions may share one MR.
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointMem {
+    /// The send ring; at least the peer's recv ring size. Local read access.
+    pub send_ring: Region,
+    /// The recv ring: a power of two in bytes (128 B ..= 64 GiB). Remote write access.
+    pub recv_ring: Region,
+    /// 16 bytes, 8-aligned: the consumer position the peer READs (remote read) and
+    /// the landing word of our READ of the peer's (local write).
+    pub control: Region,
+}
+
+/// A copyrpc context; see the [module docs](super).
+///
+/// `U` is the per-call user data, handed back exactly once: with the response, or with
+/// an error. `EPS` endpoints (≤ 256), `CALLS` pending calls across all endpoints,
+/// `REQS` received requests held per endpoint (a power of two, at least the recv ring
+/// size / 32).
+#[derive(Debug)]
+pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
+    pub(crate) srq: Srq,
+    pub(crate) send_cq: Cq,
+    pub(crate) recv_cq: Cq,
+    pub(crate) map: QpnMap<EPS>,
+    pub(crate) eps: [Option<Endpoint<REQS>>; EPS],
+    pub(crate) pending: Pending<U, CALLS>,
+    /// The receive queue: requests of every endpoint in arrival order, linked
+    /// through their entries.
+    pub(crate) rq_head: Link,
+    pub(crate) rq_tail: Link,
+    pub(crate) stats: Stats,
+}
+
+// SAFETY: the context exclusively owns its driver objects (each `Send`) and its access
+// to the registered regions (constructor contracts), none tied to a thread; moving it
+// moves that ownership. User data moves with it, hence `U: Send`.
+unsafe impl<U: Send, const EPS: usize, const CALLS: usize, const REQS: usize> Send
+    for Context<U, EPS, CALLS, REQS>
+{
+}
+
+impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {
+    /// Takes over the shared queues and fills the SRQ.
+    ///
+    /// # Safety
+    ///
+    /// The contracts of [`Srq::new`], [`Cq::new`] (for both CQs) hold for `queues`, for
+    /// as long as the context lives; no QP uses these queues except the endpoints'.
+    pub unsafe fn new(queues: &Queues) -> Result<Self, Error> {
+        if EPS > 256 || EPS == 0 || CALLS == 0 || !REQS.is_power_of_two() {
+            return Err(Error::BadConfig);
+        }
+        // SAFETY: forwarded from this function's contract.
+        let mut srq =
+            unsafe { Srq::new(&queues.srq, queues.srq_lkey) }.map_err(|_| Error::BadQueue)?;
+        // SAFETY: as above.
+        let send_cq = unsafe { Cq::new(&queues.send_cq) }.map_err(|_| Error::BadQueue)?;
+        // SAFETY: as above.
+        let recv_cq = unsafe { Cq::new(&queues.recv_cq) }.map_err(|_| Error::BadQueue)?;
+        if recv_cq.cqe_cnt() < srq.capacity() {
+            return Err(Error::BadConfig);
+        }
+        srq.post_batch(srq.capacity())
+            .map_err(|_| Error::BadQueue)?;
+        Ok(Self {
+            srq,
+            send_cq,
+            recv_cq,
+            map: QpnMap::new(),
+            eps: [const { None }; EPS],
+            pending: Pending::new(),
+            rq_head: None,
+            rq_tail: None,
+            stats: Stats::default(),
+        })
+    }
+
+    /// Adds an endpoint over a QP (in RESET, or connected but never posted to) created
+    /// with this context's send CQ, recv CQ and SRQ, with remote read and write access.
+    ///
+    /// # Safety
+    ///
+    /// * [`Sq::new`](mlx5_raw::Sq::new)'s contract holds for `sq`;
+    /// * each region of `mem` is registered (with the keys given) in the QP's PD, valid
+    ///   for reads and writes for as long as the context lives and until the QP is
+    ///   destroyed, and accessed by nothing but this context and the device: no Rust
+    ///   reference to it exists elsewhere;
+    /// * the regions do not overlap each other or another endpoint's.
+    pub unsafe fn create_endpoint(
+        &mut self,
+        sq: &SqDesc,
+        mem: &EndpointMem,
+        cfg: EndpointConfig,
+    ) -> Result<EndpointId, Error> {
+        let slot = self
+            .eps
+            .iter()
+            .position(Option::is_none)
+            .ok_or(Error::TooManyEndpoints)?;
+        let recv_size = RingSize::new(mem.recv_ring.len as u64).map_err(|_| Error::BadConfig)?;
+        let reqs_needed = recv_size.get() / crate::wire::ALIGNMENT;
+        if (REQS as u64) < reqs_needed
+            || mem.control.len < CONTROL_BYTES
+            || !mem.control.addr.addr().is_multiple_of(8)
+            || cfg.max_resp_reservation < 2 * crate::wire::ALIGNMENT
+        {
+            return Err(Error::BadConfig);
+        }
+        // SAFETY: the region contracts are this function's.
+        let (send_mem, recv_mem, ctrl) = unsafe {
+            (
+                Dma::new(&mem.send_ring),
+                Dma::new(&mem.recv_ring),
+                Dma::new(&mem.control),
+            )
+        };
+        let (Some(send_mem), Some(recv_mem), Some(ctrl)) = (send_mem, recv_mem, ctrl) else {
+            return Err(Error::BadConfig);
+        };
+        // SAFETY: forwarded from this function's contract.
+        let sq = unsafe { mlx5_raw::Sq::new(sq, cfg.sq_config()) }.map_err(|_| Error::BadQueue)?;
+        self.map
+            .insert(sq.qpn(), slot as u16)
+            .map_err(|()| Error::TooManyEndpoints)?;
+        ctrl.store_u64(CONSUMER_WORD, 0);
+        self.eps[slot] = Some(Endpoint {
+            sq,
+            d: EpData::new(cfg, send_mem, recv_mem, ctrl),
+        });
+        Ok(EndpointId(slot as u16))
+    }
+
+    pub(crate) fn ep(&self, id: EndpointId) -> Result<&Endpoint<REQS>, Error> {
+        self.eps
+            .get(usize::from(id.0))
+            .and_then(Option::as_ref)
+            .ok_or(Error::NoSuchEndpoint)
+    }
+
+    pub(crate) fn ep_mut(&mut self, id: EndpointId) -> Result<&mut Endpoint<REQS>, Error> {
+        self.eps
+            .get_mut(usize::from(id.0))
+            .and_then(Option::as_mut)
+            .ok_or(Error::NoSuchEndpoint)
+    }
+
+    /// What the peer needs to [`connect`](Self::connect) to this endpoint.
+    pub fn local_info(&self, id: EndpointId) -> Result<EndpointInfo, Error> {
+        let e = self.ep(id)?;
+        Ok(EndpointInfo {
+            qpn: e.sq.qpn(),
+            recv_ring_addr: e.d.recv_mem.va_at(0),
+            recv_ring_rkey: e.d.recv_mem.rkey(),
+            recv_ring_size: e.d.recv_mem.len() as u64,
+            consumer_addr: e.d.ctrl.va_at(CONSUMER_WORD),
+            consumer_rkey: e.d.ctrl.rkey(),
+            initial_credit: credit::initial_credit(e.d.cfg.max_resp_reservation),
+        })
+    }
+
+    /// Sets up the endpoint for the peer described by `remote` (from its
+    /// [`local_info`](Self::local_info)). Moving the QP to RTS is the caller's part
+    /// (verbs `ibv_modify_qp`, or the device model's `connect`); no message is
+    /// exchanged: both sides start with the credit the infos imply.
+    pub fn connect(&mut self, id: EndpointId, remote: &EndpointInfo) -> Result<(), Error> {
+        self.ep_mut(id)?.d.connect(remote)
+    }
+
+    /// Sends a request expecting a response of at most the endpoint's
+    /// `default_response_allowance` bytes. See [`call_with_allowance`](Self::call_with_allowance).
+    pub fn call(
+        &mut self,
+        id: EndpointId,
+        payload: &[u8],
+        user_data: U,
+    ) -> Result<u32, CallError<U>> {
+        let allowance = match self.ep(id) {
+            Ok(e) => e.d.cfg.default_response_allowance,
+            Err(error) => return Err(CallError { error, user_data }),
+        };
+        self.call_with_allowance(id, payload, allowance, user_data)
+    }
+
+    /// Writes a request into the endpoint's send ring (sent by the next
+    /// [`poll`](Self::poll)) and returns its call id. The response, or an error if the
+    /// endpoint fails first, reaches `poll`'s callback with `user_data`. A refused call
+    /// hands `user_data` back and changes nothing.
+    pub fn call_with_allowance(
+        &mut self,
+        id: EndpointId,
+        payload: &[u8],
+        response_allowance: u32,
+        user_data: U,
+    ) -> Result<u32, CallError<U>> {
+        let state = match self.ep(id) {
+            Ok(e) => e.d.state,
+            Err(error) => return Err(CallError { error, user_data }),
+        };
+        let error = match state {
+            EpState::Connected if self.pending.is_full() => Error::TooManyCalls,
+            EpState::Connected => {
+                let call_id = match self.pending.insert(id.0, user_data) {
+                    Ok(call_id) => call_id,
+                    Err(user_data) => {
+                        return Err(CallError {
+                            error: Error::TooManyCalls,
+                            user_data,
+                        })
+                    }
+                };
+                let Some(e) = self.eps[usize::from(id.0)].as_mut() else {
+                    unreachable!("checked above")
+                };
+                match e.d.write_call(call_id, payload, response_allowance) {
+                    Ok(()) => return Ok(call_id),
+                    Err(error) => {
+                        let Some(user_data) = self.pending.remove(id.0, call_id) else {
+                            unreachable!("inserted above")
+                        };
+                        return Err(CallError { error, user_data });
+                    }
+                }
+            }
+            EpState::Created => Error::NotConnected,
+            EpState::Failed { .. } => Error::EndpointFailed,
+        };
+        Err(CallError { error, user_data })
+    }
+
+    /// The oldest received request not yet handed out, across all endpoints, in
+    /// arrival order. Requests of failed endpoints are dropped on the way.
+    pub fn recv(&mut self) -> Option<RecvHandle> {
+        loop {
+            let (ep, seq) = self.rq_head?;
+            let e = self.eps[usize::from(ep)].as_mut()?;
+            let r = e.d.requests.get_mut(seq)?;
+            self.rq_head = r.next;
+            if self.rq_head.is_none() {
+                self.rq_tail = None;
+            }
+            if matches!(e.d.state, EpState::Failed { .. }) {
+                e.d.release_request(seq);
+                continue;
+            }
+            r.state = ReqState::Delivered;
+            return Some(RecvHandle {
+                ep: EndpointId(ep),
+                seq,
+                call_id: r.call_id,
+            });
+        }
+    }
+
+    /// Appends requests `first..end` of endpoint `ep` (just parsed) to the receive queue.
+    pub(crate) fn link_requests(&mut self, ep: u16, first: u32, end: u32) {
+        if first == end {
+            return;
+        }
+        let Some(e) = self.eps[usize::from(ep)].as_mut() else {
+            return;
+        };
+        let mut seq = first;
+        while seq != end {
+            let next = seq.wrapping_add(1);
+            if let Some(r) = e.d.requests.get_mut(seq) {
+                r.next = if next == end { None } else { Some((ep, next)) };
+            }
+            seq = next;
+        }
+        match self.rq_tail {
+            Some((tep, tseq)) => {
+                if let Some(r) = self.eps[usize::from(tep)]
+                    .as_mut()
+                    .and_then(|t| t.d.requests.get_mut(tseq))
+                {
+                    r.next = Some((ep, first));
+                }
+            }
+            None => self.rq_head = Some((ep, first)),
+        }
+        self.rq_tail = Some((ep, end.wrapping_sub(1)));
+    }
+
+    /// Marks the endpoint failed, as a QP error would: the next poll completes each of
+    /// its pending calls with [`Error::EndpointFailed`]. For failures only the
+    /// application can see (a peer process that died, a timeout of its own).
+    pub fn fail_endpoint(&mut self, id: EndpointId) -> Result<(), Error> {
+        let e = self.ep_mut(id)?;
+        if !matches!(e.d.state, EpState::Failed { .. }) {
+            e.d.state = EpState::Failed { drained: false };
+            self.stats.endpoints_failed += 1;
+        }
+        Ok(())
+    }
+
+    /// Whether the endpoint has failed.
+    pub fn is_failed(&self, id: EndpointId) -> bool {
+        self.ep(id)
+            .is_ok_and(|e| matches!(e.d.state, EpState::Failed { .. }))
+    }
+
+    /// Calls awaiting a response, on all endpoints.
+    pub fn pending_calls(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Calls awaiting a response on one endpoint.
+    pub fn pending_calls_on(&self, id: EndpointId) -> u32 {
+        self.pending.on_ep(id.0)
+    }
+
+    /// The event counters.
+    pub const fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The QP number of an endpoint.
+    pub fn qpn(&self, id: EndpointId) -> Result<u32, Error> {
+        Ok(self.ep(id)?.sq.qpn())
+    }
+
+    /// Credit state of an endpoint: (our balance for requests to the peer, our
+    /// reservation `R` for the peer's requests, bytes in flight to the peer).
+    pub fn credit_snapshot(&self, id: EndpointId) -> Result<CreditSnapshot, Error> {
+        let d = &self.ep(id)?.d;
+        Ok(CreditSnapshot {
+            peer_credit_balance: d.credit.peer_credit_balance(),
+            resp_reservation: d.credit.resp_reservation(),
+            in_flight: d.in_flight(),
+            send_producer: d.send.producer(),
+            remote_consumer: d.consumer.position(),
+            recv_consumer: d.recv.last_recv_pos(),
+            recv_notified: d.recv.last_notified_recv_pos(),
+            unanswered_requests: d.requests.len(),
+        })
+    }
+}
+
+/// An endpoint's flow-control counters, for tests and diagnostics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreditSnapshot {
+    /// Credit the peer granted us, not yet spent on calls.
+    pub peer_credit_balance: u64,
+    /// `R`: our reservation for the peer's requests.
+    pub resp_reservation: u64,
+    /// Bytes written towards the peer it is not known to have consumed.
+    pub in_flight: u64,
+    /// Our send producer.
+    pub send_producer: u64,
+    /// The peer's consumer as we know it.
+    pub remote_consumer: u64,
+    /// Our recv consumer.
+    pub recv_consumer: u64,
+    /// The recv consumer last reported to the peer.
+    pub recv_notified: u64,
+    /// Requests received and not answered (or answered behind an unanswered one).
+    pub unanswered_requests: u32,
+}

@@ -1,0 +1,170 @@
+//! A received request, answered at most once.
+
+use super::context::{Context, EndpointId};
+use super::endpoint::EpState;
+use super::requests::ReqState;
+use super::{Error, ReplyError};
+use crate::credit;
+use crate::wire::{padded_message_size, FLOW_METADATA_SIZE, HEADER_SIZE};
+
+/// A request handed out by [`Context::recv`]. Its bytes stay in the recv ring, readable
+/// through [`data`](Self::data), until it is answered; answering consumes the handle, so
+/// a request is answered once and its bytes cannot be read after their ring space went
+/// back to the peer:
+///
+/// ```compile_fail,E0505
+/// # use copyrpc_core::copyrpc::{Context, RecvHandle};
+/// fn echo_then_peek(ctx: &mut Context<u64, 1, 1, 1>, h: RecvHandle) {
+///     let bytes = h.data(ctx);
+///     let _ = h.reply(ctx, b"ok"); // the ring space is returned here...
+///     let _ = bytes[0]; // ...so the borrow of the request bytes must have ended
+/// }
+/// ```
+///
+/// ```compile_fail,E0382
+/// # use copyrpc_core::copyrpc::{Context, RecvHandle};
+/// fn reply_twice(ctx: &mut Context<u64, 1, 1, 1>, h: RecvHandle) {
+///     let _ = h.reply(ctx, b"one");
+///     let _ = h.reply(ctx, b"two"); // the handle was consumed by the first reply
+/// }
+/// ```
+///
+/// A handle dropped without a reply keeps its ring bytes (and the peer's credit) until
+/// the endpoint fails: always answer.
+#[must_use = "a request holds ring space and credit until it is answered"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct RecvHandle {
+    pub(crate) ep: EndpointId,
+    pub(crate) seq: u32,
+    pub(crate) call_id: u32,
+}
+
+impl RecvHandle {
+    /// The endpoint the request arrived on.
+    pub const fn endpoint(&self) -> EndpointId {
+        self.ep
+    }
+
+    /// The caller's call id.
+    pub const fn call_id(&self) -> u32 {
+        self.call_id
+    }
+
+    /// The request payload, in place in the recv ring. Empty if the handle is not one
+    /// of `ctx`'s live requests.
+    pub fn data<'a, U, const E: usize, const C: usize, const R: usize>(
+        &'a self,
+        ctx: &'a Context<U, E, C, R>,
+    ) -> &'a [u8] {
+        ctx.request_bytes(self)
+    }
+
+    /// The largest reply payload the request's allowance covers.
+    pub fn max_reply_len<U, const E: usize, const C: usize, const R: usize>(
+        &self,
+        ctx: &Context<U, E, C, R>,
+    ) -> usize {
+        ctx.ep(self.ep)
+            .ok()
+            .and_then(|e| e.d.requests.get(self.seq))
+            .map_or(0, |r| {
+                let allowance = credit::internal_allowance_for_blocks(r.blocks);
+                (allowance - FLOW_METADATA_SIZE - HEADER_SIZE) as usize
+            })
+    }
+
+    /// Answers with `payload` (sent by the next poll). No ring-full check: the credit
+    /// the caller paid guarantees room. Refused, with the handle back, if the payload
+    /// exceeds the allowance the request reserved.
+    pub fn reply<U, const E: usize, const C: usize, const R: usize>(
+        self,
+        ctx: &mut Context<U, E, C, R>,
+        payload: &[u8],
+    ) -> Result<(), ReplyError> {
+        ctx.reply_with(self, payload.len(), |_, out| out.copy_from_slice(payload))
+    }
+
+    /// Answers with `len` bytes written in place by `fill(request, response)`: the
+    /// request bytes are readable while the response is built (zero-copy echo).
+    pub fn reply_with<U, const E: usize, const C: usize, const R: usize>(
+        self,
+        ctx: &mut Context<U, E, C, R>,
+        len: usize,
+        fill: impl FnOnce(&[u8], &mut [u8]),
+    ) -> Result<(), ReplyError> {
+        ctx.reply_with(self, len, fill)
+    }
+}
+
+impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {
+    fn live(&self, h: &RecvHandle) -> bool {
+        self.ep(h.ep)
+            .ok()
+            .and_then(|e| e.d.requests.get(h.seq))
+            .is_some_and(|r| r.call_id == h.call_id && r.state == ReqState::Delivered)
+    }
+
+    pub(crate) fn request_bytes(&self, h: &RecvHandle) -> &[u8] {
+        if !self.live(h) {
+            return &[];
+        }
+        let Ok(e) = self.ep(h.ep) else { return &[] };
+        let Some(r) = e.d.requests.get(h.seq) else {
+            return &[];
+        };
+        let off = e.d.recv.size().offset(r.start) as usize + HEADER_SIZE as usize;
+        e.d.recv_mem.bytes(off, r.len as usize)
+    }
+
+    /// [`RecvHandle::reply_with`].
+    pub fn reply_with(
+        &mut self,
+        h: RecvHandle,
+        len: usize,
+        fill: impl FnOnce(&[u8], &mut [u8]),
+    ) -> Result<(), ReplyError> {
+        if !self.live(&h) {
+            return Err(ReplyError {
+                error: Error::StaleHandle,
+                handle: Some(h),
+            });
+        }
+        let Ok(e) = self.ep_mut(h.ep) else {
+            unreachable!("live")
+        };
+        if matches!(e.d.state, EpState::Failed { .. }) {
+            e.d.release_request(h.seq);
+            return Err(ReplyError {
+                error: Error::EndpointFailed,
+                handle: None,
+            });
+        }
+        // Refuse before touching anything, so the handle can come back.
+        let fits = e.d.requests.get(h.seq).is_some_and(|r| {
+            u32::try_from(len).is_ok_and(|l| {
+                credit::reply_fits_allowance(
+                    padded_message_size(l),
+                    credit::internal_allowance_for_blocks(r.blocks),
+                )
+            })
+        });
+        if !fits {
+            return Err(ReplyError {
+                error: Error::ReplyTooLarge,
+                handle: Some(h),
+            });
+        }
+        match e.d.write_reply(h.seq, len, fill) {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                e.d.state = EpState::Failed { drained: false };
+                e.d.release_request(h.seq);
+                self.stats.endpoints_failed += 1;
+                Err(ReplyError {
+                    error,
+                    handle: None,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Registered memory the context shares with the NIC: the one place copyrpc turns a
+//! caller's address into bytes.
+//!
+//! A [`Region`] is a plain description (address, length, keys), safe to build and copy.
+//! [`Dma`] is the checked accessor the context keeps after an `unsafe` constructor has
+//! taken the caller's word that the memory stays valid; from then on every access is
+//! bounds-checked, so no safe method reaches outside the region.
+//!
+//! Which bytes copyrpc touches while the device may too (the discipline that keeps
+//! references and DMA apart):
+//!
+//! * send ring: copyrpc writes only between the producer and the end of the bytes it has
+//!   reserved, which no posted WQE covers; the device reads only posted ranges;
+//! * recv ring: copyrpc reads only between its consumer and the producer announced by
+//!   immediates; the peer writes there only after the consumer has moved past (flow
+//!   control), and the device placed those bytes before the CQE that announced them;
+//! * control words: the exported consumer position is written atomically (the peer's
+//!   READ may fetch it at any time); the READ landing word is read only after the READ's
+//!   completion.
+#![allow(unsafe_code)]
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// A registered memory range, as `ibv_reg_mr` (or the device model's `reg_mr`)
+/// describes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Region {
+    /// First byte, as a pointer in this process.
+    pub addr: *mut u8,
+    /// Length in bytes.
+    pub len: usize,
+    /// The address WQEs use for `addr` (the MR's `iova`; for a plain `ibv_reg_mr`
+    /// and for the device model, `addr as u64`).
+    pub va: u64,
+    /// Local key of the MR holding the range.
+    pub lkey: u32,
+    /// Remote key of the MR holding the range.
+    pub rkey: u32,
+}
+
+/// Checked access to one [`Region`]; see the module docs for who touches which bytes.
+#[derive(Debug)]
+pub(crate) struct Dma {
+    base: NonNull<u8>,
+    len: usize,
+    va: u64,
+    lkey: u32,
+    rkey: u32,
+}
+
+impl Dma {
+    /// # Safety
+    ///
+    /// For as long as the returned value lives, `region.addr` is valid for reads and
+    /// writes of `region.len` bytes, no Rust reference to those bytes exists outside
+    /// this value, and besides this value only the device accesses them, under the
+    /// discipline in the module docs.
+    pub(crate) unsafe fn new(region: &Region) -> Option<Self> {
+        Some(Self {
+            base: NonNull::new(region.addr)?,
+            len: region.len,
+            va: region.va,
+            lkey: region.lkey,
+            rkey: region.rkey,
+        })
+    }
+
+    pub(crate) const fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) const fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    pub(crate) const fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The WQE address of byte `off`.
+    pub(crate) const fn va_at(&self, off: usize) -> u64 {
+        self.va + off as u64
+    }
+
+    fn check(&self, off: usize, len: usize) {
+        assert!(
+            off <= self.len && len <= self.len - off,
+            "access outside the region"
+        );
+    }
+
+    /// Bytes `[off, off + len)` for reading. Panics outside the region.
+    pub(crate) fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        self.check(off, len);
+        // SAFETY: in bounds (checked), valid for reads (`new` contract); the device does
+        // not write these bytes while the borrow of `self` lives (module docs: only
+        // received, unconsumed recv-ring bytes and unposted send-ring bytes are lent).
+        unsafe { core::slice::from_raw_parts(self.base.as_ptr().add(off), len) }
+    }
+
+    /// Bytes `[off, off + len)` for writing. Panics outside the region.
+    pub(crate) fn bytes_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
+        self.check(off, len);
+        // SAFETY: in bounds, valid for writes (`new` contract); `&mut self` excludes
+        // every other borrow through this value, and the device does not access
+        // unposted send-ring bytes (module docs).
+        unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) }
+    }
+
+    /// Atomic Release store of a little-endian u64 at `off` (8-aligned address).
+    /// Panics if out of bounds or misaligned.
+    pub(crate) fn store_u64(&self, off: usize, value: u64) {
+        self.check(off, 8);
+        let p = self.base.as_ptr().wrapping_add(off);
+        assert!(p.addr().is_multiple_of(8), "misaligned control word");
+        // SAFETY: in bounds, 8-aligned, valid for atomic accesses (`new` contract). The
+        // device reads the word for a peer's READ at any time, so the store is atomic;
+        // Release publishes nothing by itself but keeps the value monotone to readers.
+        unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.store(value.to_le(), Ordering::Release);
+    }
+
+    /// Atomic Acquire load of a little-endian u64 at `off` (8-aligned address).
+    pub(crate) fn load_u64(&self, off: usize) -> u64 {
+        self.check(off, 8);
+        let p = self.base.as_ptr().wrapping_add(off);
+        assert!(p.addr().is_multiple_of(8), "misaligned control word");
+        // SAFETY: as in `store_u64`; read after the READ's completion was polled with
+        // Acquire, so the device's write happened before.
+        u64::from_le(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.load(Ordering::Acquire))
+    }
+}

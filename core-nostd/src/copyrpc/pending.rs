@@ -1,0 +1,116 @@
+//! Pending calls: a fixed-capacity slab whose slot index is the call id on the wire.
+
+/// One pending call: the endpoint it went out on and the caller's data.
+#[derive(Debug)]
+struct Slot<U> {
+    ep: u16,
+    user_data: U,
+}
+
+/// `N` slots with an intrusive free list; insert, remove and lookup are O(1).
+#[derive(Debug)]
+pub(crate) struct Pending<U, const N: usize> {
+    slots: [Option<Slot<U>>; N],
+    /// `next_free[i]`: the free slot after `i`, or `N` for none.
+    next_free: [u32; N],
+    free_head: u32,
+    len: usize,
+    /// Pending calls per endpoint index (for the liveness probe and fail-all).
+    per_ep: [u32; 256],
+}
+
+impl<U, const N: usize> Pending<U, N> {
+    pub(crate) fn new() -> Self {
+        assert!(N <= crate::wire::MAX_CALL_ID as usize);
+        let mut next_free = [0u32; N];
+        for (i, n) in next_free.iter_mut().enumerate() {
+            *n = i as u32 + 1;
+        }
+        Self {
+            slots: [const { None }; N],
+            next_free,
+            free_head: 0,
+            len: 0,
+            per_ep: [0; 256],
+        }
+    }
+
+    pub(crate) const fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) const fn is_full(&self) -> bool {
+        self.len == N
+    }
+
+    pub(crate) fn on_ep(&self, ep: u16) -> u32 {
+        self.per_ep[usize::from(ep) & 255]
+    }
+
+    /// Stores `user_data`; hands it back when full.
+    pub(crate) fn insert(&mut self, ep: u16, user_data: U) -> Result<u32, U> {
+        let id = self.free_head;
+        let Some(slot) = self.slots.get_mut(id as usize) else {
+            return Err(user_data);
+        };
+        debug_assert!(slot.is_none());
+        *slot = Some(Slot { ep, user_data });
+        self.free_head = self.next_free[id as usize];
+        self.len += 1;
+        self.per_ep[usize::from(ep) & 255] += 1;
+        Ok(id)
+    }
+
+    /// Takes the call `id` if it is pending on endpoint `ep`.
+    pub(crate) fn remove(&mut self, ep: u16, id: u32) -> Option<U> {
+        let slot = self.slots.get_mut(id as usize)?;
+        if slot.as_ref()?.ep != ep {
+            return None;
+        }
+        let s = slot.take()?;
+        self.next_free[id as usize] = self.free_head;
+        self.free_head = id;
+        self.len -= 1;
+        self.per_ep[usize::from(ep) & 255] -= 1;
+        Some(s.user_data)
+    }
+
+    /// Removes every call of endpoint `ep`, handing each to `f` once. O(N); runs once
+    /// per endpoint failure.
+    pub(crate) fn drain_ep(&mut self, ep: u16, mut f: impl FnMut(U)) {
+        if self.on_ep(ep) == 0 {
+            return;
+        }
+        for id in 0..N as u32 {
+            if let Some(u) = self.remove(ep, id) {
+                f(u);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_reused_and_owned_per_endpoint() {
+        let mut p: Pending<u32, 3> = Pending::new();
+        assert_eq!(p.insert(0, 10), Ok(0));
+        assert_eq!(p.insert(1, 11), Ok(1));
+        assert_eq!(p.insert(0, 12), Ok(2));
+        assert_eq!(p.insert(0, 13), Err(13));
+        assert_eq!(p.remove(0, 1), None, "call 1 belongs to endpoint 1");
+        assert_eq!(p.remove(1, 1), Some(11));
+        assert_eq!(p.remove(1, 1), None, "removed once");
+        assert_eq!(p.insert(2, 14), Ok(1));
+        let mut drained = [0; 4];
+        let mut n = 0;
+        p.drain_ep(0, |u| {
+            drained[n] = u;
+            n += 1;
+        });
+        assert_eq!(&drained[..n], &[10, 12]);
+        assert_eq!((p.len(), p.on_ep(0), p.on_ep(2)), (1, 0, 1));
+    }
+}

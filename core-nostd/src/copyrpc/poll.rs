@@ -1,0 +1,187 @@
+//! `poll`: the one place completions are read and batches go out, in the seed's order.
+
+use mlx5_raw::layout::{Completion, CqeOpcode};
+
+use super::context::Context;
+use super::endpoint::{Endpoint, EpState};
+use super::pending::Pending;
+use super::stats::Stats;
+use super::Error;
+use crate::credit;
+use crate::wire::{decode_imm, from_response_id, parse_batch, Imm, FLOW_METADATA_SIZE};
+
+/// Why a received batch broke the protocol; the endpoint fails.
+#[derive(Debug)]
+struct Violation;
+
+/// Processes one received batch of endpoint `ep`: metadata first (credit before the
+/// messages it makes room for), then each message in ring order; responses go to the
+/// callback, requests to the endpoint's request list. Returns the sequence range of
+/// the new requests.
+fn on_batch<U, const CALLS: usize, const REQS: usize>(
+    ep: u16,
+    e: &mut Endpoint<REQS>,
+    imm: [u8; 4],
+    pending: &mut Pending<U, CALLS>,
+    stats: &mut Stats,
+    on_response: &mut impl FnMut(U, Result<&[u8], Error>),
+) -> Result<(u32, u32), Violation> {
+    let d = &mut e.d;
+    let span = d
+        .recv
+        .on_imm(decode_imm(Imm::from_bytes(imm)))
+        .map_err(|_| Violation)?;
+    let first = d.requests.tail();
+    let bytes = d.recv_mem.bytes(span.offset as usize, span.len as usize);
+    let batch = parse_batch(bytes).map_err(|_| Violation)?;
+    let meta = batch.meta();
+    d.consumer
+        .on_credit_return(meta.ring_credit_return, d.send.producer())
+        .map_err(|_| Violation)?;
+    d.credit.on_grant_received(meta.credit_grant);
+    let mut pos = span.start + FLOW_METADATA_SIZE;
+    for m in batch.messages() {
+        let m = m.map_err(|_| Violation)?;
+        if m.is_response() {
+            match pending.remove(ep, from_response_id(m.call_id)) {
+                Some(u) => on_response(u, Ok(m.payload)),
+                None => stats.stray_responses += 1,
+            }
+        } else {
+            d.requests
+                .push(pos, m.call_id, m.piggyback, m.payload.len() as u32)
+                .ok_or(Violation)?;
+            d.unreplied = d
+                .unreplied
+                .saturating_add(credit::internal_allowance_for_blocks(m.piggyback));
+        }
+        pos += m.padded_len();
+    }
+    d.parsed = span.start + span.len;
+    d.advance_consumer();
+    Ok((first, d.requests.tail()))
+}
+
+impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {
+    /// Makes progress, in the seed's order:
+    ///
+    /// 1. recv CQ: each batch's metadata, then its messages; requests are queued for
+    ///    [`recv`](Self::recv), responses go to `on_response` with their user data;
+    /// 2. SRQ: reposted in one doorbell once fewer than 2/3 of its WQEs are posted;
+    /// 3. send CQ: WQEs retired, READ results applied, errors fail their endpoint;
+    /// 4. every endpoint flushed: queued batches posted, one doorbell per endpoint;
+    /// 5. every pending call of a failed endpoint completed with an error, once.
+    ///
+    /// Each step is bounded (at most one CQ's worth of completions per CQ), so `poll`
+    /// always returns. Returns the number of completions handled.
+    pub fn poll(&mut self, mut on_response: impl FnMut(U, Result<&[u8], Error>)) -> usize {
+        let mut handled = 0;
+        for _ in 0..self.recv_cq.cqe_cnt() {
+            let Some(cqe) = self.recv_cq.poll() else {
+                break;
+            };
+            let c = cqe.decode();
+            handled += 1;
+            if let Ok(c) = c {
+                self.on_recv_completion(&c, &mut on_response);
+            }
+        }
+        self.recv_cq.update_ci();
+
+        let srq_cap = self.srq.capacity();
+        if self.srq.outstanding() * 3 < srq_cap * 2 {
+            if let Ok(n) = self.srq.post_batch(srq_cap - self.srq.outstanding()) {
+                self.stats.srq_reposted += u64::from(n);
+            }
+        }
+
+        for _ in 0..self.send_cq.cqe_cnt() {
+            let Some(cqe) = self.send_cq.poll() else {
+                break;
+            };
+            let c = cqe.decode();
+            handled += 1;
+            if let Ok(c) = c {
+                self.on_send_completion(&c);
+            }
+        }
+        self.send_cq.update_ci();
+
+        for i in 0..EPS {
+            let Some(e) = self.eps[i].as_mut() else {
+                continue;
+            };
+            let pending = self.pending.on_ep(i as u16);
+            if e.flush(pending, &mut self.stats).is_err() {
+                e.d.state = EpState::Failed { drained: false };
+                self.stats.endpoints_failed += 1;
+            }
+        }
+
+        for i in 0..EPS {
+            let Some(e) = self.eps[i].as_mut() else {
+                continue;
+            };
+            if e.d.state == (EpState::Failed { drained: false }) {
+                e.d.state = EpState::Failed { drained: true };
+                self.pending
+                    .drain_ep(i as u16, |u| on_response(u, Err(Error::EndpointFailed)));
+            }
+        }
+        handled
+    }
+
+    fn fail(&mut self, ep: u16) {
+        if let Some(e) = self.eps[usize::from(ep)].as_mut() {
+            if !matches!(e.d.state, EpState::Failed { .. }) {
+                e.d.state = EpState::Failed { drained: false };
+                self.stats.endpoints_failed += 1;
+            }
+        }
+    }
+
+    fn on_recv_completion(
+        &mut self,
+        c: &Completion,
+        on_response: &mut impl FnMut(U, Result<&[u8], Error>),
+    ) {
+        // The SRQ WQE this completion consumed is the one its wqe_counter names,
+        // whatever order the WQEs were posted in.
+        if c.opcode.is_responder() && self.srq.free(c.wqe_counter).is_ok() {
+            self.stats.srq_freed += 1;
+        }
+        let Some(ep) = self.map.get(c.qpn) else {
+            self.stats.stray_completions += 1;
+            return;
+        };
+        let (Some(imm), CqeOpcode::RespWrImm) = (c.imm, c.opcode) else {
+            self.fail(ep);
+            return;
+        };
+        let Some(e) = self.eps[usize::from(ep)].as_mut() else {
+            return;
+        };
+        if e.d.state != EpState::Connected {
+            return;
+        }
+        self.stats.batches_received += 1;
+        e.d.idle_polls = 0;
+        match on_batch(ep, e, imm, &mut self.pending, &mut self.stats, on_response) {
+            Ok((first, end)) => self.link_requests(ep, first, end),
+            Err(Violation) => self.fail(ep),
+        }
+    }
+
+    fn on_send_completion(&mut self, c: &Completion) {
+        let Some(ep) = self.map.get(c.qpn) else {
+            self.stats.stray_completions += 1;
+            return;
+        };
+        let Some(e) = self.eps[usize::from(ep)].as_mut() else {
+            return;
+        };
+        if !e.on_send_completion(c, &mut self.stats) {
+            self.fail(ep);
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Received requests of one endpoint, in arrival order, until their replies release
+//! their ring bytes.
+//!
+//! The recv ring is consumed in order, but replies come in any order (seed 002: in-order
+//! intake, out-of-order responses). A request's bytes must stay readable until it is
+//! answered, so the consumer (and the credit returned to the peer) stops at the oldest
+//! unanswered request; answered ones behind it are popped when it is.
+
+/// Where a request is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReqState {
+    /// Parsed, waiting in the context's receive queue.
+    Queued,
+    /// Handed out by `recv`; its handle is alive.
+    Delivered,
+    /// Answered (or dropped with its failed endpoint): its bytes may be reused.
+    Done,
+}
+
+/// A link in the context-wide receive queue: (endpoint index, request sequence).
+pub(crate) type Link = Option<(u16, u32)>;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Req {
+    /// Position of the message (its header) in the recv ring.
+    pub(crate) start: u64,
+    pub(crate) call_id: u32,
+    /// The header's allowance blocks, as the caller paid for them.
+    pub(crate) blocks: u32,
+    pub(crate) len: u32,
+    pub(crate) state: ReqState,
+    /// The next request in the context's receive queue.
+    pub(crate) next: Link,
+}
+
+const EMPTY: Req = Req {
+    start: 0,
+    call_id: 0,
+    blocks: 0,
+    len: 0,
+    state: ReqState::Done,
+    next: None,
+};
+
+/// `N` requests (a power of two), indexed by a free-running sequence number.
+#[derive(Debug)]
+pub(crate) struct Requests<const N: usize> {
+    entries: [Req; N],
+    /// Oldest request not yet popped.
+    head: u32,
+    /// Sequence number of the next request.
+    tail: u32,
+}
+
+impl<const N: usize> Requests<N> {
+    pub(crate) const fn new() -> Self {
+        assert!(N.is_power_of_two() && N <= 1 << 30);
+        Self {
+            entries: [EMPTY; N],
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    fn live(&self, seq: u32) -> bool {
+        seq.wrapping_sub(self.head) < self.tail.wrapping_sub(self.head)
+    }
+
+    /// Appends a queued request; `None` when all `N` entries are in use.
+    pub(crate) fn push(&mut self, start: u64, call_id: u32, blocks: u32, len: u32) -> Option<u32> {
+        if self.tail.wrapping_sub(self.head) as usize == N {
+            return None;
+        }
+        let seq = self.tail;
+        self.entries[seq as usize & (N - 1)] = Req {
+            start,
+            call_id,
+            blocks,
+            len,
+            state: ReqState::Queued,
+            next: None,
+        };
+        self.tail = seq.wrapping_add(1);
+        Some(seq)
+    }
+
+    pub(crate) fn get(&self, seq: u32) -> Option<&Req> {
+        if self.live(seq) {
+            Some(&self.entries[seq as usize & (N - 1)])
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, seq: u32) -> Option<&mut Req> {
+        if self.live(seq) {
+            Some(&mut self.entries[seq as usize & (N - 1)])
+        } else {
+            None
+        }
+    }
+
+    /// Marks `seq` answered and pops every answered request at the front.
+    pub(crate) fn release(&mut self, seq: u32) {
+        if let Some(r) = self.get_mut(seq) {
+            r.state = ReqState::Done;
+        }
+        while self.head != self.tail
+            && self.entries[self.head as usize & (N - 1)].state == ReqState::Done
+        {
+            self.head = self.head.wrapping_add(1);
+        }
+    }
+
+    /// Start of the oldest unanswered request: the consumer may not pass it.
+    pub(crate) fn oldest_start(&self) -> Option<u64> {
+        if self.head == self.tail {
+            None
+        } else {
+            Some(self.entries[self.head as usize & (N - 1)].start)
+        }
+    }
+
+    /// Sequence number the next request gets.
+    pub(crate) const fn tail(&self) -> u32 {
+        self.tail
+    }
+
+    /// Requests not yet answered.
+    pub(crate) fn len(&self) -> u32 {
+        self.tail.wrapping_sub(self.head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumer_waits_for_the_oldest() {
+        let mut r: Requests<4> = Requests::new();
+        let a = r.push(32, 1, 0, 0).unwrap();
+        let b = r.push(64, 2, 0, 0).unwrap();
+        let c = r.push(96, 3, 0, 0).unwrap();
+        r.release(b);
+        assert_eq!(
+            r.oldest_start(),
+            Some(32),
+            "b answered first, a still holds"
+        );
+        r.release(a);
+        assert_eq!(r.oldest_start(), Some(96));
+        assert!(r.get(b).is_none(), "popped");
+        r.push(128, 4, 0, 0).unwrap();
+        r.push(160, 5, 0, 0).unwrap();
+        r.push(192, 6, 0, 0).unwrap();
+        assert_eq!(r.push(224, 7, 0, 0), None, "full");
+        r.release(c);
+        assert_eq!((r.len(), r.oldest_start()), (3, Some(128)));
+    }
+}

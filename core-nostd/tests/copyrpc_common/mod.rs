@@ -1,0 +1,364 @@
+//! Two copyrpc contexts on one software mlx5 device, their endpoints connected pairwise,
+//! stepped deterministically: the rig every copyrpc integration test drives.
+
+#![allow(dead_code)]
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+use copyrpc_core::copyrpc::{
+    CallError, Context, EndpointConfig, EndpointId, EndpointMem, Error, Queues, Region,
+};
+use mlx5_raw::sim::{
+    format_link, link_bytes, Access, CqMem, Device, DeviceConfig, LinkConfig, LinkDesc, MrKeys, Pd,
+    QpAttr, SqMem, SrqMem,
+};
+
+/// Room for 64 endpoints a side.
+pub type Dev = Device<130, 4, 2, 4>;
+
+/// A zeroed, 4 KiB-aligned heap buffer, used only through raw pointers (the device
+/// and the context access it; the test never holds a reference into it).
+pub struct DmaBuf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl DmaBuf {
+    pub fn new(len: usize) -> Self {
+        let layout = Layout::from_size_align(len.max(64), 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Self { ptr, layout }
+    }
+
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn at(&self, off: usize) -> *mut u8 {
+        assert!(off <= self.layout.size());
+        self.ptr.wrapping_add(off)
+    }
+
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// Rig settings.
+#[derive(Clone, Copy)]
+pub struct Opts {
+    pub endpoints: usize,
+    pub ring: usize,
+    pub sq_wqe_cnt: u32,
+    pub srq_wqe_cnt: u32,
+    pub cfg: EndpointConfig,
+    /// Acknowledgement timeout (ns) and retries of every QP: small, so faults surface
+    /// within a few hundred steps.
+    pub ack_timeout_ns: u64,
+    pub retry_cnt: u8,
+    pub link: LinkConfig,
+    pub budget: u32,
+    /// Nanoseconds per step.
+    pub tick: u64,
+}
+
+impl Opts {
+    pub fn new(endpoints: usize, ring: usize) -> Self {
+        let mut cfg = EndpointConfig::for_ring(ring as u64);
+        cfg.probe_interval = 64;
+        Self {
+            endpoints,
+            ring,
+            sq_wqe_cnt: 64,
+            srq_wqe_cnt: 256,
+            cfg,
+            ack_timeout_ns: 40_000,
+            retry_cnt: 2,
+            link: LinkConfig {
+                latency_ns: 2_000,
+                bandwidth_bytes_per_s: 0,
+            },
+            budget: 32,
+            tick: 1_000,
+        }
+    }
+}
+
+/// One context and the memory behind it.
+pub struct Side<const E: usize, const C: usize, const R: usize> {
+    pub ctx: Box<Context<u64, E, C, R>>,
+    pub eps: Vec<EndpointId>,
+    pub qpns: Vec<u32>,
+    pub keys: MrKeys,
+    /// The registered region: per endpoint send ring, recv ring, control; then a
+    /// scratch area for raw READ/WRITE tests.
+    pub data: DmaBuf,
+    pub scratch_off: usize,
+    _queues: Vec<DmaBuf>,
+}
+
+impl<const E: usize, const C: usize, const R: usize> Side<E, C, R> {
+    /// A region of the registered memory, for raw operations.
+    pub fn scratch(&self, off: usize) -> u64 {
+        self.keys.va + (self.scratch_off + off) as u64
+    }
+
+    pub fn scratch_ptr(&self, off: usize) -> *mut u8 {
+        self.data.at(self.scratch_off + off)
+    }
+}
+
+pub const SCRATCH: usize = 8192;
+
+fn side<const E: usize, const C: usize, const R: usize>(
+    dev: &mut Dev,
+    pd: Pd,
+    o: &Opts,
+) -> (Side<E, C, R>, Vec<mlx5_raw::SqDesc>) {
+    let per_ep = 2 * o.ring + 64;
+    let data = DmaBuf::new(o.endpoints * per_ep + SCRATCH);
+    let cqe_send = (o.endpoints as u32 * o.sq_wqe_cnt)
+        .next_power_of_two()
+        .max(64);
+    let cqe_recv = (o.srq_wqe_cnt * 2).next_power_of_two();
+    let scq = DmaBuf::new(cqe_send as usize * 64);
+    let rcq = DmaBuf::new(cqe_recv as usize * 64);
+    let srq = DmaBuf::new(o.srq_wqe_cnt as usize * 64);
+    let sqs = DmaBuf::new(o.endpoints * o.sq_wqe_cnt as usize * 64);
+    let dbrecs = DmaBuf::new(64 + o.endpoints * 8);
+    // SAFETY: every buffer lives in the returned `Side`, which the rig drops after the
+    // device and the context (field order), and is used only by them.
+    unsafe {
+        let keys = dev.reg_mr(pd, data.ptr(), data.len(), Access::ALL).unwrap();
+        let scqd = dev
+            .create_cq(CqMem {
+                buf: scq.ptr(),
+                cqe_cnt: cqe_send,
+                cqe_size: 64,
+                dbrec: dbrecs.at(0).cast(),
+            })
+            .unwrap();
+        let rcqd = dev
+            .create_cq(CqMem {
+                buf: rcq.ptr(),
+                cqe_cnt: cqe_recv,
+                cqe_size: 64,
+                dbrec: dbrecs.at(8).cast(),
+            })
+            .unwrap();
+        let srqd = dev
+            .create_srq(
+                pd,
+                SrqMem {
+                    buf: srq.ptr(),
+                    wqe_cnt: o.srq_wqe_cnt,
+                    stride: 64,
+                    dbrec: dbrecs.at(16).cast(),
+                },
+            )
+            .unwrap();
+        let ctx = Box::new(
+            Context::new(&Queues {
+                srq: srqd,
+                srq_lkey: keys.lkey,
+                send_cq: scqd,
+                recv_cq: rcqd,
+            })
+            .unwrap(),
+        );
+        let mut sqds = Vec::new();
+        for i in 0..o.endpoints {
+            let mut attr = QpAttr::new(scqd.cqn, rcqd.cqn, Some(srqd.srqn));
+            attr.ack_timeout_ns = o.ack_timeout_ns;
+            attr.retry_cnt = o.retry_cnt;
+            sqds.push(
+                dev.create_qp(
+                    pd,
+                    attr,
+                    SqMem {
+                        buf: sqs.at(i * o.sq_wqe_cnt as usize * 64),
+                        wqe_cnt: o.sq_wqe_cnt,
+                        dbrec: dbrecs.at(64 + i * 8).cast(),
+                        uar: std::ptr::null_mut(),
+                    },
+                )
+                .unwrap(),
+            );
+        }
+        let side = Side {
+            ctx,
+            eps: Vec::new(),
+            qpns: sqds.iter().map(|d| d.qpn).collect(),
+            keys,
+            scratch_off: o.endpoints * per_ep,
+            data,
+            _queues: vec![scq, rcq, srq, sqs, dbrecs],
+        };
+        (side, sqds)
+    }
+}
+
+fn region(data: &DmaBuf, keys: MrKeys, off: usize, len: usize) -> Region {
+    Region {
+        addr: data.at(off),
+        len,
+        va: keys.va + off as u64,
+        lkey: keys.lkey,
+        rkey: keys.rkey,
+    }
+}
+
+/// Two contexts, `a` (usually the caller) and `b`, with endpoint `i` of one connected to
+/// endpoint `i` of the other.
+pub struct Pair<const E: usize, const C: usize, const R: usize> {
+    pub dev: Box<Dev>,
+    pub a: Side<E, C, R>,
+    pub b: Side<E, C, R>,
+    pub now: u64,
+    pub tick: u64,
+    pub steps: u64,
+    _links: DmaBuf,
+}
+
+impl<const E: usize, const C: usize, const R: usize> Pair<E, C, R> {
+    pub fn new(o: Opts) -> Self {
+        let mut dev = Box::new(Dev::new(DeviceConfig {
+            budget: o.budget,
+            ..DeviceConfig::DEFAULT
+        }));
+        let pd = dev.alloc_pd();
+        let (mut a, sqa) = side::<E, C, R>(&mut dev, pd, &o);
+        let (mut b, sqb) = side::<E, C, R>(&mut dev, pd, &o);
+        let (slots, mtu) = (16, 1024);
+        let lb = link_bytes(slots, mtu);
+        let links = DmaBuf::new(2 * lb * o.endpoints);
+        let per_ep = 2 * o.ring + 64;
+        for i in 0..o.endpoints {
+            let ab = LinkDesc {
+                base: links.at(2 * i * lb),
+                len: lb,
+            };
+            let ba = LinkDesc {
+                base: links.at((2 * i + 1) * lb),
+                len: lb,
+            };
+            // SAFETY: link memory lives in the pair, used only by these two QPs.
+            unsafe {
+                format_link(&ab, slots, mtu).unwrap();
+                format_link(&ba, slots, mtu).unwrap();
+                dev.connect_pair(sqa[i].qpn, sqb[i].qpn, ab, ba, o.link)
+                    .unwrap();
+            }
+            for (s, sqd) in [(&mut a, &sqa[i]), (&mut b, &sqb[i])] {
+                let base = i * per_ep;
+                let mem = EndpointMem {
+                    send_ring: region(&s.data, s.keys, base, o.ring),
+                    recv_ring: region(&s.data, s.keys, base + o.ring, o.ring),
+                    control: region(&s.data, s.keys, base + 2 * o.ring, 64),
+                };
+                // SAFETY: the QP is fresh and the regions are registered, disjoint, and
+                // live as long as the side.
+                let ep = unsafe { s.ctx.create_endpoint(sqd, &mem, o.cfg) }.unwrap();
+                s.eps.push(ep);
+            }
+        }
+        for i in 0..o.endpoints {
+            let ia = a.ctx.local_info(a.eps[i]).unwrap();
+            let ib = b.ctx.local_info(b.eps[i]).unwrap();
+            a.ctx.connect(a.eps[i], &ib).unwrap();
+            b.ctx.connect(b.eps[i], &ia).unwrap();
+        }
+        Self {
+            dev,
+            a,
+            b,
+            now: 0,
+            tick: o.tick,
+            steps: 0,
+            _links: links,
+        }
+    }
+
+    pub fn step(&mut self) {
+        self.dev.step(self.now);
+        self.now += self.tick;
+        self.steps += 1;
+    }
+
+    /// QP states, for failure messages.
+    pub fn dump(&self) -> String {
+        let mut s = String::new();
+        for q in self.dev.qp_infos() {
+            s.push_str(&format!("{q}\n"));
+        }
+        s
+    }
+}
+
+/// Answers every queued request of `ctx` by echoing its payload; returns how many.
+pub fn serve_echo<const E: usize, const C: usize, const R: usize>(
+    ctx: &mut Context<u64, E, C, R>,
+) -> usize {
+    let mut n = 0;
+    while let Some(h) = ctx.recv() {
+        let len = h.data(ctx).len();
+        h.reply_with(ctx, len, |req, out| out.copy_from_slice(req))
+            .expect("echo fits the allowance");
+        n += 1;
+    }
+    n
+}
+
+/// A deterministic byte pattern (xorshift).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A small deterministic RNG.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Runs `f` on a thread with a large stack (the contexts and the device are big values
+/// built before they are boxed).
+pub fn big_stack(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(f)
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+/// `Err` of a call as (error, user data).
+pub fn call_err(e: CallError<u64>) -> (Error, u64) {
+    (e.error, e.user_data)
+}
