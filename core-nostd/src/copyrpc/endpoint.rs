@@ -141,10 +141,13 @@ pub(crate) struct Endpoint<const REQS: usize> {
     pub(crate) d: EpData<REQS>,
 }
 
-/// WQEBBs of a WRITE_IMM with up to `inline` bytes inline plus one SGE.
-const fn batch_wqe_bbs(inline: u32) -> u32 {
-    // ctrl + raddr, inline header + data in 16 B units, one data segment
-    let ds = 2 + (4 + inline).div_ceil(16) + 1;
+/// WQEBBs of the largest batch WQE: fully inline up to `max_inline` bytes, or an
+/// `inline_head` inline and one data segment.
+const fn batch_wqe_bbs(max_inline: u32, inline_head: u32) -> u32 {
+    // ctrl + raddr, then the inline header and data in 16 B units
+    let full = 2 + (4 + max_inline).div_ceil(16);
+    let split = 2 + (4 + inline_head).div_ceil(16) + 1;
+    let ds = if full > split { full } else { split };
     ds.div_ceil(4)
 }
 
@@ -172,7 +175,7 @@ impl<const REQS: usize> EpData<REQS> {
             raw: Fifo::new(),
             raw_done: 0,
             raw_failed: 0,
-            batch_bbs: batch_wqe_bbs(cfg.max_inline.max(cfg.inline_head)),
+            batch_bbs: batch_wqe_bbs(cfg.max_inline, cfg.inline_head),
             cfg,
             send_mem,
             recv_mem,

@@ -304,14 +304,15 @@ impl<const E: usize, const C: usize, const R: usize> Pair<E, C, R> {
     }
 }
 
-/// Answers every queued request of `ctx` by echoing its payload; returns how many.
+/// Answers every queued request of `ctx` by echoing its payload (cut to the request's
+/// allowance); returns how many.
 pub fn serve_echo<const E: usize, const C: usize, const R: usize>(
     ctx: &mut Context<u64, E, C, R>,
 ) -> usize {
     let mut n = 0;
     while let Some(h) = ctx.recv() {
-        let len = h.data(ctx).len();
-        h.reply_with(ctx, len, |req, out| out.copy_from_slice(req))
+        let len = h.data(ctx).len().min(h.max_reply_len(ctx));
+        h.reply_with(ctx, len, |req, out| out.copy_from_slice(&req[..out.len()]))
             .expect("echo fits the allowance");
         n += 1;
     }

@@ -1,0 +1,242 @@
+//! Flow control on the device model: credit exhaustion and recovery, the READ
+//! fallback, a flush that finds the send queue full, and credit conservation.
+
+mod copyrpc_common;
+
+use copyrpc_common::{big_stack, serve_echo, Opts, Pair};
+use copyrpc_core::copyrpc::{CreditSnapshot, Error};
+
+type P = Pair<1, 64, 128>;
+
+/// Steps and polls both sides (b echoing) until `a` has no pending call.
+fn settle(p: &mut P, got: &mut Vec<u64>) {
+    for _ in 0..5_000 {
+        p.a.ctx.poll(|k, r| {
+            r.unwrap();
+            got.push(k);
+        });
+        p.b.ctx.poll(|_, _| unreachable!());
+        serve_echo(&mut p.b.ctx);
+        p.step();
+        if p.a.ctx.pending_calls() == 0 && p.a.ctx.stats().batches_posted > 0 {
+            // A few more rounds let trailing credit batches land.
+            for _ in 0..50 {
+                p.a.ctx.poll(|_, _| unreachable!());
+                p.b.ctx.poll(|_, _| unreachable!());
+                p.step();
+            }
+            return;
+        }
+    }
+    panic!("did not settle\n{}", p.dump());
+}
+
+fn snap(p: &P) -> (CreditSnapshot, CreditSnapshot) {
+    (
+        p.a.ctx.credit_snapshot(p.a.eps[0]).unwrap(),
+        p.b.ctx.credit_snapshot(p.b.eps[0]).unwrap(),
+    )
+}
+
+/// With nothing in transit and nothing unanswered, each side's reservation equals the
+/// other's balance: no credit was lost or made up.
+fn assert_conserved(p: &P) {
+    let (a, b) = snap(p);
+    assert_eq!(
+        a.peer_credit_balance, b.resp_reservation,
+        "a's credit vs b's R"
+    );
+    assert_eq!(
+        b.peer_credit_balance, a.resp_reservation,
+        "b's credit vs a's R"
+    );
+    assert!(a.remote_consumer <= b.recv_consumer && b.remote_consumer <= a.recv_consumer);
+    assert!(a.remote_consumer >= b.recv_notified && b.remote_consumer >= a.recv_notified);
+}
+
+#[test]
+fn exhaustion_returns_insufficient_credit_and_recovers() {
+    big_stack(|| {
+        let o = Opts::new(1, 4096);
+        let mut p: P = Pair::new(o);
+        let ea = p.a.eps[0];
+        let before = snap(&p).0.peer_credit_balance;
+        assert_eq!(before, 1024, "initial credit: min(4096 / 4, cap)");
+        // Each call reserves a 100-byte response: 4 blocks of 32 = 128 B, padded with
+        // the header to 160, plus 32 B of metadata: 192 of credit.
+        let mut k = 0;
+        let err = loop {
+            match p.a.ctx.call_with_allowance(ea, b"x", 100, k) {
+                Ok(_) => k += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.error, Error::InsufficientCredit);
+        assert_eq!(err.user_data, k, "user data handed back");
+        assert_eq!(k, 1024 / 192);
+        let left = snap(&p).0.peer_credit_balance;
+        assert_eq!(left, 1024 - k * 192);
+        // Nothing comes back while b does not answer, however long we poll.
+        for _ in 0..200 {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.b.ctx.poll(|_, _| unreachable!());
+            p.step();
+        }
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, b"x", 100, 99)
+                .unwrap_err()
+                .error,
+            Error::InsufficientCredit
+        );
+        let mut got = Vec::new();
+        settle(&mut p, &mut got);
+        assert_eq!(got.len() as u64, k);
+        assert_eq!(
+            snap(&p).0.peer_credit_balance,
+            1024,
+            "replies granted it back"
+        );
+        p.a.ctx.call_with_allowance(ea, b"x", 100, 100).unwrap();
+        settle(&mut p, &mut got);
+        assert_conserved(&p);
+    });
+}
+
+#[test]
+fn read_fallback_refreshes_a_stale_consumer() {
+    big_stack(|| {
+        let o = Opts::new(1, 4096);
+        let mut p: P = Pair::new(o);
+        let (ea, _) = (p.a.eps[0], p.b.eps[0]);
+        // 200-byte requests with empty responses: ring space runs out before credit.
+        let payload = [7u8; 200];
+        let mut k = 0;
+        let err = loop {
+            match p.a.ctx.call_with_allowance(ea, &payload, 0, k) {
+                Ok(_) => k += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.error, Error::RingFull);
+        // Deliver them; b takes every request and answers, but does not poll, so no
+        // batch carries its consumer back to a.
+        for _ in 0..100 {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.step();
+        }
+        p.b.ctx.poll(|_, _| unreachable!());
+        let mut n = 0;
+        while let Some(h) = p.b.ctx.recv() {
+            h.reply(&mut p.b.ctx, b"").unwrap();
+            n += 1;
+        }
+        assert_eq!(n, k);
+        let b_batches = p.b.ctx.stats().batches_posted;
+        let stale = snap(&p).0;
+        let b_consumer = p.b.ctx.credit_snapshot(p.b.eps[0]).unwrap().recv_consumer;
+        assert!(
+            stale.remote_consumer < b_consumer,
+            "a's view of b's consumer is stale"
+        );
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, &payload, 0, 1000)
+                .unwrap_err()
+                .error,
+            Error::RingFull
+        );
+        // a's next poll READs b's consumer position; the NIC answers without b.
+        let reads = p.a.ctx.stats().reads_completed;
+        let mut steps = 0;
+        while p.a.ctx.stats().reads_completed == reads {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.step();
+            steps += 1;
+            assert!(steps < 1000, "READ did not complete\n{}", p.dump());
+        }
+        assert_eq!(p.b.ctx.stats().batches_posted, b_batches, "b stayed silent");
+        assert!(p.a.ctx.stats().reads_posted >= 1);
+        let fresh = snap(&p).0;
+        assert_eq!(
+            fresh.remote_consumer,
+            p.b.ctx.credit_snapshot(p.b.eps[0]).unwrap().recv_consumer
+        );
+        assert!(fresh.in_flight < stale.in_flight);
+        p.a.ctx.call_with_allowance(ea, &payload, 0, 1000).unwrap();
+        let mut got = Vec::new();
+        settle(&mut p, &mut got);
+        assert_eq!(got.len() as u64, k + 1);
+        assert_conserved(&p);
+    });
+}
+
+#[test]
+fn flush_that_finds_the_sq_full_keeps_its_credit_and_retries() {
+    big_stack(|| {
+        let mut o = Opts::new(1, 4096);
+        // Eight WQEBBs: two batch WQEs of four fill the send queue.
+        o.sq_wqe_cnt = 8;
+        let mut p: P = Pair::new(o);
+        let ea = p.a.eps[0];
+        let mut got = Vec::new();
+        // Give a something to return and grant: a round trip b -> a first.
+        let eb = p.b.eps[0];
+        p.b.ctx.call_with_allowance(eb, &[1; 40], 8, 500).unwrap();
+        for _ in 0..100 {
+            p.b.ctx.poll(|_, r| {
+                r.unwrap();
+            });
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.step();
+        }
+        let h = p.a.ctx.recv().expect("b's request arrived");
+        // Two batches fill a's SQ (no device step in between: nothing completes).
+        for k in 0..2 {
+            p.a.ctx.call_with_allowance(ea, &[2; 300], 16, k).unwrap();
+            p.a.ctx.poll(|_, _| unreachable!());
+        }
+        assert_eq!(p.a.ctx.stats().flushes_deferred, 0);
+        // The reply releases b's request: a now owes a credit return and can grant.
+        h.reply(&mut p.a.ctx, &[3; 8]).unwrap();
+        p.a.ctx.call_with_allowance(ea, &[2; 300], 16, 2).unwrap();
+        let before = snap(&p).0;
+        let posted = p.a.ctx.stats().batches_posted;
+        p.a.ctx.poll(|_, _| unreachable!());
+        let after = snap(&p).0;
+        assert_eq!(
+            p.a.ctx.stats().flushes_deferred,
+            1,
+            "the flush found the SQ full"
+        );
+        assert_eq!(p.a.ctx.stats().batches_posted, posted, "nothing posted");
+        assert_eq!(after, before, "no credit return taken, no grant added to R");
+        assert!(
+            after.recv_consumer > after.recv_notified,
+            "the return is still owed"
+        );
+        // Once completions free the queue, the next poll sends the same batch with the
+        // return and grant it owes.
+        for _ in 0..200 {
+            p.a.ctx.poll(|k, r| {
+                r.unwrap();
+                got.push(k);
+            });
+            p.b.ctx.poll(|k, r| {
+                r.unwrap();
+                got.push(k);
+            });
+            serve_echo(&mut p.b.ctx);
+            p.step();
+        }
+        let now = snap(&p).0;
+        assert!(
+            now.recv_notified >= after.recv_consumer,
+            "the return went out"
+        );
+        settle(&mut p, &mut got);
+        got.sort();
+        assert_eq!(got, vec![0, 1, 2, 500]);
+        assert_conserved(&p);
+    });
+}
