@@ -191,6 +191,32 @@ pub enum Error {
         source: io::Error,
     },
 
+    // ---- copyrpc over a fabric (src/rpc/) ----
+    /// The copyrpc core refused a setup step.
+    #[error("copyrpc {what}{}: {reason}", match peer { Some(p) => format!(" (endpoint to rank {p})"), None => String::new() })]
+    Rpc {
+        /// The call (`Context::new`, `create_endpoint`, `connect`, ...).
+        what: &'static str,
+        /// The peer rank, for per-endpoint steps.
+        peer: Option<usize>,
+        /// The core's reason.
+        reason: copyrpc_core::copyrpc::Error,
+    },
+    /// Sizes that cannot make a context.
+    #[error("copyrpc configuration: {reason}")]
+    RpcConfig {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The echo check found a wrong byte, a failed call, or ran out of time.
+    #[error("echo on rank {rank}: {what}")]
+    Echo {
+        /// The rank that noticed.
+        rank: usize,
+        /// What it saw.
+        what: String,
+    },
+
     // ---- verbs fabric (src/fabric/verbs/) ----
     /// `ibv_get_device_list` failed for a reason other than "this kernel has no RDMA"
     /// (that one, ENOSYS, is reported as [`Error::NoRdmaDevice`]).

@@ -1,13 +1,20 @@
-//! The std host shell of copyrpc.
+//! The std host shell of copyrpc: everything that needs an OS around the no_std core.
 //!
-//! Status: a placeholder that builds. The fabrics (verbs through rdma-sys, the software
-//! device model over `/dev/shm`), the MPI exchange, the shm regions and the pinning helpers
-//! land with their issues; see the status table in the README.
+//! | module | holds |
+//! |---|---|
+//! | [`fabric`] | where queues come from: [`fabric::verbs`] (a ConnectX through rdma-sys and our own mlx5dv bindings) or [`fabric::sim`] (the software device model in `/dev/shm`); `auto` picks and says why |
+//! | [`rpc`] | a copyrpc context with an endpoint per peer rank, built on a fabric and brought up over an exchange; the echo check |
+//! | [`sim_engine`] | the thread that steps a software device in real time |
+//! | [`exchange`] | endpoint records across ranks: MPI (rsmpi) or threads of one process |
+//! | [`shm`] | named `/dev/shm` regions and the core's shm protocols (delegation, ipc) over them |
+//! | [`affinity`], [`topology`] | usable cores, pinning, the NIC's NUMA node |
+//! | [`error`] | the one error type: a variant per failing call, with context |
 
 pub mod affinity;
 pub mod error;
 pub mod exchange;
 pub mod fabric;
+pub mod rpc;
 pub mod shm;
 pub mod sim_engine;
 pub mod topology;

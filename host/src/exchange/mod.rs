@@ -1,7 +1,8 @@
 //! Endpoint exchange between ranks: who connects to whom needs each side's QP and memory
 //! addresses before anything can flow.
 //!
-//! Two implementations with the same methods (no trait: a program picks one at start):
+//! Two implementations with the same methods; a program picks one at start, and code that
+//! runs over either (the copyrpc echo, benchkv's orchestration) takes [`Collectives`]:
 //!
 //! | type | ranks are | for |
 //! |---|---|---|
@@ -77,3 +78,52 @@ fn decode<T: Record>(bytes: &[u8], n: usize) -> Vec<T> {
         })
         .collect()
 }
+
+/// The collectives both exchanges offer, for setup code that runs over either (nothing on
+/// a data path goes through it).
+pub trait Collectives {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// Every rank reaches it before any leaves.
+    fn barrier(&self) -> Result<()>;
+    /// `records[i]` to rank `i`; what each rank sent here, in rank order.
+    fn all_to_all<T: Record>(&self, records: &[T]) -> Result<Vec<T>>;
+    /// Every rank's `record`, in rank order.
+    fn all_gather<T: Record>(&self, record: &T) -> Result<Vec<T>>;
+    /// All-reduce of one u64.
+    fn all_reduce_u64(&self, value: u64, op: ReduceOp) -> Result<u64>;
+    /// All-reduce of one f64.
+    fn all_reduce_f64(&self, value: f64, op: ReduceOp) -> Result<f64>;
+}
+
+macro_rules! collectives_by_inherent_methods {
+    ($t:ty) => {
+        impl Collectives for $t {
+            fn rank(&self) -> usize {
+                <$t>::rank(self)
+            }
+            fn size(&self) -> usize {
+                <$t>::size(self)
+            }
+            fn barrier(&self) -> Result<()> {
+                <$t>::barrier(self)
+            }
+            fn all_to_all<T: Record>(&self, records: &[T]) -> Result<Vec<T>> {
+                <$t>::all_to_all(self, records)
+            }
+            fn all_gather<T: Record>(&self, record: &T) -> Result<Vec<T>> {
+                <$t>::all_gather(self, record)
+            }
+            fn all_reduce_u64(&self, value: u64, op: ReduceOp) -> Result<u64> {
+                <$t>::all_reduce_u64(self, value, op)
+            }
+            fn all_reduce_f64(&self, value: f64, op: ReduceOp) -> Result<f64> {
+                <$t>::all_reduce_f64(self, value, op)
+            }
+        }
+    };
+}
+collectives_by_inherent_methods!(MpiExchange);
+collectives_by_inherent_methods!(ThreadExchange);

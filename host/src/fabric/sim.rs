@@ -38,11 +38,11 @@ use crate::error::{Error, Result};
 use crate::shm::ShmRegion;
 use crate::sim_engine::{EngineConfig, Idle, SimEngine};
 
-/// The device's object tables: QPs, CQs, SRQs, MRs. 256 QPs is a benchkv rank with a
-/// few endpoints to each of dozens of peers; a QP's state is ~2.6 KiB, and the device is
-/// built on the caller's stack before it is boxed, so this is also kept well under a
-/// test thread's 2 MiB stack.
-pub type SimDevice = Device<256, 16, 4, 128>;
+/// The device's object tables: QPs, CQs, SRQs, MRs. The sim fabric connects processes
+/// of one machine, so 64 QPs (an endpoint to each of 64 peer ranks) is ample; a QP's
+/// state is ~2.6 KiB and the device is built on the caller's stack before it is boxed,
+/// so the tables are kept well under a spawned thread's default 2 MiB stack.
+pub type SimDevice = Device<64, 8, 2, 128>;
 
 /// Bytes of a UAR page the model describes per QP (BlueFlame registers at 0x800).
 const UAR_BYTES: usize = 4096;
@@ -245,10 +245,11 @@ impl SimFabric {
                 reason: format!("link_slots {} is not a power of two", opts.link_slots),
             });
         }
+        sweep_dead_regions();
         let pid = std::process::id();
         // Relaxed: a unique number, nothing is published through it.
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
-        let name = format!("/copyrpc-sim-{pid}-{instance}");
+        let name = format!("/{REGION_PREFIX}{pid}-{instance}");
         let region = ShmRegion::create(&name, opts.region_bytes)?;
         // QPNs unique per machine (24 bits): a peer's CQE names our QP unambiguously in
         // traces. pid_max is at most 2^22; the instance varies the low bits.
@@ -498,7 +499,7 @@ impl SimFabric {
         if let Some(r) = peers.get(&(pid, instance)) {
             return Ok(Arc::clone(r));
         }
-        let name = format!("/copyrpc-sim-{pid}-{instance}");
+        let name = format!("/{REGION_PREFIX}{pid}-{instance}");
         let r = Arc::new(ShmRegion::open(&name).map_err(|e| Error::SimPeer {
             region: name.clone(),
             source: Box::new(e),
@@ -507,6 +508,30 @@ impl SimFabric {
         Ok(r)
     }
 }
+
+/// Unlinks `/dev/shm/copyrpc-sim-<pid>-<n>` regions whose process is gone: a rank that
+/// crashed (or was killed by mpirun) cannot unlink its region, and nothing else would.
+/// Best effort: a region that cannot be read or unlinked is left alone.
+fn sweep_dead_regions() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(REGION_PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !crate::shm::pid_alive(pid) {
+            let _ = ShmRegion::unlink(&format!("/{}", name.to_string_lossy()));
+        }
+    }
+}
+
+/// Region names are `/copyrpc-sim-<pid>-<instance>`.
+const REGION_PREFIX: &str = "copyrpc-sim-";
 
 /// `ibv_mtu` code of a byte MTU (256 → 1 … 4096 → 5).
 fn mtu_code(mtu: u32) -> u8 {
@@ -538,6 +563,23 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.to_string().contains("link_slots 3"), "{e}");
+    }
+
+    #[test]
+    fn regions_of_dead_processes_are_swept() {
+        // pid_max is at most 2^22: this pid cannot be alive.
+        let dead = format!("/{REGION_PREFIX}{}-7", (1u32 << 22) + 5);
+        // Forgotten: left behind as a crashed rank would leave it.
+        std::mem::forget(ShmRegion::create(&dead, 4096).unwrap());
+        let path = format!("/dev/shm{dead}");
+        assert!(std::path::Path::new(&path).exists());
+        let f = SimFabric::open(&SimOptions::default()).unwrap();
+        assert!(
+            !std::path::Path::new(&path).exists(),
+            "{dead} was not swept"
+        );
+        // Our own region is alive and stays.
+        assert!(std::path::Path::new(&format!("/dev/shm{}", f.region_name())).exists());
     }
 
     #[test]

@@ -1,0 +1,237 @@
+//! The copyrpc echo: every rank calls every other rank `calls_per_peer` times with
+//! checksummed payloads of many sizes (0, the padding edges 20/21, the inline edge 220/221,
+//! up to `max_payload`), keeps a window of calls in flight per peer, and answers every
+//! call it receives with the request's own bytes. It checks that every response is the
+//! bytes it sent, that requests from each peer arrive in order, and that the counts add
+//! up on every rank.
+//!
+//! It runs over any [`Collectives`]: MPI ranks (`mpirun -np N copyrpc-echo`) or thread
+//! ranks in one process. Polling yields the CPU when a pass finds nothing to do, since on
+//! the 2-core machines every rank and every sim engine shares two cores.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::exchange::{Collectives, ReduceOp};
+use crate::fabric::Fabric;
+
+use super::{RpcConfig, RpcNode};
+
+/// Endpoints per context (peers of one rank).
+const EPS: usize = 16;
+/// Pending calls of one rank, over all peers.
+const CALLS: usize = 512;
+/// Requests held per endpoint: the recv ring (16 KiB) / 32.
+const REQS: usize = 512;
+
+/// Settings of an echo run.
+#[derive(Clone, Debug)]
+pub struct EchoConfig {
+    /// Calls each rank makes to each other rank.
+    pub calls_per_peer: u32,
+    /// Largest payload (bytes); sizes cycle through edge cases up to it.
+    pub max_payload: usize,
+    /// Calls in flight per peer.
+    pub window: u32,
+    /// Give up (with an error saying where it stood) after this long.
+    pub deadline: Duration,
+    /// Rings and queues.
+    pub rpc: RpcConfig,
+}
+
+impl Default for EchoConfig {
+    fn default() -> Self {
+        Self {
+            calls_per_peer: 2000,
+            max_payload: 1024,
+            window: 16,
+            deadline: Duration::from_secs(60),
+            rpc: RpcConfig::for_ring(16 << 10),
+        }
+    }
+}
+
+/// What one rank saw, plus the totals over every rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EchoReport {
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub ranks: usize,
+    /// Responses this rank received and checked.
+    pub responses: u64,
+    /// Requests this rank answered.
+    pub served: u64,
+    /// Payload bytes of this rank's calls.
+    pub bytes: u64,
+    /// Responses received by every rank (all-reduce).
+    pub total_responses: u64,
+    /// Requests answered by every rank (all-reduce).
+    pub total_served: u64,
+    /// Wall time of this rank's exchange.
+    pub elapsed: Duration,
+}
+
+const SIZES: [usize; 14] = [0, 1, 8, 20, 21, 52, 53, 200, 204, 220, 221, 512, 1000, 4096];
+
+/// Payload size of call `k`, within `max`.
+fn size_of_call(k: u32, max: usize) -> usize {
+    let s = SIZES[k as usize % SIZES.len()];
+    if s <= max {
+        s
+    } else {
+        (k as usize * 37) % (max + 1)
+    }
+}
+
+/// Byte `i` of call `k` from rank `src`: the first 8 bytes (when there are 8) name the
+/// call, so the server can check arrival order; the rest is a checksum-like pattern.
+fn fill(src: usize, k: u32, out: &mut [u8]) {
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = (k as usize).wrapping_mul(131).wrapping_add(i * 7 + src) as u8;
+    }
+    if out.len() >= 8 {
+        out[..8].copy_from_slice(&((src as u64) << 32 | u64::from(k)).to_le_bytes());
+    }
+}
+
+/// Refusals that clear up by polling.
+fn retryable(e: copyrpc_core::copyrpc::Error) -> bool {
+    use copyrpc_core::copyrpc::Error as E;
+    matches!(
+        e,
+        E::RingFull | E::InsufficientCredit | E::TooManyCalls | E::SqFull
+    )
+}
+
+/// Runs the echo on this rank. Every rank of `x` must call it with the same `cfg`.
+pub fn run(x: &impl Collectives, fabric: Fabric, cfg: &EchoConfig) -> Result<EchoReport> {
+    let (rank, ranks) = (x.rank(), x.size());
+    let fail = |what: String| Error::Echo { rank, what };
+    let mut node = RpcNode::<(usize, u32), EPS, CALLS, REQS>::establish(fabric, x, &cfg.rpc)?;
+    let peers: Vec<usize> = (0..ranks).filter(|&p| p != rank).collect();
+    let want_served = u64::from(cfg.calls_per_peer) * peers.len() as u64;
+    let want_responses = want_served;
+
+    let mut next = vec![0u32; ranks]; // next call to issue, per peer
+    let mut in_flight = vec![0u32; ranks];
+    let mut expect_from = vec![0u32; ranks]; // next request expected, per peer
+    let (mut responses, mut served, mut bytes) = (0u64, 0u64, 0u64);
+    let mut buf = vec![0u8; cfg.max_payload.max(8)];
+    let mut bad: Option<String> = None;
+    let start = Instant::now();
+
+    while responses < want_responses || served < want_served {
+        if start.elapsed() > cfg.deadline {
+            return Err(fail(format!(
+                "deadline: {responses}/{want_responses} responses, {served}/{want_served} served, next {next:?}, in flight {in_flight:?}{}",
+                trace_of(node.fabric())
+            )));
+        }
+        let mut progressed = false;
+        for &p in &peers {
+            while next[p] < cfg.calls_per_peer && in_flight[p] < cfg.window {
+                let k = next[p];
+                let len = size_of_call(k, cfg.max_payload);
+                fill(rank, k, &mut buf[..len]);
+                let id = node.endpoint(p).expect("an endpoint per peer");
+                match node
+                    .ctx()
+                    .call_with_allowance(id, &buf[..len], len as u32, (p, k))
+                {
+                    Ok(_) => {
+                        next[p] += 1;
+                        in_flight[p] += 1;
+                        bytes += len as u64;
+                        progressed = true;
+                    }
+                    Err(e) if retryable(e.error) => break,
+                    Err(e) => return Err(fail(format!("call {k} to rank {p}: {}", e.error))),
+                }
+            }
+        }
+        let n = node.ctx().poll(|(p, k), r| {
+            in_flight[p] -= 1;
+            responses += 1;
+            let len = size_of_call(k, cfg.max_payload);
+            let mut want = vec![0u8; len];
+            fill(rank, k, &mut want);
+            match r {
+                Ok(got) if got == &want[..] => {}
+                Ok(got) => {
+                    bad.get_or_insert(format!(
+                        "response to call {k} from rank {p}: {} bytes differ from the {len} sent",
+                        got.len()
+                    ));
+                }
+                Err(e) => {
+                    bad.get_or_insert(format!("call {k} to rank {p} failed: {e}"));
+                }
+            }
+        });
+        progressed |= n > 0;
+        if let Some(why) = bad.take() {
+            return Err(fail(why));
+        }
+        while let Some(h) = node.ctx().recv() {
+            let id = h.endpoint();
+            let p = node.peer_of(id).expect("requests come from peers");
+            let data = h.data(node.ctx());
+            if data.len() >= 8 {
+                let head = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
+                let (src, k) = ((head >> 32) as usize, head as u32);
+                if src != p || k != expect_from[p] {
+                    return Err(fail(format!(
+                        "request from rank {p}: names rank {src} call {k}, expected call {}",
+                        expect_from[p]
+                    )));
+                }
+            }
+            expect_from[p] += 1;
+            let len = data.len();
+            h.reply_with(node.ctx(), len, |req, out| out.copy_from_slice(req))
+                .map_err(|e| fail(format!("reply to rank {p}: {}", e.error)))?;
+            served += 1;
+            progressed = true;
+        }
+        if !progressed {
+            std::thread::yield_now();
+        }
+    }
+    // The last replies may still sit in the send rings: `poll` flushes every endpoint,
+    // and counts a flush it had to defer (send queue full). Keep polling until a poll
+    // defers nothing, so no peer waits for a reply this rank never posted.
+    loop {
+        let deferred = node.ctx().stats().flushes_deferred;
+        node.ctx().poll(|_, _| {});
+        if node.ctx().stats().flushes_deferred == deferred {
+            break;
+        }
+        if start.elapsed() > cfg.deadline {
+            return Err(fail("deadline while flushing the last replies".into()));
+        }
+        std::thread::yield_now();
+    }
+    let elapsed = start.elapsed();
+    // Every rank is done sending before any tears its fabric down.
+    x.barrier()?;
+    let total_responses = x.all_reduce_u64(responses, ReduceOp::Sum)?;
+    let total_served = x.all_reduce_u64(served, ReduceOp::Sum)?;
+    Ok(EchoReport {
+        rank,
+        ranks,
+        responses,
+        served,
+        bytes,
+        total_responses,
+        total_served,
+        elapsed,
+    })
+}
+
+fn trace_of(f: &Fabric) -> String {
+    match f {
+        Fabric::Sim(s) => format!("\nsim trace:\n{}", s.engine().trace_dump()),
+        _ => String::new(),
+    }
+}

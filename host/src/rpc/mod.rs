@@ -1,0 +1,358 @@
+//! copyrpc over a fabric: the glue between the fabric's objects and the core's
+//! [`Context`].
+//!
+//! [`RpcNode`] is one rank's copyrpc context with one endpoint per peer rank: it creates
+//! the shared SRQ and CQs, a QP and a registered region (send ring, recv ring, control
+//! word) per peer, and brings them up from the peers' [`PeerRecord`]s, which every rank
+//! exchanges in one all-to-all. The same code runs over the verbs fabric (a ConnectX) and
+//! the sim fabric (the device model); only the object creation differs.
+//!
+//! [`echo`] is the end-to-end check built on it: every rank calls every other rank with
+//! checksummed payloads and answers their calls, over MPI ranks or thread ranks.
+
+pub mod echo;
+
+use copyrpc_core::copyrpc::{
+    Context, EndpointConfig, EndpointId, EndpointInfo, EndpointMem, Queues, Region,
+};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+
+use crate::error::{Error, Result};
+use crate::exchange::Collectives;
+use crate::fabric::{sim, verbs, Fabric, QpEndpoint};
+
+/// Bytes of an endpoint's control region (the exported consumer position and the READ
+/// landing word, 16 bytes, on a cache line of their own).
+const CONTROL_BYTES: usize = 64;
+
+/// Sizes of a node's queues and rings.
+#[derive(Clone, Copy, Debug)]
+pub struct RpcConfig {
+    /// Recv ring bytes per endpoint (a power of two); the send ring is the same size.
+    pub ring_bytes: usize,
+    /// SRQ WQEs (zero-length: one per incoming batch in flight).
+    pub srq_wqes: u32,
+    /// Entries of each CQ.
+    pub cqes: u32,
+    /// Send WQEs per QP.
+    pub sq_wrs: u32,
+    /// Endpoint settings (reservation cap, inline threshold, signaling).
+    pub endpoint: EndpointConfig,
+}
+
+impl RpcConfig {
+    /// The seed's settings for rings of `ring_bytes`.
+    pub const fn for_ring(ring_bytes: usize) -> Self {
+        Self {
+            ring_bytes,
+            srq_wqes: 1024,
+            cqes: 4096,
+            sq_wrs: 512,
+            endpoint: EndpointConfig::for_ring(ring_bytes as u64),
+        }
+    }
+}
+
+impl Default for RpcConfig {
+    fn default() -> Self {
+        Self::for_ring(16 << 10)
+    }
+}
+
+/// What rank `a` tells rank `b` about the endpoint `a` made for `b` (88 bytes of plain
+/// data, so the whole table travels in one all-to-all).
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct PeerRecord {
+    /// The QP's address on the fabric.
+    pub qp: QpEndpoint,
+    /// [`EndpointInfo::to_bytes`].
+    pub info: [u8; EndpointInfo::BYTES],
+    /// 1 when the record describes an endpoint (0 in a rank's slot for itself).
+    pub present: u64,
+}
+
+/// The fabric objects behind one endpoint, kept alive as long as the context uses them.
+#[derive(Debug)]
+enum EndpointObjects {
+    Verbs { qp: verbs::Qp, _mr: verbs::Mr },
+    Sim { qp: sim::SimQp, _mr: sim::SimMr },
+}
+
+/// Shared queues of a verbs context (the sim fabric owns its own).
+#[derive(Debug)]
+struct VerbsQueues {
+    _lkey_mr: verbs::Mr,
+    _srq: verbs::Srq,
+    _send_cq: verbs::Cq,
+    _recv_cq: verbs::Cq,
+}
+
+/// One rank's copyrpc context with an endpoint per peer rank. See the module docs.
+///
+/// The context's tables are inline (`EPS × REQS` request entries, `CALLS` pending calls)
+/// and are built on the stack before being boxed: hundreds of KiB for the echo's sizes.
+/// Threads that create a node should ask for a stack of a few MiB
+/// (`std::thread::Builder::stack_size`), more in debug builds, which copy it.
+///
+/// Field order is drop order: the context (which holds the driver's view of queues and
+/// rings) goes first, then the QPs and regions, then the queues, then the fabric.
+#[derive(Debug)]
+pub struct RpcNode<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
+    ctx: Box<Context<U, EPS, CALLS, REQS>>,
+    peers: Vec<Option<(EndpointId, EndpointObjects)>>,
+    by_endpoint: Vec<usize>,
+    _verbs_queues: Option<VerbsQueues>,
+    fabric: Fabric,
+    rank: usize,
+}
+
+fn rpc_err(
+    what: &'static str,
+    peer: Option<usize>,
+) -> impl Fn(copyrpc_core::copyrpc::Error) -> Error {
+    move |reason| Error::Rpc { what, peer, reason }
+}
+
+impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS, CALLS, REQS> {
+    /// Creates the context on `fabric` with an endpoint for every rank of `0..ranks`
+    /// except `rank`. Connect them with [`connect`](Self::connect) (or use
+    /// [`establish`](Self::establish), which also does the exchange).
+    pub fn new(fabric: Fabric, rank: usize, ranks: usize, cfg: &RpcConfig) -> Result<Self> {
+        if ranks.saturating_sub(1) > EPS || rank >= ranks {
+            return Err(Error::RpcConfig {
+                reason: format!(
+                    "rank {rank} of {ranks}: {} peers, but this context holds {EPS} endpoints",
+                    ranks.saturating_sub(1)
+                ),
+            });
+        }
+        if !cfg.ring_bytes.is_power_of_two() || (cfg.ring_bytes / 32) > REQS {
+            return Err(Error::RpcConfig {
+                reason: format!(
+                    "ring_bytes {} must be a power of two with ring_bytes/32 <= {REQS} (the context's request table)",
+                    cfg.ring_bytes
+                ),
+            });
+        }
+        let mut verbs_queues = None;
+        let (queues, mut mk_endpoint): (Queues, Box<dyn FnMut(usize) -> Result<_>>) = match &fabric
+        {
+            Fabric::Sim(f) => {
+                let send_cq = f.create_cq(cfg.cqes)?;
+                let recv_cq = f.create_cq(cfg.cqes.max(cfg.srq_wqes))?;
+                let srq = f.create_srq(cfg.srq_wqes, 1)?;
+                let lkey_mr = f.alloc_mr("srq-lkey", 64, mlx5_raw::sim::Access::ALL)?;
+                let queues = Queues {
+                    srq,
+                    srq_lkey: lkey_mr.lkey(),
+                    send_cq,
+                    recv_cq,
+                };
+                let f: &sim::SimFabric = f;
+                let mk = move |peer: usize| -> Result<(EndpointMem, _, EndpointObjects)> {
+                    let qp = f.create_qp(&sim::SimQpOptions {
+                        max_send_wr: cfg.sq_wrs,
+                        ..sim::SimQpOptions::new(send_cq.cqn, recv_cq.cqn, Some(srq.srqn))
+                    })?;
+                    let mr = f.alloc_mr(
+                        &format!("copyrpc-peer-{peer}"),
+                        2 * cfg.ring_bytes + CONTROL_BYTES,
+                        mlx5_raw::sim::Access::ALL,
+                    )?;
+                    let mem = split(mr.as_ptr(), mr.lkey(), mr.rkey(), cfg.ring_bytes);
+                    Ok((mem, qp.sq_desc(), EndpointObjects::Sim { qp, _mr: mr }))
+                };
+                (queues, Box::new(mk))
+            }
+            Fabric::Verbs(d) => {
+                let send_cq = d.create_cq(cfg.cqes)?;
+                let recv_cq = d.create_cq(cfg.cqes.max(cfg.srq_wqes))?;
+                let srq = d.create_srq(cfg.srq_wqes, 1)?;
+                let lkey_mr = d.alloc_mr("srq-lkey", 4096, verbs::Access::LOCAL_WRITE)?;
+                let queues = Queues {
+                    srq: srq.desc(),
+                    srq_lkey: lkey_mr.lkey(),
+                    send_cq: send_cq.desc(),
+                    recv_cq: recv_cq.desc(),
+                };
+                // The QPs borrow the queues only during creation (they keep their
+                // own references), so the closure can own them until `new` ends.
+                let holder = VerbsQueues {
+                    _lkey_mr: lkey_mr,
+                    _srq: srq.clone(),
+                    _send_cq: send_cq.clone(),
+                    _recv_cq: recv_cq.clone(),
+                };
+                verbs_queues = Some(holder);
+                let mk = move |peer: usize| -> Result<(EndpointMem, _, EndpointObjects)> {
+                    let qp = d.create_qp(&verbs::QpOptions {
+                        max_send_wr: cfg.sq_wrs,
+                        ..verbs::QpOptions::new(&send_cq, &recv_cq, Some(&srq))
+                    })?;
+                    let mr = d.alloc_mr(
+                        &format!("copyrpc-peer-{peer}"),
+                        2 * cfg.ring_bytes + CONTROL_BYTES,
+                        verbs::Access::RDMA,
+                    )?;
+                    let mem = split(mr.as_ptr(), mr.lkey(), mr.rkey(), cfg.ring_bytes);
+                    let sq = qp.sq_desc();
+                    Ok((mem, sq, EndpointObjects::Verbs { qp, _mr: mr }))
+                };
+                (queues, Box::new(mk))
+            }
+        };
+        // SAFETY: the queues were just created on this fabric for this context alone;
+        // they stay alive (in the fabric, or in `verbs_queues`) until the node drops,
+        // after the context (field order).
+        let ctx = Box::new(
+            unsafe { Context::<U, EPS, CALLS, REQS>::new(&queues) }
+                .map_err(rpc_err("Context::new", None))?,
+        );
+        let mut node_ctx = ctx;
+        let mut peers = Vec::with_capacity(ranks);
+        let mut by_endpoint = vec![usize::MAX; EPS];
+        for peer in 0..ranks {
+            if peer == rank {
+                peers.push(None);
+                continue;
+            }
+            let (mem, sq, objs) = mk_endpoint(peer)?;
+            // SAFETY: `sq` describes a fresh QP on the context's queues, `mem` a fresh
+            // region registered in the same PD and split into three disjoint parts; the
+            // node keeps both alive until after the context (field order), and nothing
+            // else in this process touches them.
+            let id = unsafe { node_ctx.create_endpoint(&sq, &mem, cfg.endpoint) }
+                .map_err(rpc_err("create_endpoint", Some(peer)))?;
+            by_endpoint[usize::from(id.0)] = peer;
+            peers.push(Some((id, objs)));
+        }
+        drop(mk_endpoint);
+        Ok(Self {
+            ctx: node_ctx,
+            peers,
+            by_endpoint,
+            _verbs_queues: verbs_queues,
+            fabric,
+            rank,
+        })
+    }
+
+    /// This rank's records, one per rank (`records[p]` is for rank `p`).
+    pub fn records(&self) -> Result<Vec<PeerRecord>> {
+        self.peers
+            .iter()
+            .enumerate()
+            .map(|(peer, p)| {
+                let Some((id, objs)) = p else {
+                    return Ok(PeerRecord::new_zeroed());
+                };
+                let info = self
+                    .ctx
+                    .local_info(*id)
+                    .map_err(rpc_err("local_info", Some(peer)))?;
+                let qp = match (objs, &self.fabric) {
+                    (EndpointObjects::Sim { qp, .. }, Fabric::Sim(f)) => f.endpoint(qp),
+                    (EndpointObjects::Verbs { qp, .. }, _) => qp.endpoint(),
+                    (EndpointObjects::Sim { .. }, _) => unreachable!("sim QP on a sim fabric"),
+                };
+                Ok(PeerRecord {
+                    qp,
+                    info: info.to_bytes(),
+                    present: 1,
+                })
+            })
+            .collect()
+    }
+
+    /// Brings every endpoint up from what the peers sent (`received[p]` from rank `p`).
+    pub fn connect(&mut self, received: &[PeerRecord]) -> Result<()> {
+        if received.len() != self.peers.len() {
+            return Err(Error::RpcConfig {
+                reason: format!(
+                    "{} peer records for {} ranks",
+                    received.len(),
+                    self.peers.len()
+                ),
+            });
+        }
+        for (peer, (p, rec)) in self.peers.iter().zip(received).enumerate() {
+            let Some((id, objs)) = p else { continue };
+            if rec.present != 1 {
+                return Err(Error::RpcConfig {
+                    reason: format!("rank {peer} sent no endpoint for rank {}", self.rank),
+                });
+            }
+            let info = EndpointInfo::from_bytes(&rec.info);
+            match (objs, &self.fabric) {
+                (EndpointObjects::Sim { qp, .. }, Fabric::Sim(f)) => f.connect(qp, &rec.qp)?,
+                (EndpointObjects::Verbs { qp, .. }, _) => {
+                    qp.connect(&rec.qp, &verbs::ConnectOptions::default())?
+                }
+                (EndpointObjects::Sim { .. }, _) => unreachable!("sim QP on a sim fabric"),
+            }
+            self.ctx
+                .connect(*id, &info)
+                .map_err(rpc_err("connect", Some(peer)))?;
+        }
+        Ok(())
+    }
+
+    /// [`new`](Self::new), the all-to-all of records, and [`connect`](Self::connect),
+    /// ending with a barrier so no rank sends before every peer is up.
+    pub fn establish(fabric: Fabric, x: &impl Collectives, cfg: &RpcConfig) -> Result<Self> {
+        let mut node = Self::new(fabric, x.rank(), x.size(), cfg)?;
+        let received = x.all_to_all(&node.records()?)?;
+        node.connect(&received)?;
+        x.barrier()?;
+        Ok(node)
+    }
+
+    /// The endpoint to `peer`, if it is another rank.
+    pub fn endpoint(&self, peer: usize) -> Option<EndpointId> {
+        self.peers.get(peer)?.as_ref().map(|(id, _)| *id)
+    }
+
+    /// The rank an endpoint leads to.
+    pub fn peer_of(&self, id: EndpointId) -> Option<usize> {
+        self.by_endpoint
+            .get(usize::from(id.0))
+            .copied()
+            .filter(|&p| p != usize::MAX)
+    }
+
+    /// The context (call, poll, recv, reply).
+    pub fn ctx(&mut self) -> &mut Context<U, EPS, CALLS, REQS> {
+        &mut self.ctx
+    }
+
+    /// The fabric (for the sim engine's trace and faults).
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+}
+
+/// Send ring, recv ring and control word of one endpoint, laid out in one registered
+/// region of `2 * ring + CONTROL_BYTES` bytes.
+fn split(base: *mut u8, lkey: u32, rkey: u32, ring: usize) -> EndpointMem {
+    let part = |off: usize, len: usize| {
+        let addr = base.wrapping_add(off);
+        Region {
+            addr,
+            len,
+            va: addr as u64,
+            lkey,
+            rkey,
+        }
+    };
+    EndpointMem {
+        send_ring: part(0, ring),
+        recv_ring: part(ring, ring),
+        control: part(2 * ring, CONTROL_BYTES),
+    }
+}

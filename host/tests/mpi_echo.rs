@@ -1,0 +1,121 @@
+//! `mpirun -np N copyrpc-echo` on the sim fabric: N processes, each with its own device
+//! model and `/dev/shm` region, connected through records exchanged over MPI, echo over
+//! copyrpc. Every rank's line is checked, not only rank 0's.
+//!
+//! MPI is a CI requirement (`scripts/setup.sh` installs Open MPI), so a missing `mpirun`
+//! fails this test rather than skipping it.
+
+use std::process::{Command, Output};
+
+const EXE: &str = env!("CARGO_BIN_EXE_copyrpc-echo");
+const TIMEOUT_S: &str = "120";
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new("timeout")
+        .args(["--kill-after=10", TIMEOUT_S])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_pml", "ob1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `timeout` (coreutils): {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(127) if stderr.contains("mpirun") => panic!(
+            "`mpirun` not found: the MPI tests need Open MPI (scripts/setup.sh installs it)\n{stderr}"
+        ),
+        Some(124) | Some(137) => panic!(
+            "{args:?} did not finish within {TIMEOUT_S} s\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        ),
+        _ => {}
+    }
+    assert!(
+        out.status.success(),
+        "{args:?} failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    out
+}
+
+/// Every rank printed one `ok` line with the counts `calls` per peer imply.
+fn assert_ranks_ok(out: &Output, n: u64, calls: u64) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("FAIL"), "a rank failed:\n{stdout}");
+    let per_rank = calls * (n - 1);
+    for r in 0..n {
+        let prefix = format!("rank {r}/{n}: ");
+        let lines: Vec<_> = stdout.lines().filter(|l| l.starts_with(&prefix)).collect();
+        assert_eq!(lines.len(), 1, "rank {r} reports once:\n{stdout}");
+        let l = lines[0];
+        assert!(l.ends_with(": ok"), "{l}");
+        for want in [
+            format!("responses={per_rank} "),
+            format!("served={per_rank} "),
+            format!("total_responses={} ", per_rank * n),
+            format!("total_served={} ", per_rank * n),
+        ] {
+            assert!(l.contains(&want), "rank {r}: want {want:?} in {l}");
+        }
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("using the software device model (sim)")
+            || stderr.contains("`sim` requested"),
+        "the fabric choice is reported:\n{stderr}"
+    );
+}
+
+#[test]
+fn two_ranks_echo_under_mpirun_on_the_sim_fabric() {
+    let out = run(&["mpirun", "-np", "2", EXE, "--calls", "5000"]);
+    assert_ranks_ok(&out, 2, 5000);
+}
+
+#[test]
+fn three_ranks_echo_under_mpirun_with_an_explicit_sim_fabric() {
+    let out = run(&[
+        "mpirun",
+        "-np",
+        "3",
+        EXE,
+        "--fabric",
+        "sim",
+        "--calls",
+        "1000",
+        "--max-payload",
+        "4000",
+    ]);
+    assert_ranks_ok(&out, 3, 1000);
+}
+
+#[test]
+fn verbs_without_a_device_fails_every_rank_with_the_fix_named() {
+    let out = Command::new("timeout")
+        .args([
+            "--kill-after=10",
+            TIMEOUT_S,
+            "mpirun",
+            "-np",
+            "2",
+            EXE,
+            "--fabric",
+            "verbs",
+        ])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_pml", "ob1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("rank 0/2: FAIL") && stdout.contains("rank 1/2: FAIL"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("--fabric sim"), "{stdout}");
+}
