@@ -1,0 +1,167 @@
+//! A thousand seeded random workloads, each with a fault injected at a random step (a QP
+//! failed on either side, the link cut, or the application failing an endpoint): every
+//! call ends in exactly one response or one error, none twice, none lost, and every run
+//! ends within a bounded number of steps.
+
+mod copyrpc_common;
+
+use std::collections::HashMap;
+
+use copyrpc_common::{big_stack, pattern, Opts, Pair, Rng};
+use copyrpc_core::copyrpc::{Context, Error, RecvHandle};
+
+type P = Pair<2, 64, 128>;
+type Ctx = Context<u64, 2, 64, 128>;
+
+/// Calls a side made and has not seen completed: user data → request bytes.
+type Outstanding = HashMap<u64, Vec<u8>>;
+
+#[derive(Default)]
+struct Tally {
+    ok: u64,
+    failed: u64,
+    refused: u64,
+}
+
+fn poll_side(ctx: &mut Ctx, out: &mut Outstanding, tally: &mut Tally) {
+    ctx.poll(|k, r| {
+        let req = out
+            .remove(&k)
+            .unwrap_or_else(|| panic!("call {k:#x} completed twice or never made"));
+        match r {
+            Ok(bytes) => {
+                assert!(
+                    req.starts_with(bytes),
+                    "response {k:#x} is not its request's echo"
+                );
+                tally.ok += 1;
+            }
+            Err(e) => {
+                assert_eq!(e, Error::EndpointFailed);
+                tally.failed += 1;
+            }
+        }
+    });
+}
+
+fn answer(ctx: &mut Ctx, held: &mut Vec<RecvHandle>, rng: &mut Rng, all: bool) {
+    while let Some(h) = ctx.recv() {
+        held.push(h);
+    }
+    let mut i = 0;
+    while i < held.len() {
+        if all || rng.below(2) == 0 {
+            let h = held.swap_remove(i);
+            let len = h.data(ctx).len().min(h.max_reply_len(ctx));
+            match h.reply_with(ctx, len, |req, out| out.copy_from_slice(&req[..out.len()])) {
+                Ok(()) => {}
+                Err(e) => assert!(e.error == Error::EndpointFailed && e.handle.is_none()),
+            }
+        } else {
+            i += 1;
+        }
+    }
+}
+
+fn call_some(
+    ctx: &mut Ctx,
+    side: u64,
+    next: &mut u64,
+    out: &mut Outstanding,
+    rng: &mut Rng,
+    tally: &mut Tally,
+) {
+    for ep in 0..2u16 {
+        for _ in 0..rng.below(3) {
+            let k = side << 32 | *next;
+            *next += 1;
+            let payload = pattern(k, rng.below(300) as usize);
+            let allowance = rng.below(320) as u32;
+            let id = copyrpc_core::copyrpc::EndpointId(ep);
+            match ctx.call_with_allowance(id, &payload, allowance, k) {
+                Ok(_) => {
+                    out.insert(k, payload);
+                }
+                Err(e) => {
+                    assert_eq!(e.user_data, k, "refused call hands its data back");
+                    assert!(matches!(
+                        e.error,
+                        Error::RingFull
+                            | Error::InsufficientCredit
+                            | Error::EndpointFailed
+                            | Error::TooManyCalls
+                    ));
+                    tally.refused += 1;
+                }
+            }
+        }
+    }
+}
+
+/// One run; returns the steps it took.
+fn run(seed: u64, tally: &mut Tally) -> u64 {
+    let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
+    let o = Opts::new(2, 4096);
+    let mut p: P = Pair::new(o);
+    let fault_at = rng.below(300);
+    let fault = rng.below(4);
+    let fault_ep = rng.below(2) as usize;
+    let stop_calls = 300;
+    let (mut oa, mut ob) = (Outstanding::new(), Outstanding::new());
+    let (mut ha, mut hb) = (Vec::new(), Vec::new());
+    let (mut na, mut nb) = (0, 0);
+    loop {
+        let step = p.steps;
+        if step == fault_at {
+            let (qa, qb) = (p.a.qpns[fault_ep], p.b.qpns[fault_ep]);
+            match fault {
+                0 => p.dev.fail_qp(qa).unwrap(),
+                1 => p.dev.fail_qp(qb).unwrap(),
+                2 => p.dev.set_link_cut(qa, true).unwrap(),
+                _ => {
+                    // The application gives up on the endpoint and destroys its QP.
+                    p.a.ctx.fail_endpoint(p.a.eps[fault_ep]).unwrap();
+                    p.dev.fail_qp(qa).unwrap();
+                }
+            }
+        }
+        let calling = step < stop_calls;
+        if calling {
+            call_some(&mut p.a.ctx, 1, &mut na, &mut oa, &mut rng, tally);
+            call_some(&mut p.b.ctx, 2, &mut nb, &mut ob, &mut rng, tally);
+        }
+        poll_side(&mut p.a.ctx, &mut oa, tally);
+        poll_side(&mut p.b.ctx, &mut ob, tally);
+        answer(&mut p.a.ctx, &mut ha, &mut rng, !calling);
+        answer(&mut p.b.ctx, &mut hb, &mut rng, !calling);
+        p.step();
+        if !calling && oa.is_empty() && ob.is_empty() && ha.is_empty() && hb.is_empty() {
+            assert_eq!(p.a.ctx.pending_calls() + p.b.ctx.pending_calls(), 0);
+            return p.steps;
+        }
+        assert!(
+            p.steps < 20_000,
+            "seed {seed}: fault {fault} at {fault_at} did not settle: a {} b {} outstanding\n{}",
+            oa.len(),
+            ob.len(),
+            p.dump()
+        );
+    }
+}
+
+#[test]
+fn every_call_ends_exactly_once_under_a_random_fault() {
+    big_stack(|| {
+        let mut tally = Tally::default();
+        let mut max_steps = 0;
+        for seed in 0..1000 {
+            max_steps = max_steps.max(run(seed, &mut tally));
+        }
+        eprintln!(
+            "ok {} failed {} refused {} max steps {max_steps}",
+            tally.ok, tally.failed, tally.refused
+        );
+        // Both outcomes really happened across the runs.
+        assert!(tally.ok > 1000 && tally.failed > 100);
+    });
+}
