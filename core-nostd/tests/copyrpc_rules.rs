@@ -1,0 +1,170 @@
+//! The failure modes an earlier implementation of this design had, each pinned here
+//! (the compile-time ones are `compile_fail` doctests on `RecvHandle`): oversize replies
+//! are refused, requests are served in arrival order, moving the context is sound, SRQ
+//! WQEs are retired by the `wqe_counter` each completion reports.
+
+mod copyrpc_common;
+
+use copyrpc_common::{big_stack, pattern, serve_echo, Opts, Pair};
+use copyrpc_core::copyrpc::Error;
+
+#[test]
+fn oversize_reply_is_refused_and_the_handle_comes_back() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, 4096));
+        let (ea, _) = (p.a.eps[0], p.b.eps[0]);
+        let before = p.b.ctx.credit_snapshot(p.b.eps[0]).unwrap();
+        // Allowance 10 B: one 32 B block, so replies of up to 52 B fit (64 B padded).
+        p.a.ctx.call_with_allowance(ea, b"ask", 10, 1).unwrap();
+        let h = loop {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.b.ctx.poll(|_, _| unreachable!());
+            p.step();
+            if let Some(h) = p.b.ctx.recv() {
+                break h;
+            }
+            assert!(p.steps < 1000);
+        };
+        assert_eq!(h.max_reply_len(&p.b.ctx), 52);
+        let err = h.reply(&mut p.b.ctx, &[9; 53]).unwrap_err();
+        assert_eq!(err.error, Error::ReplyTooLarge);
+        let h = err.handle.expect("the request can still be answered");
+        let mid = p.b.ctx.credit_snapshot(p.b.eps[0]).unwrap();
+        assert_eq!(mid.send_producer, before.send_producer, "nothing written");
+        assert_eq!(mid.unanswered_requests, 1);
+        h.reply(&mut p.b.ctx, &[9; 52]).unwrap();
+        let mut got = Vec::new();
+        while got.is_empty() {
+            p.b.ctx.poll(|_, _| unreachable!());
+            p.a.ctx.poll(|k, r| got.push((k, r.unwrap().to_vec())));
+            p.step();
+            assert!(p.steps < 2000);
+        }
+        assert_eq!(got, vec![(1, vec![9; 52])]);
+    });
+}
+
+#[test]
+fn requests_are_served_in_arrival_order() {
+    big_stack(|| {
+        let mut p: Pair<3, 256, 128> = Pair::new(Opts::new(3, 4096));
+        let mut order = Vec::new();
+        let mut held = Vec::new();
+        let mut k = 0u64;
+        while order.len() < 600 {
+            // Round-robin over the endpoints, one poll (one batch each) per round, so
+            // batches of the three endpoints arrive interleaved.
+            for i in 0..3 {
+                for _ in 0..2 {
+                    if p.a
+                        .ctx
+                        .call_with_allowance(p.a.eps[i], &k.to_le_bytes(), 8, k)
+                        .is_ok()
+                    {
+                        k += 1;
+                    }
+                }
+                p.a.ctx.poll(|_, r| {
+                    r.unwrap();
+                });
+            }
+            p.step();
+            p.b.ctx.poll(|_, _| unreachable!());
+            while let Some(h) = p.b.ctx.recv() {
+                let n = u64::from_le_bytes(h.data(&p.b.ctx).try_into().unwrap());
+                order.push((h.endpoint().0, n));
+                held.push(h);
+            }
+            // Answer the older half only: the rest stay held across batches.
+            let keep = held.len() / 2;
+            for h in held.drain(..held.len() - keep) {
+                h.reply(&mut p.b.ctx, b"ok").unwrap();
+            }
+            assert!(p.steps < 20_000);
+        }
+        // Per endpoint, requests come out in the order they were called, and across
+        // endpoints in the order their batches arrived: a call made in a later round
+        // is never served before one of an earlier round.
+        for i in 0..3u16 {
+            let seq: Vec<u64> = order.iter().filter(|o| o.0 == i).map(|o| o.1).collect();
+            assert!(seq.windows(2).all(|w| w[0] < w[1]), "endpoint {i}: {seq:?}");
+        }
+        let rounds: Vec<u64> = order.iter().map(|o| o.1 / 6).collect();
+        assert!(
+            rounds.windows(2).all(|w| w[0] <= w[1]),
+            "later rounds never overtake earlier ones"
+        );
+    });
+}
+
+#[test]
+// A new allocation (a new address for the context) is the point of the test.
+#[allow(clippy::replace_box)]
+fn moving_the_context_mid_traffic_is_sound() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, 4096));
+        let ea = p.a.eps[0];
+        let mut got = Vec::new();
+        for round in 0..6u64 {
+            for j in 0..5 {
+                let k = round * 10 + j;
+                p.a.ctx
+                    .call_with_allowance(ea, &pattern(k, 40), 40, k)
+                    .unwrap();
+            }
+            p.a.ctx.poll(|_, _| unreachable!());
+            // Move both contexts out of their boxes and into new ones, while calls,
+            // requests and batches are in flight; a spacer keeps the old slot taken,
+            // so the new box lands elsewhere.
+            let old = &*p.a.ctx as *const _ as usize;
+            let a = *p.a.ctx;
+            let b = *p.b.ctx;
+            let spacer = vec![0u8; std::mem::size_of_val(&a)];
+            p.a.ctx = Box::new(a);
+            p.b.ctx = Box::new(b);
+            assert_ne!(&*p.a.ctx as *const _ as usize, old);
+            drop(spacer);
+            for _ in 0..100 {
+                p.a.ctx.poll(|k, r| got.push((k, r.unwrap().to_vec())));
+                p.b.ctx.poll(|_, _| unreachable!());
+                serve_echo(&mut p.b.ctx);
+                p.step();
+            }
+        }
+        assert_eq!(got.len(), 30);
+        for (k, bytes) in got {
+            assert_eq!(bytes, pattern(k, 40));
+        }
+    });
+}
+
+#[test]
+fn srq_wqes_are_retired_by_the_reported_wqe_counter() {
+    big_stack(|| {
+        let mut o = Opts::new(2, 4096);
+        // Seven receive WQEs for hundreds of batches: every one is recycled many times,
+        // and a WQE returned to the wrong slot would corrupt the free list at once.
+        o.srq_wqe_cnt = 8;
+        let mut p: Pair<2, 64, 128> = Pair::new(o);
+        let mut done = 0;
+        while done < 2_000 {
+            for i in 0..2 {
+                let _ = p.a.ctx.call_with_allowance(p.a.eps[i], b"srq", 8, 0);
+            }
+            p.a.ctx.poll(|_, r| {
+                r.unwrap();
+                done += 1;
+            });
+            p.b.ctx.poll(|_, _| unreachable!());
+            serve_echo(&mut p.b.ctx);
+            p.step();
+            assert!(p.steps < 200_000, "stalled\n{}", p.dump());
+        }
+        for s in [&p.a, &p.b] {
+            let st = s.ctx.stats();
+            assert_eq!(st.srq_freed, st.batches_received, "one free per completion");
+            assert!(st.srq_reposted > 100);
+            assert_eq!(st.endpoints_failed, 0);
+        }
+    });
+}
