@@ -20,7 +20,7 @@
 //! shared mapping to the layout structs, payload cells), `ipc::spsc` (ring slot cells
 //! under the single-producer/single-consumer contract), `ipc::layout` (casting a shared
 //! mapping), `ipc::client` and `ipc::server` (calls of the ring's `unsafe fn`s), `flux` (calls of the ring's
-//! `unsafe fn`s), `copyrpc::{mem, context, endpoint, raw}` (registered memory behind
+//! `unsafe fn`s), `copyrpc::{mem, context, post, raw}` (registered memory behind
 //! `unsafe fn` constructors, and the driver's `unsafe fn`s for DMA payloads).
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]

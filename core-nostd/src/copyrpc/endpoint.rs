@@ -1,4 +1,5 @@
-//! One connection: its rings, credit, queued WRITEs, and the WQEs it posts.
+//! One connection: its rings, credit and queued wrap ranges; writing calls and replies
+//! into the send ring, and consuming the recv ring. What it posts is in `post`.
 //!
 //! Metadata (credit return and grant) is computed only when the batch's WQE is about to
 //! be posted, after the send queue was found to have room for it. A flush that finds
@@ -6,21 +7,19 @@
 //! queued) and the next poll posts it with whatever credit is due then. That removes
 //! the earlier design's failure, where a credit return and grant were computed, the post
 //! failed, and they were lost or counted twice.
-#![allow(unsafe_code)]
 
-use mlx5_raw::layout::{Completion, FmCeSe};
-use mlx5_raw::{Payload, PostError, Remote, Sge, Sq, SqBatch};
+use mlx5_raw::{Remote, Sq};
 
 use super::config::EndpointConfig;
+use super::fifo::Fifo;
 use super::mem::Dma;
 use super::requests::Requests;
-use super::stats::Stats;
 use super::Error;
 use crate::credit::{self, CreditState};
 use crate::ring::{FlushRange, RecvRing, RemoteConsumer, RingSize, SendRing, Wrap};
 use crate::wire::{
-    emit_message, encode_imm, padded_message_size, FlowMetaRepr, FlowMetaView, HeaderRepr,
-    HeaderView, ALIGNMENT, FLOW_METADATA_SIZE, HEADER_SIZE,
+    emit_message, padded_message_size, HeaderRepr, HeaderView, ALIGNMENT, FLOW_METADATA_SIZE,
+    HEADER_SIZE,
 };
 
 /// Offset of the exported consumer position in the control region.
@@ -33,9 +32,9 @@ pub(crate) const CONTROL_BYTES: usize = 16;
 /// Ranges a wrap queued that are not posted yet. At most two wraps can be pending
 /// (a third would need more than a lap in flight, which the invariant forbids), each
 /// with a flushed batch and a marker.
-const RANGES: usize = 8;
+pub(crate) const RANGES: usize = 8;
 /// Raw READ/WRITE operations outstanding per endpoint.
-const RAW_OPS: usize = 64;
+pub(crate) const RAW_OPS: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EpState {
@@ -49,54 +48,8 @@ pub(crate) enum EpState {
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer {
-    recv: Remote,
-    consumer: Remote,
-}
-
-/// A small FIFO of `N` items.
-#[derive(Debug)]
-pub(crate) struct Fifo<T: Copy, const N: usize> {
-    buf: [Option<T>; N],
-    head: usize,
-    len: usize,
-}
-
-impl<T: Copy, const N: usize> Fifo<T, N> {
-    const fn new() -> Self {
-        Self {
-            buf: [None; N],
-            head: 0,
-            len: 0,
-        }
-    }
-
-    pub(crate) const fn len(&self) -> usize {
-        self.len
-    }
-
-    fn push(&mut self, v: T) -> Result<(), T> {
-        if self.len == N {
-            return Err(v);
-        }
-        self.buf[(self.head + self.len) % N] = Some(v);
-        self.len += 1;
-        Ok(())
-    }
-
-    fn front(&self) -> Option<T> {
-        if self.len == 0 {
-            None
-        } else {
-            self.buf[self.head]
-        }
-    }
-
-    fn pop(&mut self) -> Option<T> {
-        let v = self.front()?;
-        self.head = (self.head + 1) % N;
-        self.len -= 1;
-        Some(v)
-    }
+    pub(crate) recv: Remote,
+    pub(crate) consumer: Remote,
 }
 
 /// Everything of an endpoint but its send queue, so a WQE batch (which borrows the
@@ -112,26 +65,26 @@ pub(crate) struct EpData<const REQS: usize> {
     pub(crate) recv: RecvRing,
     pub(crate) consumer: RemoteConsumer,
     pub(crate) credit: CreditState,
-    peer: Peer,
+    pub(crate) peer: Peer,
     /// Wrap ranges waiting for send-queue room, in posting order.
-    ranges: Fifo<FlushRange, RANGES>,
+    pub(crate) ranges: Fifo<FlushRange, RANGES>,
     pub(crate) requests: Requests<REQS>,
     /// Recv-ring position parsed up to (end of the last batch processed).
     pub(crate) parsed: u64,
     /// Internal allowances of requests received and not answered.
     pub(crate) unreplied: u64,
     /// Free-running SQ position of the READ in flight, and whether it is a probe.
-    read: Option<u64>,
+    pub(crate) read: Option<u64>,
     /// A call found the ring full: read the peer's consumer at the next flush.
     pub(crate) want_read: bool,
     /// Polls since anything arrived while calls were pending.
     pub(crate) idle_polls: u32,
     /// SQ positions of raw READ/WRITE WQEs in flight.
-    raw: Fifo<u64, RAW_OPS>,
+    pub(crate) raw: Fifo<u64, RAW_OPS>,
     pub(crate) raw_done: u64,
     pub(crate) raw_failed: u64,
     /// WQEBBs the largest batch WQE takes.
-    batch_bbs: u32,
+    pub(crate) batch_bbs: u32,
 }
 
 /// An endpoint: its send queue and the rest.
@@ -217,7 +170,7 @@ impl<const REQS: usize> EpData<REQS> {
         self.consumer.in_flight(self.send.producer())
     }
 
-    fn ring_off(&self, pos: u64) -> usize {
+    pub(crate) fn ring_off(&self, pos: u64) -> usize {
         self.send.size().offset(pos) as usize
     }
 
@@ -335,7 +288,7 @@ impl<const REQS: usize> EpData<REQS> {
     /// Whether a metadata-only batch should go out: enough consumed bytes to return, or
     /// the peer looks short of credit and we can grant some. Also arms a READ when a
     /// grant is blocked only by a stale view of the peer's consumer.
-    fn wants_credit_batch(&mut self) -> bool {
+    pub(crate) fn wants_credit_batch(&mut self) -> bool {
         let unreturned = self.recv.last_recv_pos() - self.recv.last_notified_recv_pos();
         if unreturned >= self.recv.size().get() / 4 {
             return true;
@@ -354,217 +307,5 @@ impl<const REQS: usize> EpData<REQS> {
         }
         self.want_read = true;
         false
-    }
-
-    /// Fills a range's metadata and posts it. The caller checked the send queue room.
-    fn post_range(
-        &mut self,
-        batch: &mut SqBatch<'_>,
-        r: FlushRange,
-        stats: &mut Stats,
-    ) -> Result<u32, PostError> {
-        let in_flight = self.in_flight();
-        let meta = FlowMetaRepr {
-            ring_credit_return: self.recv.take_credit_return(),
-            credit_grant: self.credit.grant_for_batch(in_flight),
-            message_count: r.message_count,
-        };
-        let meta_off = self.ring_off(r.meta_pos);
-        meta.emit(&mut FlowMetaView::new_unchecked(
-            self.send_mem
-                .bytes_mut(meta_off, FLOW_METADATA_SIZE as usize),
-        ));
-        let off = self.ring_off(r.start);
-        let Ok(imm) = encode_imm(r.imm_delta()) else {
-            return Err(PostError::WqeTooLarge { ds: 0 });
-        };
-        let bytes = self.send_mem.bytes(off, r.write_len() as usize);
-        // SAFETY: `bytes` lies in the send ring, registered under this lkey
-        // (`Context::create_endpoint` contract). They stay unmodified while the device
-        // may read them: the producer rewrites a send-ring byte only after the peer's
-        // consumer has passed it, which it can only do after this WRITE delivered it.
-        let payload = unsafe { Payload::registered(bytes, self.send_mem.lkey()) };
-        let remote = Remote {
-            addr: self.peer.recv.addr + off as u64,
-            rkey: self.peer.recv.rkey,
-        };
-        let posted =
-            batch.rdma_write_imm(remote, payload, imm.to_bytes(), FmCeSe::COMP_ONLY_ERR)?;
-        stats.batches_posted += 1;
-        if r.is_wrap() {
-            stats.wraps += 1;
-        }
-        Ok(u32::from(posted.bbs))
-    }
-
-    fn post_read(&mut self, batch: &mut SqBatch<'_>, pos: u64) -> Result<u32, PostError> {
-        let sge = [Sge {
-            addr: self.ctrl.va_at(READ_WORD),
-            len: 8,
-            lkey: self.ctrl.lkey(),
-        }];
-        // SAFETY: the READ word lies in the control region, registered with local
-        // write under this lkey (`create_endpoint` contract), and nothing reads it
-        // until this WQE's completion is polled (`on_send_completion`).
-        let posted = unsafe { batch.rdma_read(self.peer.consumer, &sge, FmCeSe::CQ_UPDATE) }?;
-        self.read = Some(pos);
-        Ok(u32::from(posted.bbs))
-    }
-}
-
-impl<const REQS: usize> Endpoint<REQS> {
-    /// Posts what is due: queued wrap ranges, the open batch, a credit-only batch, a
-    /// READ of the peer's consumer. Stops (keeping everything for the next poll) when
-    /// the send queue lacks room. `pending` is the number of calls awaiting a response.
-    pub(crate) fn flush(&mut self, pending: u32, stats: &mut Stats) -> Result<(), PostError> {
-        let d = &mut self.d;
-        if d.state != EpState::Connected {
-            return Ok(());
-        }
-        if pending > 0 {
-            d.idle_polls = d.idle_polls.saturating_add(1);
-        } else {
-            d.idle_polls = 0;
-        }
-        let need = d.batch_bbs;
-        let base = self.sq.producer_counter();
-        let mut used: u64 = 0;
-        let mut batch = self.sq.batch();
-        let mut deferred = false;
-        while let Some(r) = d.ranges.front() {
-            if batch.free_bbs() < need {
-                deferred = true;
-                break;
-            }
-            used += u64::from(d.post_range(&mut batch, r, stats)?);
-            d.ranges.pop();
-        }
-        if !deferred && d.send.batch_count() > 0 {
-            if batch.free_bbs() < need {
-                deferred = true;
-            } else if let Some(r) = d.send.take_flush() {
-                used += u64::from(d.post_range(&mut batch, r, stats)?);
-            }
-        }
-        if !deferred && d.wants_credit_batch() {
-            let room = d
-                .send
-                .plan(0)
-                .is_ok_and(|p| d.credit.has_room(d.in_flight(), p.advance));
-            // A wrap here can add two ranges before the batch itself.
-            if room && batch.free_bbs() >= 3 * need && d.ranges.len() + 2 <= RANGES {
-                if let Ok(res) = d.send.open_batch() {
-                    if let Some(w) = res.wrap {
-                        for r in w.flushed.into_iter().chain(Some(w.marker)) {
-                            used += u64::from(d.post_range(&mut batch, r, stats)?);
-                        }
-                    }
-                    if let Some(r) = d.send.take_flush() {
-                        used += u64::from(d.post_range(&mut batch, r, stats)?);
-                        stats.credit_batches += 1;
-                    }
-                }
-            } else if !room {
-                d.want_read = true;
-            }
-        }
-        if deferred {
-            stats.flushes_deferred += 1;
-        }
-        let probe =
-            d.cfg.probe_interval != 0 && pending > 0 && d.idle_polls >= d.cfg.probe_interval;
-        if (d.want_read || probe) && d.read.is_none() && batch.free_bbs() >= 1 {
-            d.post_read(&mut batch, base + used)?;
-            d.want_read = false;
-            stats.reads_posted += 1;
-            if probe {
-                d.idle_polls = 0;
-                stats.probes_posted += 1;
-            }
-        }
-        batch.finish();
-        Ok(())
-    }
-
-    /// Handles a send completion of this endpoint's QP. Returns false if it reports an
-    /// error (the caller fails the endpoint).
-    pub(crate) fn on_send_completion(&mut self, c: &Completion, stats: &mut Stats) -> bool {
-        let ok = !c.is_error();
-        if self.sq.retire_completion(c).is_err() {
-            return false;
-        }
-        let ci = self.sq.producer_counter() - u64::from(self.sq.outstanding_bbs());
-        let d = &mut self.d;
-        if let Some(pos) = d.read {
-            if ci > pos {
-                d.read = None;
-                if ok {
-                    let value = d.ctrl.load_u64(READ_WORD);
-                    if d.consumer.on_read(value, d.send.producer()).is_err() {
-                        return false;
-                    }
-                    d.idle_polls = 0;
-                    stats.reads_completed += 1;
-                }
-            }
-        }
-        while let Some(pos) = d.raw.front() {
-            if pos >= ci {
-                break;
-            }
-            d.raw.pop();
-            d.raw_done += 1;
-            if !ok {
-                d.raw_failed += 1;
-            }
-        }
-        ok
-    }
-
-    /// Posts one signaled raw READ or WRITE.
-    ///
-    /// # Safety
-    ///
-    /// As [`SqBatch::rdma_read`] (for a READ) or [`Payload::gather`] (for a WRITE):
-    /// every entry of `local` lies in memory registered under its lkey, left alone by
-    /// Rust code until [`raw_pending`](super::Context::raw_pending) says the operation
-    /// finished.
-    pub(crate) unsafe fn post_raw(
-        &mut self,
-        read: bool,
-        remote: Remote,
-        local: &[Sge],
-    ) -> Result<(), Error> {
-        if self.d.state != EpState::Connected {
-            return Err(match self.d.state {
-                EpState::Created => Error::NotConnected,
-                _ => Error::EndpointFailed,
-            });
-        }
-        if self.d.raw.len() == RAW_OPS {
-            return Err(Error::SqFull);
-        }
-        let pos = self.sq.producer_counter();
-        let mut batch = self.sq.batch();
-        let posted = if read {
-            // SAFETY: forwarded from this function's contract.
-            unsafe { batch.rdma_read(remote, local, FmCeSe::CQ_UPDATE) }
-        } else {
-            // SAFETY: forwarded from this function's contract.
-            batch.rdma_write(remote, unsafe { Payload::gather(local) }, FmCeSe::CQ_UPDATE)
-        };
-        match posted {
-            Ok(_) => {
-                batch.finish();
-                let _ = self.d.raw.push(pos);
-                Ok(())
-            }
-            Err(PostError::SqFull { .. }) => Err(Error::SqFull),
-            Err(_) => Err(Error::BadConfig),
-        }
-    }
-
-    pub(crate) fn raw_pending(&self) -> u32 {
-        self.d.raw.len() as u32
     }
 }

@@ -15,7 +15,8 @@
 //! | file | holds |
 //! |---|---|
 //! | `context` | [`Context`], setup ([`Queues`], [`EndpointMem`]), `call`, `recv`, failure |
-//! | `endpoint` | one connection: rings, credit, wrap ranges, WQE posting, READ fallback |
+//! | `endpoint` | one connection: rings, credit, wrap ranges, calls and replies into the ring, consumption |
+//! | `post` | what an endpoint posts (batches, READ fallback, raw ops) and the completions retiring it |
 //! | `poll` | [`Context::poll`] and completion handling |
 //! | `handle` | [`RecvHandle`]: zero-copy request bytes, `reply` once |
 //! | `requests` | per-endpoint received requests; the ring consumer waits for the oldest unanswered |
@@ -23,7 +24,7 @@
 //! | `qpn_map` | QPN → endpoint, fixed capacity, no hashing |
 //! | `raw` | raw RDMA READ/WRITE with completion counting |
 //! | `mem` | [`Region`] and the checked access to registered memory |
-//! | `info`, `config`, `error`, `stats` | [`EndpointInfo`], [`EndpointConfig`], [`Error`], [`Stats`] |
+//! | `fifo`, `info`, `config`, `error`, `stats` | [`EndpointInfo`], [`EndpointConfig`], [`Error`], [`Stats`] |
 //!
 //! # Setting one up
 //!
@@ -59,11 +60,13 @@ mod config;
 mod context;
 mod endpoint;
 mod error;
+mod fifo;
 mod handle;
 mod info;
 mod mem;
 mod pending;
 mod poll;
+mod post;
 mod qpn_map;
 mod raw;
 mod requests;

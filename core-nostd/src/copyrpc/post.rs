@@ -1,0 +1,231 @@
+//! What an endpoint posts and retires: batch WRITE_IMMs with their metadata filled at
+//! the last moment, READs of the peer's consumer, raw READ/WRITE; and the send
+//! completions that retire them.
+#![allow(unsafe_code)]
+
+use mlx5_raw::layout::{Completion, FmCeSe};
+use mlx5_raw::{Payload, PostError, Remote, Sge, SqBatch};
+
+use super::endpoint::{Endpoint, EpData, EpState, RANGES, RAW_OPS, READ_WORD};
+use super::stats::Stats;
+use super::Error;
+use crate::ring::FlushRange;
+use crate::wire::{encode_imm, FlowMetaRepr, FlowMetaView, FLOW_METADATA_SIZE};
+
+impl<const REQS: usize> EpData<REQS> {
+    /// Fills a range's metadata and posts it. The caller checked the send queue room.
+    pub(crate) fn post_range(
+        &mut self,
+        batch: &mut SqBatch<'_>,
+        r: FlushRange,
+        stats: &mut Stats,
+    ) -> Result<u32, PostError> {
+        let in_flight = self.in_flight();
+        let meta = FlowMetaRepr {
+            ring_credit_return: self.recv.take_credit_return(),
+            credit_grant: self.credit.grant_for_batch(in_flight),
+            message_count: r.message_count,
+        };
+        let meta_off = self.ring_off(r.meta_pos);
+        meta.emit(&mut FlowMetaView::new_unchecked(
+            self.send_mem
+                .bytes_mut(meta_off, FLOW_METADATA_SIZE as usize),
+        ));
+        let off = self.ring_off(r.start);
+        let Ok(imm) = encode_imm(r.imm_delta()) else {
+            return Err(PostError::WqeTooLarge { ds: 0 });
+        };
+        let bytes = self.send_mem.bytes(off, r.write_len() as usize);
+        // SAFETY: `bytes` lies in the send ring, registered under this lkey
+        // (`Context::create_endpoint` contract). They stay unmodified while the device
+        // may read them: the producer rewrites a send-ring byte only after the peer's
+        // consumer has passed it, which it can only do after this WRITE delivered it.
+        let payload = unsafe { Payload::registered(bytes, self.send_mem.lkey()) };
+        let remote = Remote {
+            addr: self.peer.recv.addr + off as u64,
+            rkey: self.peer.recv.rkey,
+        };
+        let posted =
+            batch.rdma_write_imm(remote, payload, imm.to_bytes(), FmCeSe::COMP_ONLY_ERR)?;
+        stats.batches_posted += 1;
+        if r.is_wrap() {
+            stats.wraps += 1;
+        }
+        Ok(u32::from(posted.bbs))
+    }
+
+    pub(crate) fn post_read(
+        &mut self,
+        batch: &mut SqBatch<'_>,
+        pos: u64,
+    ) -> Result<u32, PostError> {
+        let sge = [Sge {
+            addr: self.ctrl.va_at(READ_WORD),
+            len: 8,
+            lkey: self.ctrl.lkey(),
+        }];
+        // SAFETY: the READ word lies in the control region, registered with local
+        // write under this lkey (`create_endpoint` contract), and nothing reads it
+        // until this WQE's completion is polled (`on_send_completion`).
+        let posted = unsafe { batch.rdma_read(self.peer.consumer, &sge, FmCeSe::CQ_UPDATE) }?;
+        self.read = Some(pos);
+        Ok(u32::from(posted.bbs))
+    }
+}
+
+impl<const REQS: usize> Endpoint<REQS> {
+    /// Posts what is due: queued wrap ranges, the open batch, a credit-only batch, a
+    /// READ of the peer's consumer. Stops (keeping everything for the next poll) when
+    /// the send queue lacks room. `pending` is the number of calls awaiting a response.
+    pub(crate) fn flush(&mut self, pending: u32, stats: &mut Stats) -> Result<(), PostError> {
+        let d = &mut self.d;
+        if d.state != EpState::Connected {
+            return Ok(());
+        }
+        if pending > 0 {
+            d.idle_polls = d.idle_polls.saturating_add(1);
+        } else {
+            d.idle_polls = 0;
+        }
+        let need = d.batch_bbs;
+        let base = self.sq.producer_counter();
+        let mut used: u64 = 0;
+        let mut batch = self.sq.batch();
+        let mut deferred = false;
+        while let Some(r) = d.ranges.front() {
+            if batch.free_bbs() < need {
+                deferred = true;
+                break;
+            }
+            used += u64::from(d.post_range(&mut batch, r, stats)?);
+            d.ranges.pop();
+        }
+        if !deferred && d.send.batch_count() > 0 {
+            if batch.free_bbs() < need {
+                deferred = true;
+            } else if let Some(r) = d.send.take_flush() {
+                used += u64::from(d.post_range(&mut batch, r, stats)?);
+            }
+        }
+        if !deferred && d.wants_credit_batch() {
+            let room = d
+                .send
+                .plan(0)
+                .is_ok_and(|p| d.credit.has_room(d.in_flight(), p.advance));
+            // A wrap here can add two ranges before the batch itself.
+            if room && batch.free_bbs() >= 3 * need && d.ranges.len() + 2 <= RANGES {
+                if let Ok(res) = d.send.open_batch() {
+                    if let Some(w) = res.wrap {
+                        for r in w.flushed.into_iter().chain(Some(w.marker)) {
+                            used += u64::from(d.post_range(&mut batch, r, stats)?);
+                        }
+                    }
+                    if let Some(r) = d.send.take_flush() {
+                        used += u64::from(d.post_range(&mut batch, r, stats)?);
+                        stats.credit_batches += 1;
+                    }
+                }
+            } else if !room {
+                d.want_read = true;
+            }
+        }
+        if deferred {
+            stats.flushes_deferred += 1;
+        }
+        let probe =
+            d.cfg.probe_interval != 0 && pending > 0 && d.idle_polls >= d.cfg.probe_interval;
+        if (d.want_read || probe) && d.read.is_none() && batch.free_bbs() >= 1 {
+            d.post_read(&mut batch, base + used)?;
+            d.want_read = false;
+            stats.reads_posted += 1;
+            if probe {
+                d.idle_polls = 0;
+                stats.probes_posted += 1;
+            }
+        }
+        batch.finish();
+        Ok(())
+    }
+
+    /// Handles a send completion of this endpoint's QP. Returns false if it reports an
+    /// error (the caller fails the endpoint).
+    pub(crate) fn on_send_completion(&mut self, c: &Completion, stats: &mut Stats) -> bool {
+        let ok = !c.is_error();
+        if self.sq.retire_completion(c).is_err() {
+            return false;
+        }
+        let ci = self.sq.producer_counter() - u64::from(self.sq.outstanding_bbs());
+        let d = &mut self.d;
+        if let Some(pos) = d.read {
+            if ci > pos {
+                d.read = None;
+                if ok {
+                    let value = d.ctrl.load_u64(READ_WORD);
+                    if d.consumer.on_read(value, d.send.producer()).is_err() {
+                        return false;
+                    }
+                    d.idle_polls = 0;
+                    stats.reads_completed += 1;
+                }
+            }
+        }
+        while let Some(pos) = d.raw.front() {
+            if pos >= ci {
+                break;
+            }
+            d.raw.pop();
+            d.raw_done += 1;
+            if !ok {
+                d.raw_failed += 1;
+            }
+        }
+        ok
+    }
+
+    /// Posts one signaled raw READ or WRITE.
+    ///
+    /// # Safety
+    ///
+    /// As [`SqBatch::rdma_read`] (for a READ) or [`Payload::gather`] (for a WRITE):
+    /// every entry of `local` lies in memory registered under its lkey, left alone by
+    /// Rust code until [`raw_pending`](super::Context::raw_pending) says the operation
+    /// finished.
+    pub(crate) unsafe fn post_raw(
+        &mut self,
+        read: bool,
+        remote: Remote,
+        local: &[Sge],
+    ) -> Result<(), Error> {
+        if self.d.state != EpState::Connected {
+            return Err(match self.d.state {
+                EpState::Created => Error::NotConnected,
+                _ => Error::EndpointFailed,
+            });
+        }
+        if self.d.raw.len() == RAW_OPS {
+            return Err(Error::SqFull);
+        }
+        let pos = self.sq.producer_counter();
+        let mut batch = self.sq.batch();
+        let posted = if read {
+            // SAFETY: forwarded from this function's contract.
+            unsafe { batch.rdma_read(remote, local, FmCeSe::CQ_UPDATE) }
+        } else {
+            // SAFETY: forwarded from this function's contract.
+            batch.rdma_write(remote, unsafe { Payload::gather(local) }, FmCeSe::CQ_UPDATE)
+        };
+        match posted {
+            Ok(_) => {
+                batch.finish();
+                let _ = self.d.raw.push(pos);
+                Ok(())
+            }
+            Err(PostError::SqFull { .. }) => Err(Error::SqFull),
+            Err(_) => Err(Error::BadConfig),
+        }
+    }
+
+    pub(crate) fn raw_pending(&self) -> u32 {
+        self.d.raw.len() as u32
+    }
+}
