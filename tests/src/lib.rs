@@ -1,1 +1,4 @@
-//! Cross-crate and multi-process integration tests live under `tests/tests/`.
+//! Cross-crate and multi-process integration tests live under `tests/tests/`; this
+//! library holds what the tests, the benches and the instruction-count binary share.
+
+pub mod echo_rig;
