@@ -309,3 +309,16 @@ impl<const REQS: usize> EpData<REQS> {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn largest_batch_wqe_is_four_basic_blocks_with_seed_settings() {
+        // 220 B inline: 16 + 16 + 224 = 256 B; 204 B inline + SGE: 16 + 16 + 208 + 16.
+        assert_eq!(batch_wqe_bbs(220, 204), 4);
+        assert_eq!(batch_wqe_bbs(0, 0), 1);
+        assert_eq!(batch_wqe_bbs(236, 0), 5);
+    }
+}

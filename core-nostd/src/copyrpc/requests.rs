@@ -5,6 +5,10 @@
 //! intake, out-of-order responses). A request's bytes must stay readable until it is
 //! answered, so the consumer (and the credit returned to the peer) stops at the oldest
 //! unanswered request; answered ones behind it are popped when it is.
+//!
+//! So an application that holds one request while it waits for later ones from the same
+//! peer can fill that peer's ring and wait forever: copy out what must outlive the
+//! exchange, and answer.
 
 /// Where a request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
