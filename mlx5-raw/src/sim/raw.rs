@@ -15,7 +15,12 @@
 //!   [`Raw::load_u64`], [`Raw::store_u64`]);
 //! * everything else (WQE bytes, SRQ WQEs, CQE bodies, payload) is plain memory
 //!   published by those words; copies use `ptr::copy` (memmove), so overlapping
-//!   registrations cannot cause undefined behaviour in the copy itself.
+//!   registrations cannot cause undefined behaviour in the copy itself;
+//! * except the source of an RDMA READ: no protocol hands it over (a peer may READ a
+//!   word its owner is storing to, as copyrpc's exported consumer position is), so it is
+//!   read with relaxed atomic loads ([`Raw::copy_shared_to`]). A NIC's DMA read has no
+//!   such concern; the model must not add undefined behaviour where the hardware has
+//!   none.
 //!
 //! Pointers derived here always come from the base pointer given at construction
 //! (`wrapping_add` of an offset then a bounds check), never from an integer: addresses
@@ -117,6 +122,36 @@ impl Raw {
         // SAFETY: both ranges are inside their `Raw`s (checked), valid for reads resp.
         // writes (`new`). `ptr::copy` allows the two to overlap.
         unsafe { ptr::copy(self.at(off), dst.at(dst_off), len) };
+    }
+
+    /// Copies `len` bytes from `self[off..]` to `dst[dst_off..]` reading the source with
+    /// relaxed atomic loads: 8-aligned words as `AtomicU64` (so an owner's 8-byte atomic
+    /// stores to the same word are not a data race), the rest byte by byte. `dst` must
+    /// be memory the model owns now (a link slot). Panics if either range does not fit.
+    pub(crate) fn copy_shared_to(&self, off: usize, dst: &Raw, dst_off: usize, len: usize) {
+        self.check(off, len);
+        dst.check(dst_off, len);
+        let mut i = 0;
+        while i < len {
+            let src = self.at(off + i);
+            let word = src.addr().is_multiple_of(8) && len - i >= 8;
+            if word {
+                // SAFETY: in range (checked), 8-aligned (tested), valid for atomic access
+                // (`new`); the destination is in `dst` (checked) and the model's own now.
+                unsafe {
+                    let v = AtomicU64::from_ptr(src.cast()).load(Ordering::Relaxed);
+                    ptr::write_unaligned(dst.at(dst_off + i).cast::<u64>(), v);
+                }
+                i += 8;
+            } else {
+                // SAFETY: as above, one byte (`AtomicU8` has alignment 1).
+                unsafe {
+                    let v = AtomicU8::from_ptr(src).load(Ordering::Relaxed);
+                    dst.at(dst_off + i).write(v);
+                }
+                i += 1;
+            }
+        }
     }
 
     /// Reads from a power-of-two ring at `off` (taken modulo the length), continuing at

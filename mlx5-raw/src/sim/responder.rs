@@ -429,7 +429,8 @@ pub(crate) fn drain(qp: &mut Qp, env: &mut Env<'_, '_>) {
                         nak_error(qp, psn.wrapping_add(sent), ack::NAK_REM_ACCESS, env);
                         continue;
                     };
-                    mr.raw.copy_to(mo, &tx.payload(), 0, n as usize);
+                    // The READ source may be stored to concurrently by its owner.
+                    mr.raw.copy_shared_to(mo, &tx.payload(), 0, n as usize);
                 }
                 hdr.op = op::READ_RESP;
                 hdr.psn = psn.wrapping_add(sent);

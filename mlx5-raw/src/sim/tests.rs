@@ -6,7 +6,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::layout::{decode_cqe, CqeOpcode, FmCeSe};
 use crate::{Cq, Payload, Remote, Sge, Sq, SqConfig, Srq};
@@ -425,6 +425,76 @@ fn device_on_another_thread() {
             }
             cq_b.update_ci();
             std::thread::yield_now();
+        }
+        // Relaxed: see the loop.
+        stop.store(true, Ordering::Relaxed);
+    });
+}
+
+#[test]
+fn read_of_a_word_its_owner_is_storing() {
+    // A peer READs an 8-byte word while its owner stores to it (copyrpc's exported
+    // consumer position). Under Miri's race detector this is clean only because the
+    // model reads READ sources atomically; every READ must see one of the stored values.
+    let mut p = pair();
+    let n: u64 = if cfg!(miri) { 4 } else { 200 };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let stop = &stop;
+        let dev = &mut p.dev;
+        s.spawn(move || {
+            let mut t = 0;
+            // Relaxed: the flag publishes nothing; the device's own atomics do.
+            while !stop.load(Ordering::Relaxed) {
+                if !dev.step(t).progressed() {
+                    std::thread::yield_now();
+                }
+                t += 1;
+            }
+        });
+        let (sq_a, cq_a) = (&mut p.sq_a, &mut p.cq_a);
+        let (data_a, data_b, mem) = (p.data_a, p.data_b, &p.mem);
+        // SAFETY: offset 512 of b's region is 8-aligned and in range; only this thread
+        // stores to it, and the device only loads it (atomically).
+        let word = unsafe { AtomicU64::from_ptr(mem[7].ptr.add(512).cast()) };
+        let back = [Sge {
+            addr: data_a.va + 2048,
+            len: 8,
+            lkey: data_a.lkey,
+        }];
+        let mut last_seen = 0u64;
+        for i in 1..=n {
+            // Relaxed: the READ result is checked for plausibility only.
+            word.store(i * 3, Ordering::Relaxed);
+            let mut b = sq_a.batch();
+            // SAFETY: `back` lies in a's registered region, read only after completion.
+            unsafe {
+                b.rdma_read(
+                    Remote {
+                        addr: data_b.va + 512,
+                        rkey: data_b.rkey,
+                    },
+                    &back,
+                    FmCeSe::CQ_UPDATE,
+                )
+                .unwrap();
+            }
+            b.finish();
+            // Keep storing while the READ is in flight.
+            word.store(i * 3 + 1, Ordering::Relaxed);
+            let c = loop {
+                if let Some(c) = cq_a.poll() {
+                    break c.decode().unwrap();
+                }
+                std::thread::yield_now();
+            };
+            cq_a.update_ci();
+            assert!(c.error.is_none(), "{c:?}");
+            sq_a.retire_completion(&c).unwrap();
+            let got = u64::from_ne_bytes(mem[6].read(2048, 8).try_into().unwrap());
+            assert!(got == i * 3 || got == i * 3 + 1, "READ {i} saw {got}");
+            assert!(got >= last_seen);
+            last_seen = got;
         }
         // Relaxed: see the loop.
         stop.store(true, Ordering::Relaxed);
