@@ -1,0 +1,253 @@
+//! The command line (clap derive). Parsing only: what combinations make sense is
+//! [`crate::config`]'s business, so every refusal there gets a sentence, not a usage dump.
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// The distributed key-value benchmark of copyrpc (seed 000): K daemon threads (shards)
+/// and C closed-loop client threads per rank; `mpirun -np N benchkv` for N ranks, plain
+/// `benchkv` for one.
+///
+/// Each client keeps --queue-depth requests outstanding, drawn from its own pregenerated
+/// (rank, key, GET/PUT) pattern. Local requests go through ipc to the shard owner
+/// (key % K); remote ones through the delegation ring to daemon#0 (--backend delegation)
+/// or through ipc and Flux to the daemon holding the rank's endpoint (--backend meta).
+/// Results: requests/s per run for every rank and in total, latency p50/p99/p99.9, and
+/// the drain count (every issued request answered).
+#[derive(Debug, Parser)]
+#[command(name = "benchkv", version, max_term_width = 100)]
+pub struct Cli {
+    /// How remote requests leave a rank: `delegation` (clients write the shared MPSC ring
+    /// of daemon#0) or `meta` (clients → ipc → daemon → Flux → the daemon holding the
+    /// endpoint).
+    #[arg(long, value_enum, default_value_t = BackendArg::Delegation)]
+    pub backend: BackendArg,
+
+    /// Where copyrpc's queues come from: `auto` (a ConnectX if present, else the software
+    /// device model), `verbs` (a ConnectX, an error without one) or `sim`.
+    #[arg(long, value_enum, default_value_t = FabricArg::Auto)]
+    pub fabric: FabricArg,
+
+    /// RDMA device for `verbs` / `auto` (e.g. mlx5_0); default: the first mlx5 device.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+
+    /// Daemon threads (shards) per rank, K >= 1.
+    #[arg(long, short = 'K', default_value_t = 1, value_name = "K")]
+    pub daemons: usize,
+
+    /// Client threads per rank, C >= 1.
+    #[arg(long, short = 'C', default_value_t = 1, value_name = "C")]
+    pub clients: usize,
+
+    /// Requests each client keeps outstanding (closed loop), 1..=4096.
+    #[arg(long, default_value_t = 4, value_name = "QD")]
+    pub queue_depth: u32,
+
+    /// Length of each timed run: seconds (`2`, `0.5`), or with a unit (`500ms`, `3s`).
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "TIME")]
+    pub duration: Duration,
+
+    /// Timed runs, back to back (clients keep running between them).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub runs: usize,
+
+    /// Keys per rank (0..keys), preloaded, spread over the K shards by key % K.
+    #[arg(long, default_value_t = 1 << 20, value_name = "N")]
+    pub keys: u64,
+
+    /// Key distribution.
+    #[arg(long, value_enum, default_value_t = DistributionArg::Uniform)]
+    pub distribution: DistributionArg,
+
+    /// Zipf exponent (with --distribution zipf only), > 0; default 0.99.
+    #[arg(long, value_name = "THETA")]
+    pub zipf_theta: Option<f64>,
+
+    /// Fraction of GETs (the rest are PUTs), 0..=1.
+    #[arg(long, default_value_t = 0.5, value_name = "R")]
+    pub read_ratio: f64,
+
+    /// Slots of the delegation ring and of each Flux queue (and of the loopback
+    /// transport); a power of two >= 2.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub ring_size: u32,
+
+    /// Requests a daemon takes from one source per loop turn before moving to the next
+    /// phase: `off` (no limit) or N >= 1. (`adaptive`, seed 001's controller, is not
+    /// implemented yet and is refused.)
+    #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive")]
+    pub poll_budget: PollBudget,
+
+    /// Collect and print daemon loop metrics: loop and idle counts, the transport's
+    /// CQE-batch histogram (0, 1, 2-10, 11-100, >100) and sampled outstanding calls.
+    #[arg(long)]
+    pub metrics: bool,
+
+    /// Output format on stdout: a human table, JSON lines, or CSV.
+    #[arg(long, value_enum, default_value_t = OutputArg::Table)]
+    pub output: OutputArg,
+
+    /// Check every GET against the value the store must hold and every PUT's status;
+    /// exit non-zero on any mismatch.
+    #[arg(long)]
+    pub verify: bool,
+
+    /// Seed of the access patterns.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub seed: u64,
+
+    /// Pin daemon and client threads to cores: `auto` pins only when this rank has a core
+    /// for each of its K + C threads; `on` insists (an error if there are too few).
+    #[arg(long, value_enum, default_value_t = PinArg::Auto)]
+    pub pin: PinArg,
+
+    /// Testing aid: pretend there are N ranks inside this one process. Requests for the
+    /// N - 1 pretend ranks take the full remote path through an in-process loopback
+    /// transport standing in for copyrpc (only without mpirun).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub loopback_ranks: u32,
+
+    /// Entries in each client's pregenerated pattern (replayed cyclically).
+    #[arg(long, default_value_t = 1 << 16, value_name = "N")]
+    pub pattern_len: usize,
+
+    /// How long clients may take, after the last run, to collect the answers to their
+    /// outstanding requests before the drain is reported incomplete.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "TIME")]
+    pub drain_timeout: Duration,
+}
+
+/// `--backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// Clients → ipc → daemon → Flux → endpoint daemon → copyrpc.
+    Meta,
+    /// Clients → delegation ring → daemon#0 → copyrpc.
+    Delegation,
+}
+
+/// `--fabric`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FabricArg {
+    /// verbs if an mlx5 device is present, else sim.
+    Auto,
+    /// A ConnectX through libibverbs.
+    Verbs,
+    /// The software device model over /dev/shm.
+    Sim,
+}
+
+/// `--distribution`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DistributionArg {
+    /// Every key equally likely.
+    Uniform,
+    /// Zipf with exponent --zipf-theta (key 0 hottest).
+    Zipf,
+}
+
+/// `--output`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputArg {
+    /// Human-readable tables.
+    Table,
+    /// One JSON object per line.
+    Json,
+    /// Comma-separated values with a header row.
+    Csv,
+}
+
+/// `--pin`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PinArg {
+    /// Pin when there are enough cores.
+    Auto,
+    /// Always pin; an error without enough cores.
+    On,
+    /// Never pin.
+    Off,
+}
+
+/// `--poll-budget`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollBudget {
+    /// No limit.
+    Off,
+    /// At most this many requests per source per turn.
+    Fixed(usize),
+    /// Seed 001's adaptive controller (refused by config validation for now).
+    Adaptive,
+}
+
+/// `2`, `0.5`, `2s`, `1.5s`, `500ms`, `100us`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (examples: 2, 0.5, 2s, 500ms)"))?;
+    let secs = v * scale;
+    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
+        return Err(format!(
+            "`{s}`: a duration must be more than 0 and at most a day"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `off`, `adaptive`, or a count >= 1.
+pub fn parse_budget(s: &str) -> Result<PollBudget, String> {
+    match s.trim() {
+        "off" => Ok(PollBudget::Off),
+        "adaptive" => Ok(PollBudget::Adaptive),
+        n => match n.parse::<usize>() {
+            Ok(0) => {
+                Err("a poll budget of 0 would never take a request; use N >= 1 or `off`".into())
+            }
+            Ok(n) => Ok(PollBudget::Fixed(n)),
+            Err(_) => Err(format!("`{s}` is not `off`, `adaptive` or a count")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_parse_with_and_without_units() {
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        for bad in ["", "x", "0", "-1s", "nan", "1e9"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn budgets_parse() {
+        assert_eq!(parse_budget("off").unwrap(), PollBudget::Off);
+        assert_eq!(parse_budget("16").unwrap(), PollBudget::Fixed(16));
+        assert_eq!(parse_budget("adaptive").unwrap(), PollBudget::Adaptive);
+        assert!(parse_budget("0").is_err());
+        assert!(parse_budget("many").is_err());
+    }
+}

@@ -1,0 +1,338 @@
+//! A client thread: a closed loop keeping `QD` requests outstanding (seed 000 §7).
+//!
+//! Routing: a request for this rank goes through ipc to the shard owner (`key % K`); a
+//! request for another rank goes through the delegation ring to daemon#0 (`delegation`)
+//! or, with `meta`, through ipc to the shard owner, which passes it on. Answers are
+//! collected from every ipc client and the ring's response slots, and each completion
+//! frees a place for the next request of the pattern.
+//!
+//! A call refused for room (an ipc ring or the response slots full) keeps its pattern
+//! entry and is retried after the next poll; nothing is skipped. After `stop`, the client
+//! issues nothing more and polls until every outstanding request is answered (the
+//! drain), or until the drain timeout, when what is left is reported as undrained.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use copyrpc_core::deleg::CallError;
+use copyrpc_core::ipc::IpcCallError;
+use copyrpc_host::shm::deleg::DelegClient;
+use copyrpc_host::shm::ipc::IpcClient;
+
+use crate::config::Backend;
+use crate::histogram::Histogram;
+use crate::msg::{owner_of, Request, Response, Status};
+use crate::store::{value_for, value_matches};
+use crate::workload::Entry;
+
+/// `Control::run` between runs: completions are not attributed to any run.
+pub const NOT_MEASURING: usize = usize::MAX;
+
+/// What the orchestrator and the threads share.
+#[derive(Debug)]
+pub struct Control {
+    /// Index of the run being measured, or [`NOT_MEASURING`].
+    pub run: AtomicUsize,
+    /// Clients: stop issuing and drain.
+    pub stop_clients: AtomicBool,
+    /// Daemons: stop turning.
+    pub stop_daemons: AtomicBool,
+    /// Some thread failed; the orchestrator ends the runs early.
+    pub failed: AtomicBool,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Self {
+            run: AtomicUsize::new(NOT_MEASURING),
+            stop_clients: AtomicBool::new(false),
+            stop_daemons: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A client's live counters, read by the orchestrator for per-run rates and progress.
+/// Each on its own cache lines: one writer, read once a second.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct Counters {
+    /// Requests sent.
+    pub issued: AtomicU64,
+    /// Answers received.
+    pub completed: AtomicU64,
+}
+
+/// What a client is told.
+#[derive(Debug)]
+pub struct ClientSetup<'a> {
+    /// This rank.
+    pub my_rank: u32,
+    /// K.
+    pub daemons: usize,
+    /// Routing of remote requests.
+    pub backend: Backend,
+    /// QD.
+    pub queue_depth: u32,
+    /// Check every answer.
+    pub verify: bool,
+    /// Runs (histograms kept).
+    pub runs: usize,
+    /// After `stop`, how long to wait for outstanding answers.
+    pub drain_timeout: Duration,
+    /// The pregenerated requests.
+    pub pattern: Vec<Entry>,
+    /// ipc region of each daemon.
+    pub ipc_names: &'a [String],
+    /// The delegation ring (`delegation` only).
+    pub deleg_name: Option<&'a str>,
+    /// Live counters.
+    pub counters: &'a Counters,
+    /// Shared flags.
+    pub control: &'a Control,
+}
+
+/// A client's results.
+#[derive(Debug)]
+pub struct ClientReport {
+    /// Requests sent.
+    pub issued: u64,
+    /// Answers received.
+    pub completed: u64,
+    /// Requests still unanswered when the drain gave up.
+    pub undrained: u64,
+    /// Latency per run.
+    pub hists: Vec<Histogram>,
+    /// Answers checked (`--verify`).
+    pub checked: u64,
+    /// Answers that failed the check.
+    pub failures: u64,
+    /// The first failure, described.
+    pub first_failure: Option<String>,
+}
+
+/// A call in flight: when it left and what it asked.
+#[derive(Clone, Copy, Debug, Default)]
+struct Inflight {
+    issued_ns: u64,
+    key: u64,
+    value: u64,
+    is_read: bool,
+}
+
+/// Completion bookkeeping, borrowed by the poll callbacks.
+struct Tally {
+    verify: bool,
+    completed: u64,
+    hists: Vec<Histogram>,
+    checked: u64,
+    failures: u64,
+    first_failure: Option<String>,
+}
+
+impl Tally {
+    fn complete(&mut self, f: &Inflight, resp: &Response, now_ns: u64, run: usize) {
+        self.completed += 1;
+        if let Some(h) = self.hists.get_mut(run) {
+            h.record(now_ns.saturating_sub(f.issued_ns));
+        }
+        if self.verify {
+            self.checked += 1;
+            if let Err(why) = check(f, resp) {
+                self.failures += 1;
+                self.first_failure.get_or_insert(why);
+            }
+        }
+    }
+}
+
+/// `Ok` if `resp` is what the store must have answered to `f`.
+fn check(f: &Inflight, resp: &Response) -> Result<(), String> {
+    let status = resp.status();
+    if f.is_read {
+        if status != Some(Status::GetOk) {
+            return Err(format!(
+                "GET key {}: status {:?} (word {})",
+                f.key, status, resp.status
+            ));
+        }
+        if !value_matches(f.key, resp.value) {
+            return Err(format!(
+                "GET key {}: value {:#x} is not a value of this key",
+                f.key, resp.value
+            ));
+        }
+    } else if status != Some(Status::PutOk) {
+        return Err(format!(
+            "PUT key {} value {:#x}: status {:?} (word {})",
+            f.key, f.value, status, resp.status
+        ));
+    }
+    Ok(())
+}
+
+type Connections = (
+    Vec<IpcClient<Request, Response, Inflight>>,
+    Option<DelegClient<Request, Response>>,
+);
+
+fn connect(s: &ClientSetup<'_>) -> Result<Connections, String> {
+    let ipc = s
+        .ipc_names
+        .iter()
+        .map(|n| IpcClient::connect(n).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let deleg = match s.deleg_name {
+        Some(n) => Some(DelegClient::connect(n).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    Ok((ipc, deleg))
+}
+
+/// Connects, waits at `ready` with every other thread of the rank (also when the
+/// connection failed, so nobody waits for it forever), then runs until `stop_clients`
+/// and the drain. Errors are fatal for the run (a region that cannot be opened, a server
+/// gone).
+pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> {
+    let conn = connect(&s);
+    ready.wait();
+    let (mut ipc, mut deleg) = conn?;
+    let mut deleg_slots = vec![Inflight::default(); s.queue_depth.next_power_of_two() as usize];
+    let base = Instant::now();
+    let now_ns = || base.elapsed().as_nanos() as u64;
+    let mut tally = Tally {
+        verify: s.verify,
+        completed: 0,
+        hists: vec![Histogram::new(); s.runs],
+        checked: 0,
+        failures: 0,
+        first_failure: None,
+    };
+    let mut issued = 0u64;
+    let mut next = 0usize;
+    let mut version = 0u32;
+    let mut drain_deadline = None;
+    loop {
+        // Relaxed: flags; the counters they guard travel through the join.
+        let stopping = s.control.stop_clients.load(Ordering::Relaxed);
+        let outstanding = issued - tally.completed;
+        if stopping {
+            let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + s.drain_timeout);
+            if outstanding == 0 || Instant::now() >= deadline {
+                break;
+            }
+        }
+        let mut progress = false;
+        if !stopping && outstanding < u64::from(s.queue_depth) {
+            let t = now_ns();
+            for _ in outstanding..u64::from(s.queue_depth) {
+                let e = s.pattern[next];
+                let (req, value) = if e.is_read {
+                    (Request::get(e.rank, e.key), 0)
+                } else {
+                    version = version.wrapping_add(1);
+                    let v = value_for(e.key, version);
+                    (Request::put(e.rank, e.key, v), v)
+                };
+                let f = Inflight {
+                    issued_ns: t,
+                    key: e.key,
+                    value,
+                    is_read: e.is_read,
+                };
+                let remote = e.rank != s.my_rank;
+                let sent = match (&mut deleg, remote && s.backend == Backend::Delegation) {
+                    (Some(d), true) => match d.call(&req) {
+                        Ok(slot) => {
+                            deleg_slots[slot as usize] = f;
+                            true
+                        }
+                        Err(CallError::NoResponseSlot | CallError::Abandoned) => false,
+                        Err(CallError::ServerDisconnected) => {
+                            return Err(format!("delegation ring {}: server gone", d.name()))
+                        }
+                    },
+                    _ => {
+                        let c = &mut ipc[owner_of(e.key, s.daemons)];
+                        match c.call(&req, f) {
+                            Ok(()) => true,
+                            Err(IpcCallError::Full) => false,
+                            Err(IpcCallError::ServerDisconnected) => {
+                                return Err("ipc server gone".to_string())
+                            }
+                        }
+                    }
+                };
+                if !sent {
+                    break;
+                }
+                next = (next + 1) % s.pattern.len();
+                issued += 1;
+                progress = true;
+            }
+            // Relaxed: a statistic read once a second.
+            s.counters.issued.store(issued, Ordering::Relaxed);
+        }
+        // Relaxed: which run a completion counts for may be off by one turn at a run
+        // boundary; the run's rate comes from the counters, not from here.
+        let run = s.control.run.load(Ordering::Relaxed);
+        let t = now_ns();
+        let mut n = 0;
+        for c in &mut ipc {
+            n += c.poll(|f, resp| tally.complete(&f, resp, t, run));
+        }
+        if let Some(d) = deleg.as_mut() {
+            n += d.poll(|slot, resp| tally.complete(&deleg_slots[slot as usize], resp, t, run));
+        }
+        if n > 0 {
+            // Relaxed: a statistic.
+            s.counters
+                .completed
+                .store(tally.completed, Ordering::Relaxed);
+        } else if !progress {
+            // Two cores: let the daemons run.
+            std::thread::yield_now();
+        }
+    }
+    Ok(ClientReport {
+        issued,
+        completed: tally.completed,
+        undrained: issued - tally.completed,
+        hists: tally.hists,
+        checked: tally.checked,
+        failures: tally.failures,
+        first_failure: tally.first_failure,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inflight(key: u64, is_read: bool) -> Inflight {
+        Inflight {
+            issued_ns: 0,
+            key,
+            value: 0,
+            is_read,
+        }
+    }
+
+    #[test]
+    fn check_accepts_what_the_store_answers_and_refuses_the_rest() {
+        let mut s = crate::store::Store::preloaded(100, 1, 0);
+        let get = s.handle(&Request::get(0, 5));
+        assert!(check(&inflight(5, true), &get).is_ok());
+        assert!(check(&inflight(6, true), &get)
+            .unwrap_err()
+            .contains("not a value"));
+        let missing = s.handle(&Request::get(0, 500));
+        assert!(check(&inflight(500, true), &missing)
+            .unwrap_err()
+            .contains("NotFound"));
+        let put = s.handle(&Request::put(0, 5, value_for(5, 9)));
+        assert!(check(&inflight(5, false), &put).is_ok());
+        assert!(check(&inflight(5, false), &get).is_err(), "GetOk for a PUT");
+    }
+}

@@ -1,0 +1,306 @@
+//! A validated run configuration: every flag checked, every impossible combination refused
+//! with a sentence naming the flags involved. Nothing past this point has to re-check.
+
+use std::time::Duration;
+
+use copyrpc_host::fabric::FabricKind;
+
+use crate::cli::{BackendArg, Cli, DistributionArg, FabricArg, OutputArg, PinArg, PollBudget};
+use crate::workload::{Distribution, PatternSpec};
+
+/// `--backend`, resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Seed 000 §1.1.
+    Meta,
+    /// Seed 000 §1.2.
+    Delegation,
+}
+
+impl Backend {
+    /// The command-line spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Meta => "meta",
+            Self::Delegation => "delegation",
+        }
+    }
+}
+
+/// Largest `--keys`: the tables take 32 bytes per key per rank.
+pub const MAX_KEYS: u64 = 1 << 27;
+/// Largest `--daemons` (the Flux mesh has K² queue pairs).
+pub const MAX_DAEMONS: usize = 64;
+/// Largest `--clients` (ipc client ids per region).
+pub const MAX_CLIENTS: usize = 1024;
+/// Largest `--queue-depth`.
+pub const MAX_QUEUE_DEPTH: u32 = 4096;
+
+/// Everything a run needs, checked.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `--backend`.
+    pub backend: Backend,
+    /// `--fabric`.
+    pub fabric: FabricKind,
+    /// `--device`.
+    pub device: Option<String>,
+    /// K.
+    pub daemons: usize,
+    /// C.
+    pub clients: usize,
+    /// QD.
+    pub queue_depth: u32,
+    /// Length of each run.
+    pub duration: Duration,
+    /// Runs.
+    pub runs: usize,
+    /// Keys per rank.
+    pub keys: u64,
+    /// Key distribution.
+    pub distribution: Distribution,
+    /// Fraction of GETs.
+    pub read_ratio: f64,
+    /// Delegation ring / Flux queue / loopback slots.
+    pub ring_size: u32,
+    /// Requests per source per loop turn (`usize::MAX` = no limit).
+    pub poll_budget: usize,
+    /// `--metrics`.
+    pub metrics: bool,
+    /// `--output`.
+    pub output: OutputArg,
+    /// `--verify`.
+    pub verify: bool,
+    /// `--seed`.
+    pub seed: u64,
+    /// `--pin`.
+    pub pin: PinArg,
+    /// `--loopback-ranks` (1 = off).
+    pub loopback_ranks: u32,
+    /// `--pattern-len`.
+    pub pattern_len: usize,
+    /// `--drain-timeout`.
+    pub drain_timeout: Duration,
+}
+
+impl Config {
+    /// Checks `cli`; the error is one sentence for the user.
+    pub fn from_cli(cli: &Cli) -> Result<Self, String> {
+        let in_range = |name: &str, v: u64, lo: u64, hi: u64| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("--{name} {v} is out of range {lo}..={hi}"))
+            }
+        };
+        in_range("daemons", cli.daemons as u64, 1, MAX_DAEMONS as u64)?;
+        in_range("clients", cli.clients as u64, 1, MAX_CLIENTS as u64)?;
+        in_range(
+            "queue-depth",
+            u64::from(cli.queue_depth),
+            1,
+            u64::from(MAX_QUEUE_DEPTH),
+        )?;
+        in_range("runs", cli.runs as u64, 1, 10_000)?;
+        in_range("keys", cli.keys, 1, MAX_KEYS)?;
+        in_range("loopback-ranks", u64::from(cli.loopback_ranks), 1, 1024)?;
+        in_range("pattern-len", cli.pattern_len as u64, 1, 1 << 24)?;
+        if !cli.ring_size.is_power_of_two() || !(2..=1 << 20).contains(&cli.ring_size) {
+            return Err(format!(
+                "--ring-size {} must be a power of two in 2..=1048576",
+                cli.ring_size
+            ));
+        }
+        if !(0.0..=1.0).contains(&cli.read_ratio) {
+            return Err(format!(
+                "--read-ratio {} must be a fraction in 0..=1",
+                cli.read_ratio
+            ));
+        }
+        let distribution = match (cli.distribution, cli.zipf_theta) {
+            (DistributionArg::Uniform, Some(_)) => {
+                return Err("--zipf-theta applies only with --distribution zipf".to_string())
+            }
+            (DistributionArg::Uniform, None) => Distribution::Uniform,
+            (DistributionArg::Zipf, theta) => {
+                let theta = theta.unwrap_or(0.99);
+                if !(theta > 0.0 && theta <= 100.0) {
+                    return Err(format!(
+                        "--zipf-theta {theta} must be more than 0 and at most 100"
+                    ));
+                }
+                Distribution::Zipf { theta }
+            }
+        };
+        let poll_budget = match cli.poll_budget {
+            PollBudget::Off => usize::MAX,
+            PollBudget::Fixed(n) => n,
+            PollBudget::Adaptive => {
+                return Err(
+                    "--poll-budget adaptive (seed 001's controller) is not implemented \
+                     yet; use `off` or a fixed count"
+                        .to_string(),
+                )
+            }
+        };
+        let fabric = match cli.fabric {
+            FabricArg::Auto => FabricKind::Auto,
+            FabricArg::Verbs => FabricKind::Verbs,
+            FabricArg::Sim => FabricKind::Sim,
+        };
+        if cli.device.is_some() && fabric == FabricKind::Sim {
+            return Err(
+                "--device names an RDMA device, which --fabric sim does not use".to_string(),
+            );
+        }
+        Ok(Self {
+            backend: match cli.backend {
+                BackendArg::Meta => Backend::Meta,
+                BackendArg::Delegation => Backend::Delegation,
+            },
+            fabric,
+            device: cli.device.clone(),
+            daemons: cli.daemons,
+            clients: cli.clients,
+            queue_depth: cli.queue_depth,
+            duration: cli.duration,
+            runs: cli.runs,
+            keys: cli.keys,
+            distribution,
+            read_ratio: cli.read_ratio,
+            ring_size: cli.ring_size,
+            poll_budget,
+            metrics: cli.metrics,
+            output: cli.output,
+            verify: cli.verify,
+            seed: cli.seed,
+            pin: cli.pin,
+            loopback_ranks: cli.loopback_ranks,
+            pattern_len: cli.pattern_len,
+            drain_timeout: cli.drain_timeout,
+        })
+    }
+
+    /// Ranks requests are spread over: the MPI ranks, or the pretend ranks of
+    /// `--loopback-ranks`.
+    pub fn ranks(&self, mpi_size: u32) -> u32 {
+        if self.loopback_ranks > 1 {
+            self.loopback_ranks
+        } else {
+            mpi_size
+        }
+    }
+
+    /// Depth of the ipc rings and delegation response slots: QD rounded up to a power of
+    /// two (the layouts need one; a client never has more than QD out).
+    pub fn slot_depth(&self) -> u32 {
+        self.queue_depth.next_power_of_two()
+    }
+
+    /// The pattern of this run for `ranks` ranks.
+    pub fn pattern_spec(&self, ranks: u32) -> PatternSpec {
+        PatternSpec {
+            ranks,
+            keys: self.keys,
+            distribution: self.distribution,
+            read_ratio: self.read_ratio,
+            len: self.pattern_len,
+        }
+    }
+}
+
+/// Cores for this rank's threads (daemons first, then clients), or `None` to leave them
+/// unpinned. `usable` is the process's allowed cores; ranks sharing the host
+/// (`local_rank` of `local_size`) take disjoint equal slices of it.
+pub fn plan_pinning(
+    pin: PinArg,
+    threads: usize,
+    usable: &[usize],
+    local_rank: usize,
+    local_size: usize,
+) -> Result<Option<Vec<usize>>, String> {
+    let per_rank = usable.len() / local_size.max(1);
+    let mine = &usable[(local_rank * per_rank).min(usable.len())..][..per_rank.min(usable.len())];
+    let enough = threads <= mine.len();
+    match pin {
+        PinArg::Off => Ok(None),
+        PinArg::Auto if !enough => Ok(None),
+        PinArg::On if !enough => Err(format!(
+            "--pin on needs a core for each of this rank's {threads} threads (daemons + \
+             clients), but it has {} of the {} usable cores ({} rank(s) on this host); lower \
+             --daemons/--clients or use --pin off",
+            mine.len(),
+            usable.len(),
+            local_size.max(1)
+        )),
+        PinArg::On | PinArg::Auto => Ok(Some(mine[..threads].to_vec())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn cfg(args: &[&str]) -> Result<Config, String> {
+        let mut v = vec!["benchkv"];
+        v.extend_from_slice(args);
+        Config::from_cli(&Cli::try_parse_from(v).map_err(|e| e.to_string())?)
+    }
+
+    #[test]
+    fn defaults_are_valid_and_small() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!((c.daemons, c.clients, c.runs), (1, 1, 1));
+        assert_eq!(c.duration, Duration::from_secs(2));
+        assert_eq!(c.distribution, Distribution::Uniform);
+        assert_eq!(c.poll_budget, usize::MAX);
+    }
+
+    #[test]
+    fn impossible_combinations_are_refused_with_the_flag_named() {
+        for (args, needle) in [
+            (&["--daemons", "0"][..], "--daemons"),
+            (&["--clients", "5000"], "--clients"),
+            (&["--queue-depth", "0"], "--queue-depth"),
+            (&["--ring-size", "3"], "--ring-size"),
+            (&["--ring-size", "1"], "--ring-size"),
+            (&["--read-ratio", "1.5"], "--read-ratio"),
+            (&["--zipf-theta", "0.9"], "--zipf-theta"),
+            (
+                &["--distribution", "zipf", "--zipf-theta", "0"],
+                "--zipf-theta",
+            ),
+            (&["--poll-budget", "adaptive"], "--poll-budget"),
+            (&["--fabric", "sim", "--device", "mlx5_0"], "--device"),
+            (&["--keys", "0"], "--keys"),
+        ] {
+            let e = cfg(args).unwrap_err();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn zipf_defaults_theta_and_depth_rounds_up() {
+        let c = cfg(&["--distribution", "zipf", "--queue-depth", "5"]).unwrap();
+        assert_eq!(c.distribution, Distribution::Zipf { theta: 0.99 });
+        assert_eq!(c.slot_depth(), 8);
+    }
+
+    #[test]
+    fn pinning_follows_the_mode_and_the_cores() {
+        let cores = [0, 1, 2, 3];
+        assert_eq!(plan_pinning(PinArg::Off, 2, &cores, 0, 1).unwrap(), None);
+        assert_eq!(
+            plan_pinning(PinArg::Auto, 2, &cores, 1, 2).unwrap(),
+            Some(vec![2, 3])
+        );
+        assert_eq!(plan_pinning(PinArg::Auto, 3, &cores, 0, 2).unwrap(), None);
+        let e = plan_pinning(PinArg::On, 5, &cores, 0, 1).unwrap_err();
+        assert!(e.contains("--pin on") && e.contains("5 threads"), "{e}");
+        assert_eq!(
+            plan_pinning(PinArg::On, 4, &cores, 0, 1).unwrap(),
+            Some(vec![0, 1, 2, 3])
+        );
+    }
+}

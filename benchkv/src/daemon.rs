@@ -1,0 +1,455 @@
+//! The daemon loop: one per shard. Every daemon serves its shard through its ipc server
+//! and its Flux node; daemon#0 of `delegation` also owns the delegation ring and the
+//! transport to every other rank, and with `meta` each daemon owns the transport to the
+//! ranks `r % K == id` (seed 000 §1.3–1.4).
+//!
+//! One turn runs the seed's phases in the seed's order (§5, §6), each only if the daemon
+//! has that part:
+//!
+//! 1. transport: `poll` (answers to our calls: credit comes back first), retry what was
+//!    parked, then `recv` requests of other ranks — served here, or forwarded over Flux
+//!    to the owning shard;
+//! 2. delegation ring: client requests for other ranks → transport `call`;
+//! 3. ipc: this shard's clients — served here, or (meta) passed on toward the endpoint;
+//! 4. Flux: answers from other daemons go back where their request came from; requests
+//!    from other daemons are served here (or, meta, sent to their rank).
+//!
+//! Back-pressure: a Flux queue that is full, or a transport call or reply refused for
+//! room, is *parked* in FIFO order and retried on later turns while the loop keeps
+//! polling; nothing is dropped, and the daemon never spins inside a phase, so no poll
+//! runs nested inside another (the seed buffers nested answers; here there is nothing to
+//! buffer). While transport calls are parked the delegation ring is not drained, so
+//! clients feel the back-pressure as a full ring instead of the daemon queueing without
+//! bound. A turn that finds nothing yields the core.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use copyrpc_core::flux::{FluxError, Node};
+use copyrpc_host::shm::deleg::DelegServer;
+use copyrpc_host::shm::ipc::IpcServer;
+
+use crate::config::Backend;
+use crate::metrics::DaemonMetrics;
+use crate::msg::{owner_of, DelegatePayload, Request, Response, Status};
+use crate::pending::{Origin, Pending};
+use crate::remote::{endpoint_daemon, Remote, SendError};
+use crate::store::Store;
+
+/// Turns between two samples of the outstanding count.
+const SAMPLE_EVERY: u64 = 256;
+
+/// What a daemon is made of.
+#[derive(Debug)]
+pub struct Parts<R> {
+    /// Daemon (shard) id.
+    pub id: usize,
+    /// K.
+    pub daemons: usize,
+    /// This rank.
+    pub my_rank: u32,
+    /// Which backend routes remote requests.
+    pub backend: Backend,
+    /// Requests per source per turn.
+    pub budget: usize,
+    /// Collect the loop metrics.
+    pub metrics: bool,
+    /// The shard.
+    pub store: Store,
+    /// The shard's ipc server.
+    pub ipc: IpcServer<Request, Response>,
+    /// The delegation ring (daemon#0 of `delegation`).
+    pub deleg: Option<DelegServer<Request, Response>>,
+    /// The transport to the ranks this daemon holds.
+    pub remote: Option<R>,
+}
+
+/// One daemon, running on its own thread.
+pub struct Daemon<'m, 's, R: Remote> {
+    p: Parts<R>,
+    flux: Node<'m, 's, DelegatePayload, u32>,
+    pending: Pending<R::Incoming>,
+    /// Transport calls refused for room: `(rank, request, pending index)`.
+    parked_calls: VecDeque<(u32, Request, u32)>,
+    /// Flux calls refused for room: `(daemon, request, pending index)`.
+    parked_flux: VecDeque<(usize, Request, u32)>,
+    /// Transport replies refused for room.
+    parked_replies: VecDeque<(R::Incoming, Response)>,
+    /// Answers collected by a poll, delivered after it returns.
+    done: Vec<(u32, Response)>,
+    m: DaemonMetrics,
+}
+
+impl<R: Remote> std::fmt::Debug for Daemon<'_, '_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("id", &self.p.id)
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
+    /// A daemon over `parts` and its Flux node.
+    pub fn new(parts: Parts<R>, flux: Node<'m, 's, DelegatePayload, u32>) -> Self {
+        Self {
+            p: parts,
+            flux,
+            pending: Pending::default(),
+            parked_calls: VecDeque::new(),
+            parked_flux: VecDeque::new(),
+            parked_replies: VecDeque::new(),
+            done: Vec::new(),
+            m: DaemonMetrics::default(),
+        }
+    }
+
+    /// Turns until `stop`; returns the metrics.
+    pub fn run(mut self, stop: &AtomicBool) -> DaemonMetrics {
+        // Relaxed: a flag; everything the daemon reports is handed over by the join.
+        while !stop.load(Ordering::Relaxed) {
+            let work = self.turn();
+            self.m.loops += 1;
+            if work == 0 {
+                self.m.idle_loops += 1;
+                // Two cores: a spinning daemon must let the client threads run.
+                std::thread::yield_now();
+            }
+            if self.p.metrics && self.m.loops.is_multiple_of(SAMPLE_EVERY) {
+                self.m.sample_outstanding(self.pending.len() as u64);
+            }
+        }
+        self.m.pending_at_stop = self.pending.len() as u64;
+        self.m
+    }
+
+    /// One pass over every phase; returns how much work it found.
+    pub fn turn(&mut self) -> usize {
+        let mut work = 0;
+        if self.p.remote.is_some() {
+            work += self.phase_remote();
+        }
+        if self.p.deleg.is_some() {
+            work += self.phase_deleg();
+        }
+        work += self.phase_ipc();
+        work += self.phase_flux();
+        work
+    }
+
+    fn phase_remote(&mut self) -> usize {
+        let Some(remote) = self.p.remote.as_mut() else {
+            return 0;
+        };
+        let done = &mut self.done;
+        let n = remote.poll(&mut |token, resp| done.push((token as u32, resp)));
+        if self.p.metrics {
+            self.m.cqe_batch(n);
+        }
+        let mut work = n + self.deliver_done();
+        work += self.retry_replies() + self.retry_calls();
+        let mut taken = 0;
+        while taken < self.p.budget {
+            let Some((inc, mut req)) = self.p.remote.as_mut().and_then(|r| r.recv()) else {
+                break;
+            };
+            taken += 1;
+            // It has arrived, so it is this rank's whatever rank the sender addressed
+            // (the loopback's pretend ranks are all served here); forwarding must not
+            // send it out again.
+            req.rank = self.p.my_rank;
+            let owner = owner_of(req.key, self.p.daemons);
+            if owner == self.p.id {
+                let resp = self.serve(&req);
+                self.reply_remote(inc, resp);
+            } else {
+                let idx = self.pending.insert(Origin::Remote(inc));
+                self.flux_call(owner, req, idx);
+            }
+        }
+        work + taken
+    }
+
+    fn phase_deleg(&mut self) -> usize {
+        let Some(deleg) = self.p.deleg.as_mut() else {
+            return 0;
+        };
+        if deleg.poll() == 0 {
+            return 0;
+        }
+        let mut taken = 0;
+        while taken < self.p.budget && self.parked_calls.is_empty() {
+            let Some(e) = self.p.deleg.as_mut().and_then(|d| d.recv()) else {
+                break;
+            };
+            taken += 1;
+            let idx = self.pending.insert(Origin::Deleg(e.token));
+            self.dispatch(e.payload, idx);
+        }
+        if let Some(d) = self.p.deleg.as_mut() {
+            d.advance_tail();
+        }
+        taken
+    }
+
+    fn phase_ipc(&mut self) -> usize {
+        if self.p.ipc.poll() == 0 {
+            return 0;
+        }
+        let mut taken = 0;
+        while taken < self.p.budget {
+            let Some(h) = self.p.ipc.recv() else {
+                break;
+            };
+            taken += 1;
+            let req = h.payload;
+            if self.is_mine(&req) {
+                let resp = self.serve(&req);
+                if self.p.ipc.reply(h, &resp).is_err() {
+                    self.m.reply_failures += 1;
+                }
+            } else {
+                let idx = self.pending.insert(Origin::Ipc(h));
+                self.dispatch(req, idx);
+            }
+        }
+        taken
+    }
+
+    fn phase_flux(&mut self) -> usize {
+        let done = &mut self.done;
+        let n = self.flux.poll(|idx, payload| {
+            let resp = match payload {
+                DelegatePayload::Resp(r) => r,
+                // A request where an answer belongs: answer the waiting call with an
+                // error rather than leave it hanging.
+                DelegatePayload::Req(_) => Response::new(Status::BadOp, 0),
+            };
+            done.push((idx, resp));
+        });
+        let mut work = n + self.deliver_done() + self.retry_flux();
+        let mut taken = 0;
+        while taken < self.p.budget {
+            let Some(h) = self.flux.try_recv() else {
+                break;
+            };
+            taken += 1;
+            match h.payload {
+                DelegatePayload::Req(req) if self.is_mine(&req) => {
+                    let resp = self.serve(&req);
+                    self.flux_reply(h, resp);
+                }
+                DelegatePayload::Req(req) => {
+                    let idx = self.pending.insert(Origin::Flux(h));
+                    self.dispatch(req, idx);
+                }
+                DelegatePayload::Resp(_) => self.flux_reply(h, Response::new(Status::BadOp, 0)),
+            }
+        }
+        work += taken;
+        work
+    }
+
+    fn is_mine(&self, req: &Request) -> bool {
+        req.rank == self.p.my_rank && owner_of(req.key, self.p.daemons) == self.p.id
+    }
+
+    fn serve(&mut self, req: &Request) -> Response {
+        self.m.served += 1;
+        self.p.store.handle(req)
+    }
+
+    /// Sends request `idx` one hop toward where it is served.
+    fn dispatch(&mut self, req: Request, idx: u32) {
+        if req.rank != self.p.my_rank {
+            let holder = endpoint_daemon(self.p.backend, req.rank, self.p.daemons);
+            if holder == self.p.id {
+                self.remote_call(req.rank, req, idx);
+            } else {
+                self.flux_call(holder, req, idx);
+            }
+        } else {
+            let owner = owner_of(req.key, self.p.daemons);
+            if owner == self.p.id {
+                let resp = self.serve(&req);
+                self.answer(idx, resp);
+            } else {
+                self.flux_call(owner, req, idx);
+            }
+        }
+    }
+
+    /// Replies to whoever waits on `idx`.
+    fn answer(&mut self, idx: u32, resp: Response) {
+        let ok = match self.pending.take(idx) {
+            // An answer for nothing we hold (a duplicate): nobody to tell.
+            None => true,
+            Some(Origin::Ipc(h)) => self.p.ipc.reply(h, &resp).is_ok(),
+            Some(Origin::Deleg(t)) => self
+                .p
+                .deleg
+                .as_mut()
+                .is_some_and(|d| d.reply(t, &resp).is_ok()),
+            Some(Origin::Flux(h)) => {
+                self.flux_reply(h, resp);
+                true
+            }
+            Some(Origin::Remote(inc)) => {
+                self.reply_remote(inc, resp);
+                true
+            }
+        };
+        if !ok {
+            self.m.reply_failures += 1;
+        }
+    }
+
+    fn deliver_done(&mut self) -> usize {
+        let mut done = std::mem::take(&mut self.done);
+        let n = done.len();
+        for (idx, resp) in done.drain(..) {
+            self.answer(idx, resp);
+        }
+        self.done = done;
+        n
+    }
+
+    fn flux_reply(&mut self, h: copyrpc_core::flux::RecvHandle<DelegatePayload>, resp: Response) {
+        // Never refused for room: the caller's in-flight bound sizes our response queue.
+        if self.flux.reply(h, DelegatePayload::Resp(resp)).is_err() {
+            self.m.reply_failures += 1;
+        }
+    }
+
+    fn flux_call(&mut self, to: usize, req: Request, idx: u32) {
+        if !self.parked_flux.is_empty() {
+            self.parked_flux.push_back((to, req, idx));
+            return;
+        }
+        if !self.try_flux_call(to, req, idx) {
+            self.parked_flux.push_back((to, req, idx));
+        }
+    }
+
+    /// False if refused for room (to be retried); other failures answer the request.
+    fn try_flux_call(&mut self, to: usize, req: Request, idx: u32) -> bool {
+        match self.flux.call(to, DelegatePayload::Req(req), idx) {
+            Ok(()) => {
+                self.m.forwarded += 1;
+                true
+            }
+            Err(FluxError::Full | FluxError::SlabFull) => {
+                self.m.flux_full += 1;
+                false
+            }
+            Err(_) => {
+                self.answer(idx, Response::new(Status::Unreachable, 0));
+                true
+            }
+        }
+    }
+
+    fn retry_flux(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(&(to, req, idx)) = self.parked_flux.front() {
+            if !self.try_flux_call(to, req, idx) {
+                break;
+            }
+            self.parked_flux.pop_front();
+            n += 1;
+        }
+        n
+    }
+
+    fn remote_call(&mut self, rank: u32, req: Request, idx: u32) {
+        if !self.parked_calls.is_empty() {
+            self.parked_calls.push_back((rank, req, idx));
+            return;
+        }
+        if !self.try_remote_call(rank, req, idx) {
+            self.parked_calls.push_back((rank, req, idx));
+        }
+    }
+
+    /// False if refused for room (to be retried); other failures answer the request.
+    fn try_remote_call(&mut self, rank: u32, req: Request, idx: u32) -> bool {
+        let r = match self.p.remote.as_mut() {
+            Some(remote) => remote.call(rank, &req, u64::from(idx)),
+            None => Err(SendError::Failed(format!(
+                "daemon {} holds no endpoint for rank {rank}",
+                self.p.id
+            ))),
+        };
+        match r {
+            Ok(()) => {
+                self.m.remote_calls += 1;
+                true
+            }
+            Err(SendError::Busy) => {
+                self.m.remote_busy += 1;
+                false
+            }
+            Err(SendError::Failed(_)) => {
+                self.answer(idx, Response::new(Status::Unreachable, 0));
+                true
+            }
+        }
+    }
+
+    fn retry_calls(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(&(rank, req, idx)) = self.parked_calls.front() {
+            if !self.try_remote_call(rank, req, idx) {
+                break;
+            }
+            self.parked_calls.pop_front();
+            n += 1;
+        }
+        n
+    }
+
+    fn reply_remote(&mut self, inc: R::Incoming, resp: Response) {
+        if !self.parked_replies.is_empty() {
+            self.parked_replies.push_back((inc, resp));
+            return;
+        }
+        if let Some((inc, resp)) = self.try_reply_remote(inc, resp) {
+            self.parked_replies.push_back((inc, resp));
+        }
+    }
+
+    /// Gives the reply back if refused for room.
+    fn try_reply_remote(
+        &mut self,
+        inc: R::Incoming,
+        resp: Response,
+    ) -> Option<(R::Incoming, Response)> {
+        let Some(remote) = self.p.remote.as_mut() else {
+            self.m.reply_failures += 1;
+            return None;
+        };
+        match remote.reply(inc, &resp) {
+            Ok(()) => None,
+            Err((inc, SendError::Busy)) => {
+                self.m.remote_busy += 1;
+                Some((inc, resp))
+            }
+            Err((_, SendError::Failed(_))) => {
+                self.m.reply_failures += 1;
+                None
+            }
+        }
+    }
+
+    fn retry_replies(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((inc, resp)) = self.parked_replies.pop_front() {
+            if let Some(back) = self.try_reply_remote(inc, resp) {
+                self.parked_replies.push_front(back);
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+}

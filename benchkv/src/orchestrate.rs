@@ -1,0 +1,446 @@
+//! The orchestrator (seed 000 §9): sets a rank up, runs the timed runs, stops, drains,
+//! and gathers every rank's results.
+//!
+//! Steps, in the seed's numbering:
+//! - 1: cores: the usable set, split among ranks sharing the host; pin or not (`--pin`);
+//! - 2: one pregenerated pattern per client;
+//! - 3: K ipc servers `/benchkv_<pid>_<rank>_ipc_<d>` (the pid keeps concurrent runs
+//!   apart);
+//! - 4: the delegation ring `/benchkv_<pid>_<rank>_deleg` (`delegation`);
+//! - 5: the Flux mesh of K nodes, `--ring-size` slots per queue;
+//! - 6 and 8: the transports to other ranks ([`crate::remote::connect`], where the
+//!   copyrpc endpoint exchange over MPI belongs);
+//! - 7: daemon threads: each preloads its shard, takes its Flux node;
+//! - 9: the ready barrier: every daemon and client of the rank has set up (a thread that
+//!   failed still arrives, so nobody waits forever);
+//! - 10: the MPI barrier: every rank is ready;
+//! - 11: client threads (started before 9 here, since they connect during set-up);
+//! - 12: runs: an MPI barrier, then `--duration` of measurement, progress each second;
+//! - 13: stop: clients stop issuing and drain, then (after an MPI barrier, so no rank
+//!   still waits on us) the daemons stop;
+//! - 14: join, and gather runs, latency histograms, totals and metrics from every rank.
+
+use std::sync::atomic::Ordering;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl, Slab, SlabEntry};
+use copyrpc_core::ipc::spsc::Slot;
+use copyrpc_host::affinity;
+use copyrpc_host::fabric::{self, verbs, FabricKind, FabricOptions};
+use copyrpc_host::shm::deleg::{DelegServer, ServerOptions};
+use copyrpc_host::shm::ipc::IpcServer;
+use serde_json::json;
+
+use crate::client::{self, ClientReport, ClientSetup, Control, Counters, NOT_MEASURING};
+use crate::cluster::Cluster;
+use crate::config::{plan_pinning, Backend, Config};
+use crate::daemon::{Daemon, Parts};
+use crate::histogram::Histogram;
+use crate::metrics::DaemonMetrics;
+use crate::msg::{DelegatePayload, Request, Response};
+use crate::output;
+use crate::remote::{self, AnyRemote};
+use crate::report::{RankSummary, Report, RunRecord, RunResult};
+use crate::store::Store;
+use crate::workload::{client_seed, generate};
+
+/// Runs print a progress line each second when longer than this.
+const PROGRESS_AFTER: Duration = Duration::from_secs(3);
+
+/// What a finished benchmark hands `main`.
+#[derive(Debug)]
+pub struct Outcome {
+    /// This rank (only rank 0 prints the report).
+    pub rank: u32,
+    /// The gathered report (identical on every rank).
+    pub report: Report,
+    /// This rank's first wrong answer, described (`--verify`).
+    pub first_failure: Option<String>,
+    /// This rank's thread errors.
+    pub errors: Vec<String>,
+}
+
+/// The fabric `--fabric`/`--device` resolve to, in words. It is opened only by a
+/// transport that needs it; asking for `verbs` without a device is refused here already.
+fn resolve_fabric(cfg: &Config) -> Result<String, String> {
+    let mut opts = FabricOptions::default();
+    opts.verbs.device = cfg.device.clone();
+    let sel = fabric::select(cfg.fabric, &opts).map_err(|e| format!("--fabric: {e}"))?;
+    if sel.kind == FabricKind::Verbs {
+        match verbs::probe().map_err(|e| format!("--fabric verbs: {e}"))? {
+            verbs::Probe::NoDevice { detail } => {
+                return Err(format!(
+                    "--fabric verbs: no RDMA device ({detail}); use --fabric sim or auto"
+                ))
+            }
+            verbs::Probe::Devices(devs) => {
+                if let Some(name) = &cfg.device {
+                    if !devs.iter().any(|d| &d.name == name) {
+                        return Err(format!(
+                            "--device {name}: no such RDMA device (present: {:?})",
+                            devs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(format!("{} ({})", sel.kind, sel.reason))
+}
+
+/// Runs the benchmark on this rank. Errors are set-up failures, one sentence each.
+pub fn run(cfg: &Config) -> Result<Outcome, String> {
+    let cluster = Cluster::from_env()?;
+    let (rank, size) = (cluster.rank(), cluster.size());
+    if cfg.loopback_ranks > 1 && size > 1 {
+        return Err(format!(
+            "--loopback-ranks stands in for other ranks inside one process; it cannot be \
+             combined with {size} MPI ranks"
+        ));
+    }
+    let ranks = cfg.ranks(size);
+    let fabric = resolve_fabric(cfg)?;
+    let mut remotes = remote::connect(cfg, size, rank)?;
+
+    // Step 1.
+    let cores = affinity::usable_cores().map_err(|e| format!("usable cores: {e}"))?;
+    let (local_rank, local_size) = cluster.local();
+    let threads = cfg.daemons + cfg.clients;
+    let pins = plan_pinning(cfg.pin, threads, &cores, local_rank, local_size)?;
+
+    // Step 2.
+    let spec = cfg.pattern_spec(ranks);
+    let patterns: Vec<_> = (0..cfg.clients)
+        .map(|c| generate(&spec, client_seed(cfg.seed, rank, c)))
+        .collect();
+
+    // Steps 3-4.
+    let prefix = format!("/benchkv_{}_{rank}", std::process::id());
+    let ipc_names: Vec<String> = (0..cfg.daemons)
+        .map(|d| format!("{prefix}_ipc_{d}"))
+        .collect();
+    let depth = cfg.slot_depth();
+    let mut ipc_servers = ipc_names
+        .iter()
+        .map(|n| {
+            IpcServer::<Request, Response>::create(
+                n,
+                copyrpc_core::ipc::Config {
+                    max_clients: cfg.clients as u32,
+                    depth,
+                },
+                true,
+            )
+            .map_err(|e| format!("ipc server {n}: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let deleg_name = format!("{prefix}_deleg");
+    let mut deleg = match cfg.backend {
+        Backend::Delegation => Some(
+            DelegServer::<Request, Response>::create(
+                &deleg_name,
+                copyrpc_core::deleg::Config {
+                    max_clients: cfg.clients as u32,
+                    ring_depth: cfg.ring_size,
+                    resp_depth: depth,
+                },
+                ServerOptions {
+                    replace_stale: true,
+                    ..ServerOptions::default()
+                },
+            )
+            .map_err(|e| format!("delegation ring {deleg_name}: {e}"))?,
+        ),
+        Backend::Meta => None,
+    };
+
+    // Step 5.
+    let k = cfg.daemons;
+    let cap = cfg.ring_size as usize;
+    let pairs: Vec<PairCtl> = (0..k * k).map(|_| PairCtl::new()).collect();
+    let req_slots: Vec<Slot<_>> = (0..k * k * cap).map(|_| Slot::new()).collect();
+    let resp_slots: Vec<Slot<_>> = (0..k * k * cap).map(|_| Slot::new()).collect();
+    let nodes: Vec<NodeCtl> = (0..k).map(|_| NodeCtl::new()).collect();
+    let mesh = Mesh::<DelegatePayload>::new(k, cap, &pairs, &req_slots, &resp_slots, &nodes)
+        .map_err(|e| format!("Flux mesh: {e}"))?;
+
+    let control = Control::default();
+    let counters: Vec<Counters> = (0..cfg.clients).map(|_| Counters::default()).collect();
+    let ready = Barrier::new(threads + 1);
+    let pinned = pins.is_some();
+
+    let mut setup: Vec<(&'static str, serde_json::Value)> = vec![
+        ("backend", json!(cfg.backend.as_str())),
+        ("mpi_ranks", json!(size)),
+        ("ranks", json!(ranks)),
+        ("loopback_ranks", json!(cfg.loopback_ranks)),
+        ("daemons", json!(cfg.daemons)),
+        ("clients", json!(cfg.clients)),
+        ("queue_depth", json!(cfg.queue_depth)),
+        ("duration_s", json!(cfg.duration.as_secs_f64())),
+        ("runs", json!(cfg.runs)),
+        ("keys", json!(cfg.keys)),
+    ];
+    match cfg.distribution {
+        crate::workload::Distribution::Uniform => setup.push(("distribution", json!("uniform"))),
+        crate::workload::Distribution::Zipf { theta } => {
+            setup.push(("distribution", json!("zipf")));
+            setup.push(("zipf_theta", json!(theta)));
+        }
+    }
+    setup.extend([
+        ("read_ratio", json!(cfg.read_ratio)),
+        ("ring_size", json!(cfg.ring_size)),
+        (
+            "poll_budget",
+            if cfg.poll_budget == usize::MAX {
+                json!("off")
+            } else {
+                json!(cfg.poll_budget)
+            },
+        ),
+        ("seed", json!(cfg.seed)),
+        ("verify", json!(cfg.verify)),
+        ("fabric", json!(fabric)),
+        ("pinned", json!(pinned)),
+        ("cores", json!(pins.clone().unwrap_or_default())),
+    ]);
+
+    let mut errors = Vec::new();
+    let mut run_records = Vec::new();
+    let (client_reports, daemon_metrics) = std::thread::scope(|sc| {
+        let fail = |control: &Control, e: String| {
+            // Relaxed: a flag; the error itself travels through the join.
+            control.failed.store(true, Ordering::Relaxed);
+            e
+        };
+        // Step 7.
+        let daemons: Vec<_> = (0..k)
+            .map(|d| {
+                let parts = Parts {
+                    id: d,
+                    daemons: k,
+                    my_rank: rank,
+                    backend: cfg.backend,
+                    budget: cfg.poll_budget,
+                    metrics: cfg.metrics,
+                    store: Store::with_capacity(0),
+                    ipc: ipc_servers.remove(0),
+                    deleg: if d == 0 { deleg.take() } else { None },
+                    remote: remotes[d].take(),
+                };
+                let core = pins.as_ref().map(|p| p[d]);
+                let (mesh, control, ready, keys) = (&mesh, &control, &ready, cfg.keys);
+                sc.spawn(move || -> Result<DaemonMetrics, String> {
+                    let pin = core.map(affinity::pin_current_thread).transpose();
+                    let mut parts: Parts<AnyRemote> = parts;
+                    parts.store = Store::preloaded(keys, k, d);
+                    let mut entries: Vec<SlabEntry<u32>> =
+                        (0..k * cap).map(|_| SlabEntry::new()).collect();
+                    let node = mesh.node(d, Slab::new(&mut entries));
+                    ready.wait();
+                    pin.map_err(|e| fail(control, format!("daemon {d}: pinning: {e}")))?;
+                    let node = node.map_err(|e| fail(control, format!("daemon {d}: Flux: {e}")))?;
+                    Ok(Daemon::new(parts, node).run(&control.stop_daemons))
+                })
+            })
+            .collect();
+        // Step 11 (connecting before the ready barrier).
+        let clients: Vec<_> = patterns
+            .into_iter()
+            .enumerate()
+            .map(|(c, pattern)| {
+                let s = ClientSetup {
+                    my_rank: rank,
+                    daemons: k,
+                    backend: cfg.backend,
+                    queue_depth: cfg.queue_depth,
+                    verify: cfg.verify,
+                    runs: cfg.runs,
+                    drain_timeout: cfg.drain_timeout,
+                    pattern,
+                    ipc_names: &ipc_names,
+                    deleg_name: (cfg.backend == Backend::Delegation).then_some(deleg_name.as_str()),
+                    counters: &counters[c],
+                    control: &control,
+                };
+                let core = pins.as_ref().map(|p| p[k + c]);
+                let (control, ready) = (&control, &ready);
+                sc.spawn(move || -> Result<ClientReport, String> {
+                    if let Some(core) = core {
+                        if let Err(e) = affinity::pin_current_thread(core) {
+                            ready.wait();
+                            return Err(fail(control, format!("client {c}: pinning: {e}")));
+                        }
+                    }
+                    client::run(s, ready).map_err(|e| fail(control, format!("client {c}: {e}")))
+                })
+            })
+            .collect();
+
+        // Steps 9, 10, 12. Errors here must not skip the stop below, or the scope would
+        // wait for threads that never end.
+        ready.wait();
+        let measured = (|| -> Result<(), String> {
+            cluster.barrier()?;
+            for r in 0..cfg.runs {
+                cluster.barrier()?;
+                run_records.push(timed_run(cfg, r, rank, &control, &counters));
+            }
+            Ok(())
+        })();
+        if let Err(e) = measured {
+            errors.push(e);
+        }
+
+        // Step 13.
+        // Relaxed: flags; what the threads report travels through the joins.
+        control.stop_clients.store(true, Ordering::Relaxed);
+        let client_reports: Vec<_> = clients.into_iter().map(|h| join(h, "client")).collect();
+        if let Err(e) = cluster.barrier() {
+            errors.push(e);
+        }
+        control.stop_daemons.store(true, Ordering::Relaxed);
+        let daemon_metrics: Vec<_> = daemons.into_iter().map(|h| join(h, "daemon")).collect();
+        (client_reports, daemon_metrics)
+    });
+    drop(deleg);
+
+    // Step 14.
+    let mut summary = RankSummary::default();
+    let mut hists = vec![Histogram::new(); cfg.runs];
+    let mut first_failure = None;
+    for r in client_reports {
+        match r {
+            Ok(c) => {
+                summary.issued += c.issued;
+                summary.completed += c.completed;
+                summary.undrained += c.undrained;
+                summary.checked += c.checked;
+                summary.failures += c.failures;
+                for (h, x) in hists.iter_mut().zip(&c.hists) {
+                    h.merge(x);
+                }
+                if first_failure.is_none() {
+                    first_failure = c.first_failure;
+                }
+            }
+            Err(e) => {
+                summary.thread_errors += 1;
+                errors.push(e);
+            }
+        }
+    }
+    let mut metrics = Vec::new();
+    for m in daemon_metrics {
+        match m {
+            Ok(m) => {
+                summary.reply_failures += m.reply_failures;
+                summary.pending_at_stop += m.pending_at_stop;
+                metrics.push(m);
+            }
+            Err(e) => {
+                summary.thread_errors += 1;
+                errors.push(e);
+                metrics.push(DaemonMetrics::default());
+            }
+        }
+    }
+    // A run cut short by a set-up error still reports every run slot, empty.
+    run_records.resize(cfg.runs, RunRecord::default());
+
+    let mut runs = Vec::with_capacity(cfg.runs);
+    for (rec, h) in run_records.iter().zip(&hists) {
+        runs.push(RunResult {
+            ranks: cluster.all_gather(rec)?,
+            hists: cluster.all_gather(h)?,
+        });
+    }
+    let ranks_summary = cluster.all_gather(&summary)?;
+    let metrics = if cfg.metrics {
+        let mut per_rank = vec![Vec::with_capacity(k); size as usize];
+        for m in &metrics {
+            for (r, x) in cluster.all_gather(m)?.into_iter().enumerate() {
+                per_rank[r].push(x);
+            }
+        }
+        Some(per_rank)
+    } else {
+        None
+    };
+    Ok(Outcome {
+        rank,
+        report: Report {
+            setup,
+            runs,
+            ranks: ranks_summary,
+            metrics,
+        },
+        first_failure,
+        errors,
+    })
+}
+
+fn join<T>(
+    h: std::thread::ScopedJoinHandle<'_, Result<T, String>>,
+    what: &str,
+) -> Result<T, String> {
+    h.join()
+        .unwrap_or_else(|_| Err(format!("a {what} thread panicked")))
+}
+
+fn completed(counters: &[Counters]) -> u64 {
+    // Relaxed: statistics; a value a few requests old only shifts them between runs.
+    counters
+        .iter()
+        .map(|c| c.completed.load(Ordering::Relaxed))
+        .sum()
+}
+
+/// One timed run on this rank: the completions between its start and end.
+fn timed_run(
+    cfg: &Config,
+    run: usize,
+    rank: u32,
+    control: &Control,
+    counters: &[Counters],
+) -> RunRecord {
+    let progress = rank == 0 && cfg.duration > PROGRESS_AFTER;
+    // Relaxed: clients read it to pick the histogram; being a turn late is harmless.
+    control.run.store(run, Ordering::Relaxed);
+    let start = Instant::now();
+    let c0 = completed(counters);
+    let (mut last_t, mut last_c) = (start, c0);
+    loop {
+        let left = cfg.duration.saturating_sub(start.elapsed());
+        // Relaxed: a flag. A failed thread ends the run early; its error is reported.
+        if left.is_zero() || control.failed.load(Ordering::Relaxed) {
+            break;
+        }
+        // Measuring, not synchronising: the run is `duration` of wall-clock time.
+        std::thread::sleep(left.min(Duration::from_secs(1)));
+        if progress && !cfg.duration.saturating_sub(start.elapsed()).is_zero() {
+            let (now, c) = (Instant::now(), completed(counters));
+            let rps = (c - last_c) as f64 / now.duration_since(last_t).as_secs_f64();
+            eprintln!(
+                "{}",
+                output::progress(
+                    run,
+                    cfg.runs,
+                    start.elapsed().as_secs_f64(),
+                    cfg.duration.as_secs_f64(),
+                    rps
+                )
+            );
+            (last_t, last_c) = (now, c);
+        }
+    }
+    let c1 = completed(counters);
+    let elapsed = start.elapsed();
+    control.run.store(NOT_MEASURING, Ordering::Relaxed);
+    RunRecord {
+        completed: c1 - c0,
+        elapsed_ns: elapsed.as_nanos() as u64,
+    }
+}

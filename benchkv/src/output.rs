@@ -1,0 +1,355 @@
+//! The three output formats of a [`Report`] (stdout), and the progress line (stderr, so
+//! machine formats stay clean).
+//!
+//! - `table`: setup lines, one row per rank and a total row per run, the drain and verify
+//!   lines, and with `--metrics` one row per daemon.
+//! - `json`: one object per line, each with a `"type"`: `"setup"` (first), `"run"` (one
+//!   per run, totals and a `per_rank` array), `"summary"` (drain and verify), and with
+//!   `--metrics` `"metrics"` (one per rank and daemon). Latencies are integer
+//!   nanoseconds, `null` when a run recorded none.
+//! - `csv`: a header row and one row per run and rank plus a `total` row per run; the
+//!   drain and verify summary goes to stderr.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::histogram::Histogram;
+use crate::metrics::{DaemonMetrics, CQE_BUCKET_LABELS};
+use crate::report::{Report, RunRecord};
+
+/// p50, p99, p99.9 in ns.
+fn percentiles(h: &Histogram) -> [Option<u64>; 3] {
+    [h.quantile(0.5), h.quantile(0.99), h.quantile(0.999)]
+}
+
+fn us(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_string(), |ns| format!("{:.2}", ns as f64 / 1e3))
+}
+
+/// The human table.
+pub fn table(r: &Report) -> String {
+    let mut o = String::new();
+    for (k, v) in &r.setup {
+        let v = match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let _ = writeln!(o, "{k:<16} {v}");
+    }
+    let _ = writeln!(
+        o,
+        "\n{:>4} {:>5} {:>12} {:>8} {:>14} {:>9} {:>9} {:>9}",
+        "run", "rank", "requests", "seconds", "req/s", "p50 us", "p99 us", "p99.9 us"
+    );
+    for (i, run) in r.runs.iter().enumerate() {
+        let row =
+            |o: &mut String, rank: &str, rec: &RunRecord, secs: f64, rps: f64, h: &Histogram| {
+                let [p50, p99, p999] = percentiles(h);
+                let _ = writeln!(
+                    o,
+                    "{:>4} {:>5} {:>12} {:>8.2} {:>14.0} {:>9} {:>9} {:>9}",
+                    i + 1,
+                    rank,
+                    rec.completed,
+                    secs,
+                    rps,
+                    us(p50),
+                    us(p99),
+                    us(p999)
+                );
+            };
+        for (rank, (rec, h)) in run.ranks.iter().zip(&run.hists).enumerate() {
+            row(
+                &mut o,
+                &rank.to_string(),
+                rec,
+                rec.elapsed_ns as f64 / 1e9,
+                rec.rps(),
+                h,
+            );
+        }
+        if run.ranks.len() > 1 {
+            let total = RunRecord {
+                completed: run.total_completed(),
+                elapsed_ns: 0,
+            };
+            row(
+                &mut o,
+                "all",
+                &total,
+                run.seconds(),
+                run.total_rps(),
+                &run.merged_hist(),
+            );
+        }
+    }
+    let t = r.total();
+    let _ = writeln!(
+        o,
+        "\ndrain: {} issued, {} completed, {} outstanding{}",
+        t.issued,
+        t.completed,
+        t.issued - t.completed.min(t.issued),
+        if t.issued == t.completed {
+            " (every request answered)"
+        } else {
+            ""
+        }
+    );
+    if t.checked > 0 || t.failures > 0 {
+        let _ = writeln!(
+            o,
+            "verify: {} answers checked, {} wrong",
+            t.checked, t.failures
+        );
+    }
+    if let Some(m) = &r.metrics {
+        let _ = writeln!(
+            o,
+            "\n{:>4} {:>6} {:>12} {:>6} {:>10} {:>9} {:>9} {:>44} {:>13} {:>9} {:>9}",
+            "rank",
+            "daemon",
+            "loops",
+            "idle%",
+            "served",
+            "forwarded",
+            "remote",
+            format!("cqe batches [{}]", CQE_BUCKET_LABELS.join(" ")),
+            "outst mean/max",
+            "flux full",
+            "rem busy"
+        );
+        for (rank, ds) in m.iter().enumerate() {
+            for (d, x) in ds.iter().enumerate() {
+                let idle = if x.loops == 0 {
+                    0.0
+                } else {
+                    100.0 * x.idle_loops as f64 / x.loops as f64
+                };
+                let cqe = x.cqe_batches.map(|c| c.to_string()).join(" ");
+                let _ = writeln!(
+                    o,
+                    "{rank:>4} {d:>6} {:>12} {idle:>6.1} {:>10} {:>9} {:>9} {cqe:>44} {:>13} {:>9} {:>9}",
+                    x.loops,
+                    x.served,
+                    x.forwarded,
+                    x.remote_calls,
+                    format!("{:.1}/{}", x.outstanding_mean(), x.outstanding_max),
+                    x.flux_full,
+                    x.remote_busy
+                );
+            }
+        }
+    }
+    o
+}
+
+fn metrics_json(rank: usize, daemon: usize, m: &DaemonMetrics) -> Value {
+    let cqe: serde_json::Map<String, Value> = CQE_BUCKET_LABELS
+        .iter()
+        .zip(m.cqe_batches)
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({
+        "type": "metrics",
+        "rank": rank,
+        "daemon": daemon,
+        "loops": m.loops,
+        "idle_loops": m.idle_loops,
+        "served": m.served,
+        "forwarded": m.forwarded,
+        "remote_calls": m.remote_calls,
+        "cqe_batches": cqe,
+        "outstanding_samples": m.outstanding_samples,
+        "outstanding_mean": m.outstanding_mean(),
+        "outstanding_max": m.outstanding_max,
+        "flux_full": m.flux_full,
+        "remote_busy": m.remote_busy,
+        "reply_failures": m.reply_failures,
+        "pending_at_stop": m.pending_at_stop,
+    })
+}
+
+/// JSON lines.
+pub fn json_lines(r: &Report) -> String {
+    let mut lines = Vec::new();
+    let mut setup = serde_json::Map::new();
+    setup.insert("type".into(), json!("setup"));
+    for (k, v) in &r.setup {
+        setup.insert((*k).into(), v.clone());
+    }
+    lines.push(Value::Object(setup));
+    for (i, run) in r.runs.iter().enumerate() {
+        let [p50, p99, p999] = percentiles(&run.merged_hist());
+        let per_rank: Vec<Value> = run
+            .ranks
+            .iter()
+            .zip(&run.hists)
+            .enumerate()
+            .map(|(rank, (rec, h))| {
+                let [p50, p99, p999] = percentiles(h);
+                json!({
+                    "rank": rank,
+                    "requests": rec.completed,
+                    "seconds": rec.elapsed_ns as f64 / 1e9,
+                    "rps": rec.rps(),
+                    "p50_ns": p50, "p99_ns": p99, "p999_ns": p999,
+                })
+            })
+            .collect();
+        lines.push(json!({
+            "type": "run",
+            "run": i + 1,
+            "requests": run.total_completed(),
+            "seconds": run.seconds(),
+            "total_rps": run.total_rps(),
+            "p50_ns": p50, "p99_ns": p99, "p999_ns": p999,
+            "per_rank": per_rank,
+        }));
+    }
+    let t = r.total();
+    lines.push(json!({
+        "type": "summary",
+        "issued": t.issued,
+        "completed": t.completed,
+        "undrained": t.undrained,
+        "drained": t.issued == t.completed && t.undrained == 0,
+        "verify_checked": t.checked,
+        "verify_failures": t.failures,
+        "thread_errors": t.thread_errors,
+        "reply_failures": t.reply_failures,
+        "pending_at_stop": t.pending_at_stop,
+        "per_rank": r.ranks.iter().enumerate().map(|(rank, s)| json!({
+            "rank": rank, "issued": s.issued, "completed": s.completed, "undrained": s.undrained,
+        })).collect::<Vec<_>>(),
+    }));
+    if let Some(m) = &r.metrics {
+        for (rank, ds) in m.iter().enumerate() {
+            for (d, x) in ds.iter().enumerate() {
+                lines.push(metrics_json(rank, d, x));
+            }
+        }
+    }
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// CSV of the runs.
+pub fn csv(r: &Report) -> String {
+    let mut o = String::from("run,rank,requests,seconds,rps,p50_ns,p99_ns,p999_ns\n");
+    let opt = |v: Option<u64>| v.map_or_else(String::new, |x| x.to_string());
+    for (i, run) in r.runs.iter().enumerate() {
+        let mut row = |rank: String, req: u64, secs: f64, rps: f64, h: &Histogram| {
+            let [a, b, c] = percentiles(h);
+            let _ = writeln!(
+                o,
+                "{},{rank},{req},{secs:.6},{rps:.1},{},{},{}",
+                i + 1,
+                opt(a),
+                opt(b),
+                opt(c)
+            );
+        };
+        for (rank, (rec, h)) in run.ranks.iter().zip(&run.hists).enumerate() {
+            row(
+                rank.to_string(),
+                rec.completed,
+                rec.elapsed_ns as f64 / 1e9,
+                rec.rps(),
+                h,
+            );
+        }
+        row(
+            "total".into(),
+            run.total_completed(),
+            run.seconds(),
+            run.total_rps(),
+            &run.merged_hist(),
+        );
+    }
+    o
+}
+
+/// The once-a-second line during long runs (stderr).
+pub fn progress(run: usize, runs: usize, elapsed: f64, duration: f64, rps: f64) -> String {
+    format!(
+        "benchkv: run {}/{runs}  {elapsed:.0}/{duration:.0} s  {:.3} Mreq/s (rank 0)",
+        run + 1,
+        rps / 1e6
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{RankSummary, RunResult};
+
+    fn report() -> Report {
+        let mut h = Histogram::new();
+        h.record(1000);
+        h.record(3000);
+        Report {
+            setup: vec![("backend", json!("meta")), ("daemons", json!(2))],
+            runs: vec![RunResult {
+                ranks: vec![
+                    RunRecord {
+                        completed: 10,
+                        elapsed_ns: 1_000_000_000,
+                    },
+                    RunRecord {
+                        completed: 30,
+                        elapsed_ns: 2_000_000_000,
+                    },
+                ],
+                hists: vec![h, Histogram::new()],
+            }],
+            ranks: vec![
+                RankSummary {
+                    issued: 12,
+                    completed: 12,
+                    ..Default::default()
+                };
+                2
+            ],
+            metrics: Some(vec![vec![DaemonMetrics::default()]; 2]),
+        }
+    }
+
+    #[test]
+    fn json_lines_parse_and_carry_totals() {
+        let out = json_lines(&report());
+        let v: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(v[0]["type"], "setup");
+        assert_eq!(v[0]["daemons"], 2);
+        assert_eq!(v[1]["type"], "run");
+        assert_eq!(v[1]["requests"], 40);
+        assert_eq!(v[1]["total_rps"], 25.0);
+        assert_eq!(v[1]["per_rank"][1]["p50_ns"], Value::Null);
+        assert_eq!(v[2]["type"], "summary");
+        assert_eq!(v[2]["drained"], true);
+        assert_eq!(v.iter().filter(|x| x["type"] == "metrics").count(), 2);
+    }
+
+    #[test]
+    fn csv_has_a_row_per_rank_and_a_total() {
+        let out = csv(&report());
+        let rows: Vec<&str> = out.lines().collect();
+        assert_eq!(rows.len(), 4);
+        assert!(
+            rows[3].starts_with("1,total,40,2.000000,25.0,"),
+            "{}",
+            rows[3]
+        );
+        assert!(rows[2].ends_with(",,,"), "empty latency cells: {}", rows[2]);
+    }
+
+    #[test]
+    fn table_names_the_drain() {
+        let out = table(&report());
+        assert!(out.contains("24 issued, 24 completed, 0 outstanding (every request answered)"));
+        assert!(out.contains("all"), "a total row for two ranks");
+    }
+}

@@ -1,0 +1,166 @@
+//! The inter-rank transport seam: how a daemon sends a request to another rank, gets the
+//! answer back, and serves the requests other ranks send it.
+//!
+//! Daemons see only [`Remote`]. The daemon that holds rank `r`'s endpoint
+//! ([`endpoint_daemon`]: daemon#0 for every remote rank with `delegation`, daemon
+//! `r % K` with `meta`, seed 000 §1.4) calls it in its loop:
+//!
+//! - phase 1 ([`crate::daemon`]): [`Remote::poll`] (flush + completions: answers to our
+//!   calls come back with the token we gave), then [`Remote::recv`] for requests from
+//!   other ranks, answered later with [`Remote::reply`];
+//! - phase 2 (delegation) or the Flux phase (meta): [`Remote::call`] for client requests
+//!   whose rank is not ours.
+//!
+//! A call or reply refused for room ([`SendError::Busy`]: copyrpc's `RingFull`,
+//! `InsufficientCredit`, `TooManyCalls`, `SqFull`) is parked by the daemon and retried
+//! after its next `poll`; nothing is dropped and the daemon never blocks inside a phase,
+//! so there is no nested poll (the seed's `nested_resp_buf` exists only because its
+//! retry loop polls inside a reply).
+//!
+//! Implementations: [`Loopback`] (in-process, for tests and `--loopback-ranks`). The
+//! copyrpc implementation (a `Context` over the fabric's queues, endpoints exchanged over
+//! MPI) is wired in [`connect`]; until then a run with more than one MPI rank stops there
+//! with a clear error.
+
+mod loopback;
+
+pub use loopback::{Loopback, LoopbackIncoming};
+
+use crate::config::{Backend, Config};
+use crate::msg::{Request, Response};
+
+/// Why a transport did not take a call or reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendError {
+    /// No room now (ring full, no credit, too many calls): poll, then retry.
+    Busy,
+    /// Never going to work (the endpoint failed, the payload cannot fit). The daemon
+    /// answers the request with `Status::Unreachable`.
+    Failed(String),
+}
+
+/// One daemon's endpoints to other ranks.
+pub trait Remote {
+    /// A request received from another rank, to be answered once with [`Remote::reply`].
+    type Incoming;
+
+    /// Sends `req` to rank `rank`; the answer comes back from [`Remote::poll`] with
+    /// `token`. Nothing is sent when it returns an error.
+    fn call(&mut self, rank: u32, req: &Request, token: u64) -> Result<(), SendError>;
+
+    /// Moves the transport forward (sends what was written, reads completions) and hands
+    /// every answer that arrived to `on_response(token, response)`. Returns the number of
+    /// completions it processed (the CQE batch of `--metrics`). A call whose endpoint
+    /// failed is answered here too, with a `Status::Unreachable` response.
+    fn poll(&mut self, on_response: &mut dyn FnMut(u64, Response)) -> usize;
+
+    /// The oldest request received from another rank and not yet handed out.
+    fn recv(&mut self) -> Option<(Self::Incoming, Request)>;
+
+    /// Answers `incoming`. On [`SendError::Busy`] the handle comes back to be retried.
+    #[allow(clippy::result_large_err)]
+    fn reply(
+        &mut self,
+        incoming: Self::Incoming,
+        resp: &Response,
+    ) -> Result<(), (Self::Incoming, SendError)>;
+}
+
+/// The transports a daemon can hold; one variant per implementation (enum dispatch keeps
+/// the daemon loop free of virtual calls).
+#[derive(Debug)]
+pub enum AnyRemote {
+    /// In-process loopback.
+    Loopback(Loopback),
+}
+
+/// [`AnyRemote`]'s received request.
+#[derive(Debug)]
+pub enum AnyIncoming {
+    /// From a [`Loopback`].
+    Loopback(LoopbackIncoming),
+}
+
+impl Remote for AnyRemote {
+    type Incoming = AnyIncoming;
+
+    fn call(&mut self, rank: u32, req: &Request, token: u64) -> Result<(), SendError> {
+        match self {
+            Self::Loopback(l) => l.call(rank, req, token),
+        }
+    }
+
+    fn poll(&mut self, on_response: &mut dyn FnMut(u64, Response)) -> usize {
+        match self {
+            Self::Loopback(l) => l.poll(on_response),
+        }
+    }
+
+    fn recv(&mut self) -> Option<(AnyIncoming, Request)> {
+        match self {
+            Self::Loopback(l) => l.recv().map(|(i, r)| (AnyIncoming::Loopback(i), r)),
+        }
+    }
+
+    fn reply(
+        &mut self,
+        incoming: AnyIncoming,
+        resp: &Response,
+    ) -> Result<(), (AnyIncoming, SendError)> {
+        match (self, incoming) {
+            (Self::Loopback(l), AnyIncoming::Loopback(i)) => l
+                .reply(i, resp)
+                .map_err(|(i, e)| (AnyIncoming::Loopback(i), e)),
+        }
+    }
+}
+
+/// The daemon that holds rank `rank`'s endpoint (seed 000 §1.4).
+pub fn endpoint_daemon(backend: Backend, rank: u32, daemons: usize) -> usize {
+    match backend {
+        Backend::Delegation => 0,
+        Backend::Meta => rank as usize % daemons,
+    }
+}
+
+/// Builds each daemon's transport (index = daemon id; `None` for a daemon that holds no
+/// remote rank). `ranks` is the number of ranks requests are spread over and `my_rank`
+/// this process's.
+///
+/// Where the copyrpc wiring goes: with `mpi_size > 1`, open the fabric
+/// (`cfg.fabric`, `cfg.device`), build one copyrpc context per daemon that holds an
+/// endpoint, exchange endpoint infos over MPI (seed §9 steps 6 and 8) and return
+/// `AnyRemote::Copyrpc(..)` values.
+pub fn connect(
+    cfg: &Config,
+    mpi_size: u32,
+    my_rank: u32,
+) -> Result<Vec<Option<AnyRemote>>, String> {
+    if mpi_size > 1 {
+        return Err(format!(
+            "{mpi_size} MPI ranks, but the inter-rank transport (copyrpc) is not wired into \
+             benchkv yet; run one rank (no mpirun, or -np 1), or stand in for the other \
+             ranks in-process with --loopback-ranks N"
+        ));
+    }
+    let ranks = cfg.ranks(mpi_size);
+    Ok((0..cfg.daemons)
+        .map(|d| {
+            let holds_remote = (0..ranks)
+                .any(|r| r != my_rank && endpoint_daemon(cfg.backend, r, cfg.daemons) == d);
+            holds_remote.then(|| AnyRemote::Loopback(Loopback::new(cfg.ring_size as usize)))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_spread_by_backend() {
+        assert_eq!(endpoint_daemon(Backend::Delegation, 5, 3), 0);
+        assert_eq!(endpoint_daemon(Backend::Meta, 5, 3), 2);
+        assert_eq!(endpoint_daemon(Backend::Meta, 3, 3), 0);
+    }
+}
