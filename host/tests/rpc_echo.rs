@@ -75,3 +75,103 @@ fn one_rank_has_nobody_to_call_and_still_comes_up() {
     assert_eq!(reps[0].responses, 0);
     assert_eq!(reps[0].total_served, 0);
 }
+
+/// A rank may split its peers over several contexts (one per polling thread, as benchkv's
+/// meta backend does) on one shared fabric: the nodes fill one record table, and each
+/// connects only its own peers. Every rank calls every peer once through whichever node
+/// holds it and answers through the node the request arrived on.
+#[test]
+fn peers_split_over_two_contexts_of_one_fabric() {
+    use std::sync::Arc;
+
+    use copyrpc_host::exchange::Collectives;
+    use copyrpc_host::rpc::{PeerRecord, RpcConfig, RpcNode};
+    use zerocopy::FromZeros;
+
+    type Node = RpcNode<u64, 4, 64, 512>;
+    fn assert_send<T: Send>() {}
+    assert_send::<Node>();
+
+    let ranks = 4;
+    let handles: Vec<_> = ThreadExchange::group(ranks)
+        .into_iter()
+        .map(|x| {
+            std::thread::Builder::new()
+                .stack_size(16 << 20)
+                .spawn(move || {
+                    let me = x.rank();
+                    let fabric = Arc::new(Fabric::Sim(Box::new(
+                        SimFabric::open(&SimOptions {
+                            region_bytes: 32 << 20,
+                            ..SimOptions::default()
+                        })
+                        .unwrap(),
+                    )));
+                    let cfg = RpcConfig::default();
+                    let split: [Vec<usize>; 2] = [0, 1]
+                        .map(|parity| (0..ranks).filter(|&p| p != me && p % 2 == parity).collect());
+                    let mut nodes: Vec<Node> = split
+                        .iter()
+                        .map(|peers| {
+                            Node::for_peers(Arc::clone(&fabric), me, ranks, peers, &cfg).unwrap()
+                        })
+                        .collect();
+                    let mut table = vec![PeerRecord::new_zeroed(); ranks];
+                    for n in &nodes {
+                        n.fill_records(&mut table).unwrap();
+                    }
+                    let got = x.all_to_all(&table).unwrap();
+                    for n in &mut nodes {
+                        n.connect(&got).unwrap();
+                    }
+                    x.barrier().unwrap();
+                    for (n, peers) in nodes.iter_mut().zip(&split) {
+                        for &p in peers {
+                            let ep = n.endpoint(p).unwrap();
+                            let msg = (me * 100 + p) as u64;
+                            n.ctx().call(ep, &msg.to_le_bytes(), msg).unwrap();
+                        }
+                    }
+                    let (mut answers, mut served) = (0, 0);
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                    while answers < ranks - 1 || served < ranks - 1 {
+                        assert!(std::time::Instant::now() < deadline, "rank {me} stuck");
+                        for n in &mut nodes {
+                            n.ctx().poll(|ud, r| {
+                                let r = r.unwrap();
+                                // The peer answers with its rank appended.
+                                assert_eq!(&r[..8], &ud.to_le_bytes());
+                                assert_eq!(r[8] as u64, ud % 100);
+                                answers += 1;
+                            });
+                            while let Some(h) = n.ctx().recv() {
+                                let from = n.peer_of(h.endpoint()).unwrap();
+                                let req = h.data(n.ctx()).to_vec();
+                                assert_eq!(
+                                    u64::from_le_bytes(req[..8].try_into().unwrap()),
+                                    (from * 100 + me) as u64
+                                );
+                                let mut resp = req;
+                                resp.push(me as u8);
+                                h.reply(n.ctx(), &resp).unwrap();
+                                served += 1;
+                            }
+                        }
+                        std::thread::yield_now();
+                    }
+                    // Flush the last replies before anyone tears down.
+                    for n in &mut nodes {
+                        n.flush_all(deadline, |_, _| panic!("every call was answered"))
+                            .unwrap();
+                    }
+                    x.barrier().unwrap();
+                    drop(nodes);
+                    (answers, served)
+                })
+                .unwrap()
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), (ranks - 1, ranks - 1));
+    }
+}

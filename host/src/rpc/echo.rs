@@ -198,20 +198,9 @@ pub fn run(x: &impl Collectives, fabric: Fabric, cfg: &EchoConfig) -> Result<Ech
             std::thread::yield_now();
         }
     }
-    // The last replies may still sit in the send rings: `poll` flushes every endpoint,
-    // and counts a flush it had to defer (send queue full). Keep polling until a poll
-    // defers nothing, so no peer waits for a reply this rank never posted.
-    loop {
-        let deferred = node.ctx().stats().flushes_deferred;
-        node.ctx().poll(|_, _| {});
-        if node.ctx().stats().flushes_deferred == deferred {
-            break;
-        }
-        if start.elapsed() > cfg.deadline {
-            return Err(fail("deadline while flushing the last replies".into()));
-        }
-        std::thread::yield_now();
-    }
+    // The last replies may still sit in the send rings: no peer may wait on a reply
+    // this rank never posted while it waits in the barrier below.
+    node.flush_all(start + cfg.deadline, |_, _| {})?;
     let elapsed = start.elapsed();
     // Every rank is done sending before any tears its fabric down.
     x.barrier()?;

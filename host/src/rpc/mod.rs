@@ -1,16 +1,21 @@
 //! copyrpc over a fabric: the glue between the fabric's objects and the core's
 //! [`Context`].
 //!
-//! [`RpcNode`] is one rank's copyrpc context with one endpoint per peer rank: it creates
-//! the shared SRQ and CQs, a QP and a registered region (send ring, recv ring, control
-//! word) per peer, and brings them up from the peers' [`PeerRecord`]s, which every rank
-//! exchanges in one all-to-all. The same code runs over the verbs fabric (a ConnectX) and
+//! [`RpcNode`] is a copyrpc context with one endpoint per peer rank it serves (all
+//! other ranks, or a subset when a rank spreads its peers over several contexts, one per
+//! polling thread): it creates the shared SRQ and CQs, a QP and a registered region (send
+//! ring, recv ring, control word) per peer, and brings them up from the peers'
+//! [`PeerRecord`]s, which every rank exchanges in one all-to-all. Several nodes of a rank
+//! share one fabric ([`Arc<Fabric>`]); each fills its peers' entries of the rank's record
+//! table ([`RpcNode::fill_records`]). The same code runs over the verbs fabric (a ConnectX) and
 //! the sim fabric (the device model); only the object creation differs.
 //!
 //! [`echo`] is the end-to-end check built on it: every rank calls every other rank with
 //! checksummed payloads and answers their calls, over MPI ranks or thread ranks.
 
 pub mod echo;
+
+use std::sync::Arc;
 
 use copyrpc_core::copyrpc::{
     Context, EndpointConfig, EndpointId, EndpointInfo, EndpointMem, Queues, Region,
@@ -103,7 +108,7 @@ pub struct RpcNode<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
     peers: Vec<Option<(EndpointId, EndpointObjects)>>,
     by_endpoint: Vec<usize>,
     _verbs_queues: Option<VerbsQueues>,
-    fabric: Fabric,
+    fabric: Arc<Fabric>,
     rank: usize,
 }
 
@@ -119,13 +124,36 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
     /// except `rank`. Connect them with [`connect`](Self::connect) (or use
     /// [`establish`](Self::establish), which also does the exchange).
     pub fn new(fabric: Fabric, rank: usize, ranks: usize, cfg: &RpcConfig) -> Result<Self> {
-        if ranks.saturating_sub(1) > EPS || rank >= ranks {
+        let peers: Vec<usize> = (0..ranks).filter(|&p| p != rank).collect();
+        Self::for_peers(Arc::new(fabric), rank, ranks, &peers, cfg)
+    }
+
+    /// Creates the context on a (shared) fabric with an endpoint for each rank of
+    /// `peers` (distinct, each in `0..ranks`, not `rank`).
+    pub fn for_peers(
+        fabric: Arc<Fabric>,
+        rank: usize,
+        ranks: usize,
+        peers: &[usize],
+        cfg: &RpcConfig,
+    ) -> Result<Self> {
+        if peers.len() > EPS || rank >= ranks {
             return Err(Error::RpcConfig {
                 reason: format!(
                     "rank {rank} of {ranks}: {} peers, but this context holds {EPS} endpoints",
-                    ranks.saturating_sub(1)
+                    peers.len()
                 ),
             });
+        }
+        let mut wanted = vec![false; ranks];
+        for &p in peers {
+            if p >= ranks || p == rank || std::mem::replace(&mut wanted[p], true) {
+                return Err(Error::RpcConfig {
+                    reason: format!(
+                        "rank {rank} of {ranks}: peer list {peers:?} has {p}, which is out of range, this rank, or repeated"
+                    ),
+                });
+            }
         }
         if !cfg.ring_bytes.is_power_of_two() || (cfg.ring_bytes / 32) > REQS {
             return Err(Error::RpcConfig {
@@ -136,7 +164,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
             });
         }
         let mut verbs_queues = None;
-        let (queues, mut mk_endpoint): (Queues, Box<dyn FnMut(usize) -> Result<_>>) = match &fabric
+        let (queues, mut mk_endpoint): (Queues, Box<dyn FnMut(usize) -> Result<_>>) = match &*fabric
         {
             Fabric::Sim(f) => {
                 let send_cq = f.create_cq(cfg.cqes)?;
@@ -212,8 +240,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
         let mut node_ctx = ctx;
         let mut peers = Vec::with_capacity(ranks);
         let mut by_endpoint = vec![usize::MAX; EPS];
-        for peer in 0..ranks {
-            if peer == rank {
+        for (peer, &want) in wanted.iter().enumerate() {
+            if !want {
                 peers.push(None);
                 continue;
             }
@@ -238,31 +266,44 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
         })
     }
 
-    /// This rank's records, one per rank (`records[p]` is for rank `p`).
+    /// This node's records, one per rank (`records[p]` is for rank `p`; zeroed for ranks
+    /// this node has no endpoint to).
     pub fn records(&self) -> Result<Vec<PeerRecord>> {
-        self.peers
-            .iter()
-            .enumerate()
-            .map(|(peer, p)| {
-                let Some((id, objs)) = p else {
-                    return Ok(PeerRecord::new_zeroed());
-                };
-                let info = self
-                    .ctx
-                    .local_info(*id)
-                    .map_err(rpc_err("local_info", Some(peer)))?;
-                let qp = match (objs, &self.fabric) {
-                    (EndpointObjects::Sim { qp, .. }, Fabric::Sim(f)) => f.endpoint(qp),
-                    (EndpointObjects::Verbs { qp, .. }, _) => qp.endpoint(),
-                    (EndpointObjects::Sim { .. }, _) => unreachable!("sim QP on a sim fabric"),
-                };
-                Ok(PeerRecord {
-                    qp,
-                    info: info.to_bytes(),
-                    present: 1,
-                })
-            })
-            .collect()
+        let mut out = vec![PeerRecord::new_zeroed(); self.peers.len()];
+        self.fill_records(&mut out)?;
+        Ok(out)
+    }
+
+    /// Writes this node's record for each of its peers into `table[peer]`, leaving the
+    /// other entries alone, so the nodes of one rank build one table for the all-to-all.
+    pub fn fill_records(&self, table: &mut [PeerRecord]) -> Result<()> {
+        if table.len() != self.peers.len() {
+            return Err(Error::RpcConfig {
+                reason: format!(
+                    "a record table of {} entries for {} ranks",
+                    table.len(),
+                    self.peers.len()
+                ),
+            });
+        }
+        for (peer, p) in self.peers.iter().enumerate() {
+            let Some((id, objs)) = p else { continue };
+            let info = self
+                .ctx
+                .local_info(*id)
+                .map_err(rpc_err("local_info", Some(peer)))?;
+            let qp = match (objs, &*self.fabric) {
+                (EndpointObjects::Sim { qp, .. }, Fabric::Sim(f)) => f.endpoint(qp),
+                (EndpointObjects::Verbs { qp, .. }, _) => qp.endpoint(),
+                (EndpointObjects::Sim { .. }, _) => unreachable!("sim QP on a sim fabric"),
+            };
+            table[peer] = PeerRecord {
+                qp,
+                info: info.to_bytes(),
+                present: 1,
+            };
+        }
+        Ok(())
     }
 
     /// Brings every endpoint up from what the peers sent (`received[p]` from rank `p`).
@@ -284,7 +325,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
                 });
             }
             let info = EndpointInfo::from_bytes(&rec.info);
-            match (objs, &self.fabric) {
+            match (objs, &*self.fabric) {
                 (EndpointObjects::Sim { qp, .. }, Fabric::Sim(f)) => f.connect(qp, &rec.qp)?,
                 (EndpointObjects::Verbs { qp, .. }, _) => {
                     qp.connect(&rec.qp, &verbs::ConnectOptions::default())?
@@ -313,6 +354,41 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
         self.peers.get(peer)?.as_ref().map(|(id, _)| *id)
     }
 
+    /// Polls until a poll defers no flush, so every reply and call written so far has
+    /// been posted (responses that arrive meanwhile go to `on_response`). For the end of
+    /// a run: a peer must not wait for a reply that sits unposted in our send ring while
+    /// this rank waits in a barrier. Gives up with an error at `deadline`.
+    pub fn flush_all(
+        &mut self,
+        deadline: std::time::Instant,
+        mut on_response: impl FnMut(U, std::result::Result<&[u8], copyrpc_core::copyrpc::Error>),
+    ) -> Result<()> {
+        loop {
+            let deferred = self.ctx.stats().flushes_deferred;
+            self.ctx.poll(&mut on_response);
+            if self.ctx.stats().flushes_deferred == deferred {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::RpcConfig {
+                    reason: format!(
+                        "rank {}: send queues still full at the deadline; replies could not be posted",
+                        self.rank
+                    ),
+                });
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// The ranks this node has endpoints to.
+    pub fn peers(&self) -> impl Iterator<Item = usize> + '_ {
+        self.peers
+            .iter()
+            .enumerate()
+            .filter_map(|(p, e)| e.as_ref().map(|_| p))
+    }
+
     /// The rank an endpoint leads to.
     pub fn peer_of(&self, id: EndpointId) -> Option<usize> {
         self.by_endpoint
@@ -329,6 +405,12 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
     /// The fabric (for the sim engine's trace and faults).
     pub fn fabric(&self) -> &Fabric {
         &self.fabric
+    }
+
+    /// A context of this node and its endpoint map, as separate borrows (so a response
+    /// callback can look up peers while the context polls).
+    pub fn split(&mut self) -> (&mut Context<U, EPS, CALLS, REQS>, &[usize]) {
+        (&mut self.ctx, &self.by_endpoint)
     }
 
     /// This rank.
