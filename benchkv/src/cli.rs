@@ -16,7 +16,12 @@ use clap::{Parser, ValueEnum};
 /// Results: requests/s per run for every rank and in total, latency p50/p99/p99.9, and
 /// the drain count (every issued request answered).
 #[derive(Debug, Parser)]
-#[command(name = "benchkv", version, max_term_width = 100)]
+#[command(
+    name = "benchkv",
+    version,
+    max_term_width = 100,
+    args_override_self = true
+)]
 pub struct Cli {
     /// How remote requests leave a rank: `delegation` (clients write the shared MPSC ring
     /// of daemon#0) or `meta` (clients → ipc → daemon → Flux → the daemon holding the

@@ -50,7 +50,11 @@ fn main() -> ExitCode {
     };
     let out = match orchestrate::run(&cfg) {
         Ok(o) => o,
-        Err(e) => {
+        Err(orchestrate::Fail::Usage(e)) => {
+            eprintln!("benchkv: error: {e}");
+            return ExitCode::from(2);
+        }
+        Err(orchestrate::Fail::Setup(e)) => {
             eprintln!("benchkv: error: {e}");
             return ExitCode::from(1);
         }

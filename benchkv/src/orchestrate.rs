@@ -61,6 +61,22 @@ pub struct Outcome {
     pub errors: Vec<String>,
 }
 
+/// Why a run did not happen.
+#[derive(Debug)]
+pub enum Fail {
+    /// The flags ask for something this rank cannot do (too few cores for `--pin on`, a
+    /// fabric that is absent, a rank count the build cannot serve): a usage error.
+    Usage(String),
+    /// Set-up went wrong (a shared-memory region, MPI).
+    Setup(String),
+}
+
+impl From<String> for Fail {
+    fn from(s: String) -> Self {
+        Self::Setup(s)
+    }
+}
+
 /// The fabric `--fabric`/`--device` resolve to, in words. It is opened only by a
 /// transport that needs it; asking for `verbs` without a device is refused here already.
 fn resolve_fabric(cfg: &Config) -> Result<String, String> {
@@ -90,24 +106,25 @@ fn resolve_fabric(cfg: &Config) -> Result<String, String> {
 }
 
 /// Runs the benchmark on this rank. Errors are set-up failures, one sentence each.
-pub fn run(cfg: &Config) -> Result<Outcome, String> {
+pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     let cluster = Cluster::from_env()?;
     let (rank, size) = (cluster.rank(), cluster.size());
     if cfg.loopback_ranks > 1 && size > 1 {
-        return Err(format!(
+        return Err(Fail::Usage(format!(
             "--loopback-ranks stands in for other ranks inside one process; it cannot be \
              combined with {size} MPI ranks"
-        ));
+        )));
     }
     let ranks = cfg.ranks(size);
-    let fabric = resolve_fabric(cfg)?;
-    let mut remotes = remote::connect(cfg, size, rank)?;
+    let fabric = resolve_fabric(cfg).map_err(Fail::Usage)?;
+    let mut remotes = remote::connect(cfg, size, rank).map_err(Fail::Usage)?;
 
     // Step 1.
     let cores = affinity::usable_cores().map_err(|e| format!("usable cores: {e}"))?;
     let (local_rank, local_size) = cluster.local();
     let threads = cfg.daemons + cfg.clients;
-    let pins = plan_pinning(cfg.pin, threads, &cores, local_rank, local_size)?;
+    let pins =
+        plan_pinning(cfg.pin, threads, &cores, local_rank, local_size).map_err(Fail::Usage)?;
 
     // Step 2.
     let spec = cfg.pattern_spec(ranks);

@@ -1,0 +1,174 @@
+//! The real inter-rank transport: a copyrpc context over the fabric's queues
+//! ([`copyrpc_host::rpc::RpcNode`]), one per daemon that holds endpoints, with an
+//! endpoint to each remote rank that daemon serves.
+//!
+//! Requests and responses travel as their `#[repr(C)]` bytes (24 and 16 bytes): a call
+//! reserves exactly a response's size. A peer's bytes are decoded with zerocopy, so a
+//! malformed message is a `BadOp` answer or an `Unreachable` result, never undefined
+//! behaviour. A call whose endpoint fails completes through `poll` with
+//! `Status::Unreachable` (copyrpc hands every pending call back exactly once), so the
+//! client that issued it is answered and the drain count stays exact.
+
+use std::sync::Arc;
+
+use copyrpc_core::copyrpc::{Error as RpcError, RecvHandle};
+use copyrpc_host::exchange::Collectives;
+use copyrpc_host::fabric::Fabric;
+use copyrpc_host::rpc::{PeerRecord, RpcConfig, RpcNode};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use super::SendError;
+use crate::msg::{Request, Response, Status};
+
+/// Endpoints per context: remote ranks one daemon serves.
+pub const EPS: usize = 64;
+/// Calls in flight per context, over all its endpoints.
+pub const CALLS: usize = 4096;
+/// Requests held per endpoint: ring bytes / 32 for rings up to 16 KiB.
+pub const REQS: usize = 512;
+/// Ring bytes per endpoint and direction.
+pub const RING_BYTES: usize = REQS * 32;
+
+/// A daemon's copyrpc endpoints.
+#[derive(Debug)]
+pub struct CopyrpcRemote {
+    node: RpcNode<u64, EPS, CALLS, REQS>,
+}
+
+/// A request received over copyrpc, answered once through [`CopyrpcRemote::reply`].
+#[derive(Debug)]
+pub struct CopyrpcIncoming {
+    handle: RecvHandle,
+}
+
+fn busy(e: RpcError) -> bool {
+    matches!(
+        e,
+        RpcError::RingFull | RpcError::InsufficientCredit | RpcError::TooManyCalls | RpcError::SqFull
+    )
+}
+
+impl CopyrpcRemote {
+    /// See [`super::Remote::call`].
+    pub fn call(&mut self, rank: u32, req: &Request, token: u64) -> Result<(), SendError> {
+        let Some(ep) = self.node.endpoint(rank as usize) else {
+            return Err(SendError::Failed(format!(
+                "no copyrpc endpoint to rank {rank} in this daemon"
+            )));
+        };
+        let allowance = std::mem::size_of::<Response>() as u32;
+        match self
+            .node
+            .ctx()
+            .call_with_allowance(ep, req.as_bytes(), allowance, token)
+        {
+            Ok(_) => Ok(()),
+            Err(e) if busy(e.error) => Err(SendError::Busy),
+            Err(e) => Err(SendError::Failed(format!("copyrpc call to rank {rank}: {}", e.error))),
+        }
+    }
+
+    /// See [`super::Remote::poll`].
+    pub fn poll(&mut self, on_response: &mut dyn FnMut(u64, Response)) -> usize {
+        self.node.ctx().poll(|token, r| {
+            let resp = match r {
+                Ok(bytes) => Response::read_from_bytes(bytes)
+                    .unwrap_or_else(|_| Response::new(Status::Unreachable, 0)),
+                Err(_) => Response::new(Status::Unreachable, 0),
+            };
+            on_response(token, resp);
+        })
+    }
+
+    /// See [`super::Remote::recv`]. A request whose bytes are not a `Request` is handed
+    /// out as one with an unknown op, which the owner answers with `BadOp`.
+    pub fn recv(&mut self) -> Option<(CopyrpcIncoming, Request)> {
+        let ctx = self.node.ctx();
+        let handle = ctx.recv()?;
+        let req = Request::read_from_bytes(handle.data(ctx)).unwrap_or_else(|_| {
+            let mut bad = Request::new_zeroed();
+            bad.op = u32::MAX;
+            bad
+        });
+        Some((CopyrpcIncoming { handle }, req))
+    }
+
+    /// See [`super::Remote::reply`]. copyrpc replies never wait for room (the caller's
+    /// credit reserved it); if the request's endpoint has failed meanwhile, there is
+    /// nobody to answer and the reply is dropped with the endpoint.
+    pub fn reply(
+        &mut self,
+        incoming: CopyrpcIncoming,
+        resp: &Response,
+    ) -> Result<(), (CopyrpcIncoming, SendError)> {
+        match incoming.handle.reply(self.node.ctx(), resp.as_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) => match e.handle {
+                None => Ok(()),
+                Some(handle) => Err((
+                    CopyrpcIncoming { handle },
+                    SendError::Failed(format!("copyrpc reply: {}", e.error)),
+                )),
+            },
+        }
+    }
+
+    /// Posts every written reply before the run tears down.
+    pub fn finish(&mut self, deadline: std::time::Instant) -> Result<(), String> {
+        self.node
+            .flush_all(deadline, |_, _| {})
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Builds the copyrpc transports of this rank: for each daemon, a context with an
+/// endpoint to every remote rank in `peers_of[daemon]` (empty: `None`), all on one
+/// fabric, brought up with one all-to-all of endpoint records and a barrier.
+pub fn connect_all(
+    fabric: Fabric,
+    x: &impl Collectives,
+    peers_of: &[Vec<usize>],
+) -> Result<Vec<Option<CopyrpcRemote>>, String> {
+    let (rank, ranks) = (x.rank(), x.size());
+    let fabric = Arc::new(fabric);
+    let cfg = RpcConfig::for_ring(RING_BYTES);
+    // A context's tables are inline (EPS x REQS request entries, CALLS pending calls)
+    // and built on the stack before they are boxed: build them on a thread with a stack
+    // sized for that, not on whatever thread called us. MPI stays on this thread.
+    let build = || -> Result<Vec<Option<RpcNode<u64, EPS, CALLS, REQS>>>, String> {
+        let mut nodes = Vec::with_capacity(peers_of.len());
+        for peers in peers_of {
+            nodes.push(if peers.is_empty() {
+                None
+            } else {
+                Some(
+                    RpcNode::for_peers(Arc::clone(&fabric), rank, ranks, peers, &cfg)
+                        .map_err(|e| e.to_string())?,
+                )
+            });
+        }
+        Ok(nodes)
+    };
+    let mut nodes = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("copyrpc-setup".into())
+            .stack_size(64 << 20)
+            .spawn_scoped(s, build)
+            .map_err(|e| format!("spawning the copyrpc setup thread: {e}"))?
+            .join()
+            .map_err(|_| "the copyrpc setup thread panicked".to_string())?
+    })?;
+    let mut table = vec![PeerRecord::new_zeroed(); ranks];
+    for n in nodes.iter().flatten() {
+        n.fill_records(&mut table).map_err(|e| e.to_string())?;
+    }
+    let got = x.all_to_all(&table).map_err(|e| e.to_string())?;
+    for n in nodes.iter_mut().flatten() {
+        n.connect(&got).map_err(|e| e.to_string())?;
+    }
+    x.barrier().map_err(|e| e.to_string())?;
+    Ok(nodes
+        .into_iter()
+        .map(|n| n.map(|node| CopyrpcRemote { node }))
+        .collect())
+}

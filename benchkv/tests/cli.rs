@@ -1,0 +1,356 @@
+//! The built binary, end to end: one-rank runs of both backends with `--verify`, the
+//! loopback's remote paths, tiny queues (back-pressure), the JSON and CSV formats, and
+//! refusals of bad flags.
+//!
+//! Every run uses `--pin off` (tests run in parallel, and pinned threads of several
+//! processes would share cores) and a small key space (the preload is not what is
+//! tested).
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn benchkv(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_benchkv"))
+        .args(["--pin", "off", "--keys", "4096"])
+        .args(args)
+        .output()
+        .expect("benchkv runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs with `--output json` and returns the parsed lines; the run must succeed.
+fn json_run(args: &[&str]) -> Vec<Value> {
+    let mut a = vec!["--output", "json"];
+    a.extend_from_slice(args);
+    let out = benchkv(&a);
+    assert!(
+        out.status.success(),
+        "benchkv {args:?} failed ({}):\n{}\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+fn of_type<'a>(lines: &'a [Value], t: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["type"] == t).collect()
+}
+
+/// The summary says every issued request was answered and every answer checked right.
+fn assert_drained_and_verified(lines: &[Value]) -> &Value {
+    let s = of_type(lines, "summary");
+    assert_eq!(s.len(), 1, "one summary line");
+    let s = s[0];
+    let issued = s["issued"].as_u64().unwrap();
+    assert!(issued > 0, "nothing issued: {s}");
+    assert_eq!(s["completed"].as_u64(), Some(issued), "drain: {s}");
+    assert_eq!(s["undrained"], 0);
+    assert_eq!(s["drained"], true);
+    assert_eq!(
+        s["verify_checked"].as_u64(),
+        Some(issued),
+        "every answer checked: {s}"
+    );
+    assert_eq!(s["verify_failures"], 0);
+    assert_eq!(s["reply_failures"], 0);
+    assert_eq!(s["pending_at_stop"], 0);
+    s
+}
+
+fn metric_sum(lines: &[Value], field: &str) -> u64 {
+    of_type(lines, "metrics")
+        .iter()
+        .map(|m| m[field].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn one_rank_delegation_verifies_and_drains() {
+    let l = json_run(&["--backend", "delegation", "--verify", "--duration", "700ms"]);
+    assert_drained_and_verified(&l);
+    let run = of_type(&l, "run")[0];
+    assert!(run["total_rps"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn one_rank_meta_verifies_and_drains() {
+    let l = json_run(&[
+        "--backend",
+        "meta",
+        "--verify",
+        "--duration",
+        "700ms",
+        "-K",
+        "2",
+    ]);
+    assert_drained_and_verified(&l);
+}
+
+#[test]
+fn loopback_ranks_take_the_remote_paths_of_both_backends() {
+    for backend in ["delegation", "meta"] {
+        let l = json_run(&[
+            "--backend",
+            backend,
+            "--verify",
+            "--duration",
+            "600ms",
+            "--loopback-ranks",
+            "3",
+            "-K",
+            "2",
+            "-C",
+            "2",
+            "--metrics",
+            "--zipf-theta",
+            "1.1",
+            "--distribution",
+            "zipf",
+        ]);
+        assert_drained_and_verified(&l);
+        assert!(
+            metric_sum(&l, "remote_calls") > 0,
+            "{backend}: no remote call"
+        );
+        assert!(
+            metric_sum(&l, "forwarded") > 0,
+            "{backend}: nothing over Flux"
+        );
+        let cqe: u64 = of_type(&l, "metrics")
+            .iter()
+            .map(|m| {
+                m["cqe_batches"]["1"].as_u64().unwrap() + m["cqe_batches"]["2-10"].as_u64().unwrap()
+            })
+            .sum();
+        assert!(cqe > 0, "{backend}: the transport never completed anything");
+    }
+}
+
+#[test]
+fn tiny_queues_park_and_still_answer_every_request() {
+    for backend in ["delegation", "meta"] {
+        let l = json_run(&[
+            "--backend",
+            backend,
+            "--verify",
+            "--duration",
+            "600ms",
+            "--loopback-ranks",
+            "2",
+            "-K",
+            "2",
+            "-C",
+            "4",
+            "--ring-size",
+            "2",
+            "--queue-depth",
+            "1",
+            "--metrics",
+        ]);
+        assert_drained_and_verified(&l);
+        let parked = metric_sum(&l, "remote_busy") + metric_sum(&l, "flux_full");
+        assert!(
+            parked > 0,
+            "{backend}: queues of 2 never filled, back-pressure untested"
+        );
+    }
+}
+
+#[test]
+fn json_lines_follow_the_schema() {
+    let l = json_run(&[
+        "--duration",
+        "300ms",
+        "--runs",
+        "2",
+        "--metrics",
+        "-K",
+        "2",
+        "--verify",
+    ]);
+    assert_eq!(l[0]["type"], "setup", "setup first");
+    let setup = &l[0];
+    for (k, check) in [
+        ("backend", Value::is_string as fn(&Value) -> bool),
+        ("mpi_ranks", Value::is_u64),
+        ("ranks", Value::is_u64),
+        ("daemons", Value::is_u64),
+        ("clients", Value::is_u64),
+        ("queue_depth", Value::is_u64),
+        ("duration_s", Value::is_f64),
+        ("runs", Value::is_u64),
+        ("keys", Value::is_u64),
+        ("distribution", Value::is_string),
+        ("read_ratio", Value::is_f64),
+        ("ring_size", Value::is_u64),
+        ("seed", Value::is_u64),
+        ("verify", Value::is_boolean),
+        ("fabric", Value::is_string),
+        ("pinned", Value::is_boolean),
+    ] {
+        assert!(check(&setup[k]), "setup.{k} = {}", setup[k]);
+    }
+    let runs = of_type(&l, "run");
+    assert_eq!(runs.len(), 2);
+    for (i, r) in runs.iter().enumerate() {
+        assert_eq!(r["run"].as_u64(), Some(i as u64 + 1));
+        assert!(r["requests"].is_u64() && r["seconds"].is_f64() && r["total_rps"].is_f64());
+        for p in ["p50_ns", "p99_ns", "p999_ns"] {
+            assert!(r[p].is_u64(), "run.{p} = {}", r[p]);
+        }
+        assert!(r["p50_ns"].as_u64() <= r["p99_ns"].as_u64());
+        assert!(r["p99_ns"].as_u64() <= r["p999_ns"].as_u64());
+        let per_rank = r["per_rank"].as_array().unwrap();
+        assert_eq!(per_rank.len(), 1);
+        assert_eq!(per_rank[0]["rank"], 0);
+        assert!(per_rank[0]["rps"].is_f64() && per_rank[0]["requests"].is_u64());
+        let sum: u64 = per_rank
+            .iter()
+            .map(|x| x["requests"].as_u64().unwrap())
+            .sum();
+        assert_eq!(r["requests"].as_u64(), Some(sum), "total = sum over ranks");
+    }
+    let s = assert_drained_and_verified(&l);
+    assert!(s["per_rank"].as_array().unwrap()[0]["issued"].is_u64());
+    let m = of_type(&l, "metrics");
+    assert_eq!(m.len(), 2, "one metrics line per daemon");
+    for x in m {
+        for k in [
+            "rank",
+            "daemon",
+            "loops",
+            "idle_loops",
+            "served",
+            "outstanding_max",
+        ] {
+            assert!(x[k].is_u64(), "metrics.{k} = {}", x[k]);
+        }
+        assert!(x["outstanding_mean"].is_f64());
+        let cqe = x["cqe_batches"].as_object().unwrap();
+        let keys: Vec<&str> = cqe.keys().map(String::as_str).collect();
+        for b in ["0", "1", "2-10", "11-100", ">100"] {
+            assert!(keys.contains(&b), "cqe bucket {b} missing: {keys:?}");
+        }
+        assert!(x["loops"].as_u64().unwrap() >= x["idle_loops"].as_u64().unwrap());
+    }
+    assert_eq!(l.len(), 1 + 2 + 1 + 2, "no other lines");
+}
+
+#[test]
+fn csv_has_a_header_and_a_row_per_rank_and_total() {
+    let out = benchkv(&["--output", "csv", "--duration", "300ms", "--runs", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    let rows: Vec<Vec<&str>> = s.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(
+        rows[0],
+        ["run", "rank", "requests", "seconds", "rps", "p50_ns", "p99_ns", "p999_ns"]
+    );
+    assert_eq!(rows.len(), 1 + 2 * 2);
+    assert_eq!(rows[2][..2], ["1", "total"]);
+    assert_eq!(rows[4][..2], ["2", "total"]);
+    for r in &rows[1..] {
+        assert_eq!(r.len(), 8);
+        assert!(r[2].parse::<u64>().unwrap() > 0);
+    }
+    assert!(text(&out.stderr).contains("drain:"), "summary on stderr");
+}
+
+#[test]
+fn table_reports_the_drain_and_the_verify_count() {
+    let out = benchkv(&["--duration", "300ms", "--verify", "-C", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("(every request answered)"), "{s}");
+    assert!(s.contains(", 0 wrong"), "{s}");
+    assert!(s.contains("req/s"), "{s}");
+}
+
+#[test]
+fn long_runs_print_progress_each_second() {
+    let out = benchkv(&["--duration", "3.3s", "--output", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let progress = text(&out.stderr)
+        .lines()
+        .filter(|l| l.contains("run 1/1") && l.contains("Mreq/s"))
+        .count();
+    // One per whole second still inside the run: 3, or 2 if a sleep overshot.
+    assert!(
+        (2..=3).contains(&progress),
+        "one line per second: {}",
+        text(&out.stderr)
+    );
+    // stdout stays machine-readable.
+    for l in text(&out.stdout).lines() {
+        serde_json::from_str::<Value>(l).unwrap();
+    }
+}
+
+#[test]
+fn bad_flags_and_impossible_combinations_are_clear_errors() {
+    for (args, needle) in [
+        (&["--backend", "rdma"][..], "--backend"),
+        (&["--no-such-flag"], "--no-such-flag"),
+        (&["--daemons", "0"], "--daemons"),
+        (&["--queue-depth", "x"], "--queue-depth"),
+        (&["--duration", "0"], "duration"),
+        (&["--ring-size", "3"], "--ring-size"),
+        (&["--read-ratio", "2"], "--read-ratio"),
+        (&["--zipf-theta", "0.9"], "--zipf-theta"),
+        (&["--poll-budget", "adaptive"], "adaptive"),
+        (&["--poll-budget", "0"], "poll budget"),
+        (&["--fabric", "sim", "--device", "mlx5_0"], "--device"),
+        (&["--pin", "on", "-C", "1000"], "--pin on"),
+        (&["--fabric", "nope"], "--fabric"),
+    ] {
+        let out = benchkv(args);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: usage errors exit 2: {err}"
+        );
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    }
+}
+
+#[test]
+fn help_lists_every_flag() {
+    let out = benchkv(&["--help"]);
+    assert!(out.status.success());
+    let h = text(&out.stdout);
+    for f in [
+        "--backend",
+        "--fabric",
+        "--device",
+        "--daemons",
+        "--clients",
+        "--queue-depth",
+        "--duration",
+        "--runs",
+        "--keys",
+        "--distribution",
+        "--zipf-theta",
+        "--read-ratio",
+        "--ring-size",
+        "--poll-budget",
+        "--metrics",
+        "--output",
+        "--verify",
+        "--seed",
+        "--pin",
+        "--loopback-ranks",
+    ] {
+        assert!(h.contains(f), "--help lacks {f}");
+    }
+}
