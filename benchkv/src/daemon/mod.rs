@@ -453,3 +453,6 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         n
     }
 }
+
+#[cfg(test)]
+mod tests;
