@@ -108,6 +108,11 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = PinArg::Auto)]
     pub pin: PinArg,
 
+    /// Also write an SVG plot to FILE: requests/s per run (stacked by rank) and, with
+    /// --metrics, the CQE-batch histogram.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<std::path::PathBuf>,
+
     /// Testing aid: pretend there are N ranks inside this one process. Requests for the
     /// N - 1 pretend ranks take the full remote path through an in-process loopback
     /// transport standing in for copyrpc (only without mpirun).

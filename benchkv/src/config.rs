@@ -81,6 +81,8 @@ pub struct Config {
     pub pattern_len: usize,
     /// `--drain-timeout`.
     pub drain_timeout: Duration,
+    /// `--plot`.
+    pub plot: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -178,6 +180,7 @@ impl Config {
             loopback_ranks: cli.loopback_ranks,
             pattern_len: cli.pattern_len,
             drain_timeout: cli.drain_timeout,
+            plot: cli.plot.clone(),
         })
     }
 

@@ -13,7 +13,7 @@
 //! | [`client`] | the closed-loop client thread |
 //! | [`cluster`] | MPI ranks or a single rank |
 //! | [`orchestrate`] | seed §9: set-up, runs, stop, drain, gather |
-//! | [`histogram`], [`metrics`], [`report`], [`output`] | results and their formats |
+//! | [`histogram`], [`metrics`], [`report`], [`output`], [`plot`] | results and their formats |
 
 mod cli;
 mod client;
@@ -26,6 +26,7 @@ mod msg;
 mod orchestrate;
 mod output;
 mod pending;
+mod plot;
 mod remote;
 mod report;
 mod store;
@@ -80,6 +81,12 @@ fn main() -> ExitCode {
             }
         };
         print!("{text}");
+        if let Some(path) = &cfg.plot {
+            if let Err(e) = std::fs::write(path, plot::svg(&out.report)) {
+                eprintln!("benchkv: error: --plot {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        }
         for p in &problems {
             eprintln!("benchkv: FAILED: {p}");
         }

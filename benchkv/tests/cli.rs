@@ -350,7 +350,45 @@ fn help_lists_every_flag() {
         "--seed",
         "--pin",
         "--loopback-ranks",
+        "--plot",
     ] {
         assert!(h.contains(f), "--help lacks {f}");
     }
+}
+
+#[test]
+fn plot_writes_an_svg_with_both_charts() {
+    let path = std::env::temp_dir().join(format!("benchkv-plot-{}.svg", std::process::id()));
+    let p = path.to_str().unwrap();
+    let out = benchkv(&[
+        "--duration",
+        "200ms",
+        "--runs",
+        "2",
+        "--metrics",
+        "--loopback-ranks",
+        "2",
+        "--plot",
+        p,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("run 2") && svg.contains("CQE batch"), "{svg}");
+}
+
+#[test]
+fn verbs_without_a_device_is_a_usage_error() {
+    if std::path::Path::new("/sys/class/infiniband").exists() {
+        // A machine with RDMA devices: `verbs` may be valid here; nothing to refuse.
+        return;
+    }
+    let out = benchkv(&["--fabric", "verbs", "--duration", "100ms"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--fabric verbs") && err.contains("--fabric sim"),
+        "{err}"
+    );
 }
