@@ -11,7 +11,7 @@
 //! issues nothing more and polls until every outstanding request is answered (the
 //! drain), or until the drain timeout, when what is left is reported as undrained.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -87,6 +87,9 @@ pub struct ClientSetup<'a> {
     pub ipc_names: &'a [String],
     /// The delegation ring (`delegation` only).
     pub deleg_name: Option<&'a str>,
+    /// Places left in the delegation ring when it is smaller than every client's depth
+    /// together (`None`: it is not, and cannot fill). See [`take_ring_credit`].
+    pub ring_credits: Option<&'a AtomicI64>,
     /// Live counters.
     pub counters: &'a Counters,
     /// Shared flags.
@@ -144,6 +147,32 @@ impl Tally {
                 self.first_failure.get_or_insert(why);
             }
         }
+    }
+}
+
+/// Takes a place in the delegation ring, or says there is none. The core's `call` waits
+/// (spinning) for room in a full ring; with more threads than cores that spin holds a
+/// core daemon#0 needs to empty the ring. Counting places keeps the client in its loop
+/// instead, polling and yielding. Only used when the ring is smaller than the clients'
+/// depths together: otherwise it can never fill, and the count would only add a shared
+/// cache line to the path being measured.
+fn take_ring_credit(credits: Option<&AtomicI64>) -> bool {
+    let Some(c) = credits else {
+        return true;
+    };
+    // Relaxed: a counter; the ring's own protocol orders the request and its slot.
+    if c.fetch_sub(1, Ordering::Relaxed) > 0 {
+        return true;
+    }
+    c.fetch_add(1, Ordering::Relaxed);
+    false
+}
+
+/// Gives back `n` places (answers received, or a call that did not go out).
+fn return_ring_credits(credits: Option<&AtomicI64>, n: usize) {
+    if let (Some(c), true) = (credits, n > 0) {
+        // Relaxed: as in take_ring_credit.
+        c.fetch_add(n as i64, Ordering::Relaxed);
     }
 }
 
@@ -243,12 +272,16 @@ pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> 
                 };
                 let remote = e.rank != s.my_rank;
                 let sent = match (&mut deleg, remote && s.backend == Backend::Delegation) {
+                    (Some(_), true) if !take_ring_credit(s.ring_credits) => false,
                     (Some(d), true) => match d.call(&req) {
                         Ok(slot) => {
                             deleg_slots[slot as usize] = f;
                             true
                         }
-                        Err(CallError::NoResponseSlot | CallError::Abandoned) => false,
+                        Err(CallError::NoResponseSlot | CallError::Abandoned) => {
+                            return_ring_credits(s.ring_credits, 1);
+                            false
+                        }
                         Err(CallError::ServerDisconnected) => {
                             return Err(format!("delegation ring {}: server gone", d.name()))
                         }
@@ -283,7 +316,10 @@ pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> 
             n += c.poll(|f, resp| tally.complete(&f, resp, t, run));
         }
         if let Some(d) = deleg.as_mut() {
-            n += d.poll(|slot, resp| tally.complete(&deleg_slots[slot as usize], resp, t, run));
+            let got =
+                d.poll(|slot, resp| tally.complete(&deleg_slots[slot as usize], resp, t, run));
+            return_ring_credits(s.ring_credits, got);
+            n += got;
         }
         if n > 0 {
             // Relaxed: a statistic.

@@ -20,7 +20,7 @@
 //!   still waits on us) the daemons stop;
 //! - 14: join, and gather runs, latency histograms, totals and metrics from every rank.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -183,6 +183,9 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         .map_err(|e| format!("Flux mesh: {e}"))?;
 
     let control = Control::default();
+    let ring_credits = AtomicI64::new(i64::from(cfg.ring_size));
+    let ring_can_fill =
+        (cfg.clients as u64) * u64::from(cfg.queue_depth) > u64::from(cfg.ring_size);
     let counters: Vec<Counters> = (0..cfg.clients).map(|_| Counters::default()).collect();
     let ready = Barrier::new(threads + 1);
     let pinned = pins.is_some();
@@ -279,6 +282,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
                     pattern,
                     ipc_names: &ipc_names,
                     deleg_name: (cfg.backend == Backend::Delegation).then_some(deleg_name.as_str()),
+                    ring_credits: ring_can_fill.then_some(&ring_credits),
                     counters: &counters[c],
                     control: &control,
                 };
