@@ -49,7 +49,26 @@ impl RingMem {
     /// Copies `src` to ring offset `off`, continuing at offset 0 past the end.
     ///
     /// Panics if `src` is longer than the ring (callers size-check before writing).
+    #[inline]
     pub(crate) fn write(&mut self, off: usize, src: &[u8]) {
+        assert!(src.len() <= self.len, "write larger than the ring");
+        let off = off & (self.len - 1);
+        if src.len() <= self.len - off {
+            // SAFETY: `off + src.len() <= len`, so the destination lies inside the ring
+            // (valid for writes per `new`); `src` is not ring memory (no Rust reference
+            // to ring memory exists, `new` contract).
+            unsafe {
+                ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), src.len())
+            };
+            return;
+        }
+        self.write_wrapping(off, src);
+    }
+
+    /// [`write`](Self::write) across the end of the ring; the caller checked
+    /// `src.len() <= len` and reduced `off` below `len`.
+    #[cold]
+    fn write_wrapping(&mut self, off: usize, src: &[u8]) {
         assert!(src.len() <= self.len, "write larger than the ring");
         let off = off & (self.len - 1);
         let first = src.len().min(self.len - off);
@@ -69,7 +88,25 @@ impl RingMem {
     /// Copies from ring offset `off` into `dst`, continuing at offset 0 past the end.
     ///
     /// Panics if `dst` is longer than the ring.
+    #[inline]
     pub(crate) fn read(&self, off: usize, dst: &mut [u8]) {
+        assert!(dst.len() <= self.len, "read larger than the ring");
+        let off = off & (self.len - 1);
+        if dst.len() <= self.len - off {
+            // SAFETY: `off + dst.len() <= len`, so the source lies inside the ring (valid
+            // for reads per `new`); `dst` is a Rust reference, so it is not ring memory.
+            unsafe {
+                ptr::copy_nonoverlapping(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+            };
+            return;
+        }
+        self.read_wrapping(off, dst);
+    }
+
+    /// [`read`](Self::read) across the end of the ring; the caller checked
+    /// `dst.len() <= len`.
+    #[cold]
+    fn read_wrapping(&self, off: usize, dst: &mut [u8]) {
         assert!(dst.len() <= self.len, "read larger than the ring");
         let off = off & (self.len - 1);
         let first = dst.len().min(self.len - off);
@@ -86,6 +123,7 @@ impl RingMem {
     }
 
     /// Reads `N` bytes at `off` (wrapping).
+    #[inline]
     pub(crate) fn read_array<const N: usize>(&self, off: usize) -> [u8; N] {
         let mut a = [0u8; N];
         self.read(off, &mut a);

@@ -136,6 +136,7 @@ impl<'sq> SqBatch<'sq> {
     }
 
     /// WQEBBs free for posting now.
+    #[inline]
     pub const fn free_bbs(&self) -> u32 {
         self.sq.free_bbs()
     }
@@ -143,6 +144,7 @@ impl<'sq> SqBatch<'sq> {
     /// Rings one doorbell for every WQE of the batch (nothing if it is empty). With
     /// exactly one WQE that fits a BlueFlame buffer, the WQE is copied to the BlueFlame
     /// register; otherwise the 8-byte doorbell carries the last WQE's ctrl head.
+    #[inline]
     pub fn finish(mut self) {
         if let Some(last) = self.last.take() {
             self.sq.ring_doorbell(last, self.count);

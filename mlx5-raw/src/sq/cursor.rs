@@ -15,6 +15,7 @@ pub(super) struct WqeCursor<'r> {
 }
 
 impl<'r> WqeCursor<'r> {
+    #[inline]
     pub(super) fn new(ring: &'r mut RingMem, start: usize) -> Self {
         Self {
             ring,
@@ -25,12 +26,14 @@ impl<'r> WqeCursor<'r> {
 
     /// Appends bytes; crosses the end of the ring transparently (only inline payload can
     /// straddle it, because segment headers start 16-aligned in a 64-aligned ring).
+    #[inline]
     pub(super) fn put(&mut self, bytes: &[u8]) {
         self.ring.write(self.start + self.off, bytes);
         self.off += bytes.len();
     }
 
     /// Appends one 16-byte segment.
+    #[inline]
     pub(super) fn seg<T: IntoBytes + zerocopy::Immutable>(&mut self, seg: &T) {
         debug_assert_eq!(self.off % SEND_WQE_DS, 0, "segment not 16-aligned");
         debug_assert_eq!(size_of_val(seg), SEND_WQE_DS);
@@ -38,6 +41,7 @@ impl<'r> WqeCursor<'r> {
     }
 
     /// Zero-fills up to the next 16-byte boundary (the inline segment's padding).
+    #[inline]
     pub(super) fn pad16(&mut self) {
         let pad = self.off.next_multiple_of(SEND_WQE_DS) - self.off;
         self.put(&[0u8; SEND_WQE_DS][..pad]);

@@ -255,16 +255,19 @@ impl Sq {
     }
 
     /// The free-running producer counter in WQEBBs.
+    #[inline]
     pub const fn producer_counter(&self) -> u64 {
         self.pi
     }
 
     /// WQEBBs posted and not yet retired.
+    #[inline]
     pub const fn outstanding_bbs(&self) -> u32 {
         (self.pi - self.ci) as u32
     }
 
     /// WQEBBs free for posting.
+    #[inline]
     pub const fn free_bbs(&self) -> u32 {
         self.wqe_cnt - self.outstanding_bbs()
     }
