@@ -227,39 +227,32 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         response_allowance: u32,
         user_data: U,
     ) -> Result<u32, CallError<U>> {
-        let state = match self.ep(id) {
-            Ok(e) => e.d.state,
-            Err(error) => return Err(CallError { error, user_data }),
-        };
-        let error = match state {
-            EpState::Connected if self.pending.is_full() => Error::TooManyCalls,
-            EpState::Connected => {
-                let call_id = match self.pending.insert(id.0, user_data) {
-                    Ok(call_id) => call_id,
-                    Err(user_data) => {
-                        return Err(CallError {
-                            error: Error::TooManyCalls,
-                            user_data,
-                        })
-                    }
+        let e = match self.eps.get_mut(usize::from(id.0)) {
+            Some(Some(e)) if e.d.state == EpState::Connected => e,
+            other => {
+                let error = match other {
+                    Some(Some(e)) if e.d.state == EpState::Created => Error::NotConnected,
+                    Some(Some(_)) => Error::EndpointFailed,
+                    _ => Error::NoSuchEndpoint,
                 };
-                let Some(e) = self.eps[usize::from(id.0)].as_mut() else {
-                    unreachable!("checked above")
-                };
-                match e.d.write_call(call_id, payload, response_allowance) {
-                    Ok(()) => return Ok(call_id),
-                    Err(error) => {
-                        let Some(user_data) = self.pending.remove(id.0, call_id) else {
-                            unreachable!("inserted above")
-                        };
-                        return Err(CallError { error, user_data });
-                    }
-                }
+                return Err(CallError { error, user_data });
             }
-            EpState::Created => Error::NotConnected,
-            EpState::Failed { .. } => Error::EndpointFailed,
         };
-        Err(CallError { error, user_data })
+        // The id the call will get; taken only once the request is written, so a
+        // refused call leaves the table untouched.
+        let Some(call_id) = self.pending.free_id() else {
+            return Err(CallError {
+                error: Error::TooManyCalls,
+                user_data,
+            });
+        };
+        match e.d.write_call(call_id, payload, response_allowance) {
+            Ok(()) => {
+                self.pending.insert_at(call_id, id.0, user_data);
+                Ok(call_id)
+            }
+            Err(error) => Err(CallError { error, user_data }),
+        }
     }
 
     /// The oldest received request not yet handed out, across all endpoints, in

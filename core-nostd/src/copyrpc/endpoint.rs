@@ -166,26 +166,36 @@ impl<const REQS: usize> EpData<REQS> {
         Ok(())
     }
 
+    #[inline]
     pub(crate) fn in_flight(&self) -> u64 {
         self.consumer.in_flight(self.send.producer())
     }
 
+    #[inline]
     pub(crate) fn ring_off(&self, pos: u64) -> usize {
         self.send.size().offset(pos) as usize
     }
 
+    #[inline]
     fn queue_wrap(&mut self, wrap: Option<Wrap>) -> Result<(), Error> {
-        if let Some(w) = wrap {
-            for r in w.flushed.into_iter().chain(Some(w.marker)) {
-                // Unreachable while the invariant holds (see RANGES); failing the
-                // endpoint beats corrupting the stream if it ever did.
-                self.ranges.push(r).map_err(|_| Error::EndpointFailed)?;
-            }
+        match wrap {
+            None => Ok(()),
+            Some(w) => self.queue_wrap_ranges(w),
+        }
+    }
+
+    #[cold]
+    fn queue_wrap_ranges(&mut self, w: Wrap) -> Result<(), Error> {
+        for r in w.flushed.into_iter().chain(Some(w.marker)) {
+            // Unreachable while the invariant holds (see RANGES); failing the
+            // endpoint beats corrupting the stream if it ever did.
+            self.ranges.push(r).map_err(|_| Error::EndpointFailed)?;
         }
         Ok(())
     }
 
     /// Writes a request into the send ring, after every check that could refuse it.
+    #[inline]
     pub(crate) fn write_call(
         &mut self,
         call_id: u32,

@@ -66,23 +66,28 @@ impl Dma {
         })
     }
 
+    #[inline]
     pub(crate) const fn len(&self) -> usize {
         self.len
     }
 
+    #[inline]
     pub(crate) const fn lkey(&self) -> u32 {
         self.lkey
     }
 
+    #[inline]
     pub(crate) const fn rkey(&self) -> u32 {
         self.rkey
     }
 
     /// The WQE address of byte `off`.
+    #[inline]
     pub(crate) const fn va_at(&self, off: usize) -> u64 {
         self.va + off as u64
     }
 
+    #[inline]
     fn check(&self, off: usize, len: usize) {
         assert!(
             off <= self.len && len <= self.len - off,
@@ -91,6 +96,7 @@ impl Dma {
     }
 
     /// Bytes `[off, off + len)` for reading. Panics outside the region.
+    #[inline]
     pub(crate) fn bytes(&self, off: usize, len: usize) -> &[u8] {
         self.check(off, len);
         // SAFETY: in bounds (checked), valid for reads (`new` contract); the device does
@@ -100,6 +106,7 @@ impl Dma {
     }
 
     /// Bytes `[off, off + len)` for writing. Panics outside the region.
+    #[inline]
     pub(crate) fn bytes_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
         self.check(off, len);
         // SAFETY: in bounds, valid for writes (`new` contract); `&mut self` excludes
@@ -110,6 +117,7 @@ impl Dma {
 
     /// Atomic Release store of a little-endian u64 at `off` (8-aligned address).
     /// Panics if out of bounds or misaligned.
+    #[inline]
     pub(crate) fn store_u64(&self, off: usize, value: u64) {
         self.check(off, 8);
         let p = self.base.as_ptr().wrapping_add(off);
@@ -121,6 +129,7 @@ impl Dma {
     }
 
     /// Atomic Acquire load of a little-endian u64 at `off` (8-aligned address).
+    #[inline]
     pub(crate) fn load_u64(&self, off: usize) -> u64 {
         self.check(off, 8);
         let p = self.base.as_ptr().wrapping_add(off);

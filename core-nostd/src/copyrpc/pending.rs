@@ -39,29 +39,42 @@ impl<U, const N: usize> Pending<U, N> {
         self.len
     }
 
-    pub(crate) const fn is_full(&self) -> bool {
-        self.len == N
-    }
-
     pub(crate) fn on_ep(&self, ep: u16) -> u32 {
         self.per_ep[usize::from(ep) & 255]
     }
 
     /// Stores `user_data`; hands it back when full.
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, ep: u16, user_data: U) -> Result<u32, U> {
-        let id = self.free_head;
-        let Some(slot) = self.slots.get_mut(id as usize) else {
-            return Err(user_data);
-        };
+        match self.free_id() {
+            Some(id) => {
+                self.insert_at(id, ep, user_data);
+                Ok(id)
+            }
+            None => Err(user_data),
+        }
+    }
+
+    /// The id the next [`insert_at`](Self::insert_at) must use; `None` when full.
+    #[inline]
+    pub(crate) fn free_id(&self) -> Option<u32> {
+        ((self.free_head as usize) < N).then_some(self.free_head)
+    }
+
+    /// Stores `user_data` under `id`, which [`free_id`](Self::free_id) just returned.
+    #[inline]
+    pub(crate) fn insert_at(&mut self, id: u32, ep: u16, user_data: U) {
+        assert_eq!(id, self.free_head, "insert_at takes the free head");
+        let slot = &mut self.slots[id as usize];
         debug_assert!(slot.is_none());
         *slot = Some(Slot { ep, user_data });
         self.free_head = self.next_free[id as usize];
         self.len += 1;
         self.per_ep[usize::from(ep) & 255] += 1;
-        Ok(id)
     }
 
     /// Takes the call `id` if it is pending on endpoint `ep`.
+    #[inline]
     pub(crate) fn remove(&mut self, ep: u16, id: u32) -> Option<U> {
         let slot = self.slots.get_mut(id as usize)?;
         if slot.as_ref()?.ep != ep {

@@ -154,6 +154,7 @@ impl SendRing {
         self.batch_count
     }
 
+    #[inline]
     fn check(&self) {
         let meta = self.meta_pos.unwrap_or(self.producer);
         debug_assert!(self.flush_start <= meta && meta <= self.producer);
@@ -182,6 +183,7 @@ impl SendRing {
     /// room would remain for a wrap marker. When it wraps, the tail from the producer to
     /// the lap end is wasted, which is at most `total`: that is why a write's worst-case
     /// cost is twice its size (see [`crate::credit::worst_case_advance`]).
+    #[inline]
     pub fn plan(&self, padded: u64) -> Result<WritePlan, RingError> {
         if !is_aligned(padded) {
             return Err(RingError::Misaligned);
@@ -213,7 +215,29 @@ impl SendRing {
 
     /// Reserves `padded` bytes for a message, wrapping and opening a batch as needed.
     /// The producer moves by exactly `self.plan(padded)?.advance`.
+    #[inline]
     pub fn reserve_message(&mut self, padded: u64) -> Result<Reserved, RingError> {
+        // The common case, decided as `plan` would: a batch is open (so no metadata is
+        // needed) and the message ends strictly before the lap end (so no wrap; that
+        // also keeps it below `size - 32`, since an open batch's producer is at least
+        // 32 B into its lap).
+        if self.meta_pos.is_some()
+            && padded != 0
+            && is_aligned(padded)
+            && padded < self.size.room_to_lap_end(self.producer)
+        {
+            let pos = self.producer;
+            self.producer += padded;
+            self.batch_count += 1;
+            self.check();
+            return Ok(Reserved { pos, wrap: None });
+        }
+        self.reserve_message_slow(padded)
+    }
+
+    /// [`reserve_message`](Self::reserve_message) when it opens a batch or wraps.
+    #[inline(never)]
+    fn reserve_message_slow(&mut self, padded: u64) -> Result<Reserved, RingError> {
         if padded == 0 {
             return Err(RingError::Misaligned);
         }
@@ -227,6 +251,7 @@ impl SendRing {
 
     /// Opens a batch if none is open, so that [`take_flush`](Self::take_flush) sends
     /// metadata alone (a credit-only batch). Returns the metadata slot.
+    #[inline]
     pub fn open_batch(&mut self) -> Result<Reserved, RingError> {
         let wrap = self.prepare(0)?;
         let pos = self.meta_pos.unwrap_or(self.producer);
@@ -235,6 +260,7 @@ impl SendRing {
     }
 
     /// Wraps if the plan says so, then makes sure a batch is open.
+    #[inline]
     fn prepare(&mut self, padded: u64) -> Result<Option<Wrap>, RingError> {
         let plan = self.plan(padded)?;
         let wrap = if plan.wraps { Some(self.wrap()) } else { None };
@@ -248,6 +274,7 @@ impl SendRing {
     /// Ends the lap: flushes the open batch (if it has messages), places a marker at
     /// the producer (or in the empty batch's slot) covering the rest of the lap, and
     /// moves everything to the next lap's start.
+    #[cold]
     fn wrap(&mut self) -> Wrap {
         let lap_end = self.size.lap_start_after(self.producer);
         let (flushed, marker_pos) = match self.meta_pos {
@@ -273,6 +300,7 @@ impl SendRing {
 
     /// Closes the open batch and returns its range; `None` if no batch is open. The
     /// next write opens a new batch at the producer.
+    #[inline]
     pub fn take_flush(&mut self) -> Option<FlushRange> {
         let meta_pos = self.meta_pos.take()?;
         let range = FlushRange {

@@ -164,6 +164,7 @@ impl<'a> Iterator for BatchMessages<'a> {
 
 /// Writes header, payload and zero padding at the start of `buf`; returns the padded
 /// length written. Zeroing the padding keeps stale ring bytes from leaving the host.
+#[inline]
 pub fn emit_message(
     buf: &mut [u8],
     call_id: u32,
@@ -175,17 +176,23 @@ pub fn emit_message(
     if padded > buf.len() as u64 {
         return Err(WireError::Truncated);
     }
-    let (message, _) = buf.split_at_mut(padded as usize);
+    let padded = padded as usize;
+    let (message, _) = buf.split_at_mut(padded);
+    // The padding is shorter than ALIGNMENT and ends the message, so zeroing the last
+    // 32 B (one fixed-size store instead of a variable-length fill) covers it; the header
+    // and payload written next overwrite whatever of those 32 B is theirs.
+    let (_, last) = message.split_at_mut(padded - ALIGNMENT as usize);
+    if let Some(last) = last.first_chunk_mut::<{ ALIGNMENT as usize }>() {
+        *last = [0; ALIGNMENT as usize];
+    }
     HeaderRepr {
         call_id,
         piggyback,
         payload_len,
     }
     .emit(&mut HeaderView::new_unchecked(&mut *message));
-    let (payload_area, padding) = message[HEADER_SIZE as usize..].split_at_mut(payload.len());
-    payload_area.copy_from_slice(payload);
-    padding.fill(0);
-    Ok(padded as usize)
+    message[HEADER_SIZE as usize..][..payload.len()].copy_from_slice(payload);
+    Ok(padded)
 }
 
 #[cfg(test)]

@@ -62,6 +62,7 @@ impl<B: AsRef<[u8]>> HeaderView<B> {
         self.buffer
     }
 
+    #[inline]
     fn raw(&self) -> &RawHeader {
         match RawHeader::ref_from_prefix(self.buffer.as_ref()) {
             Ok((raw, _)) => raw,
@@ -95,6 +96,7 @@ impl<B: AsRef<[u8]>> HeaderView<B> {
 }
 
 impl<B: AsRef<[u8]> + AsMut<[u8]>> HeaderView<B> {
+    #[inline]
     fn raw_mut(&mut self) -> &mut RawHeader {
         match RawHeader::mut_from_prefix(self.buffer.as_mut()) {
             Ok((raw, _)) => raw,
@@ -134,6 +136,7 @@ pub struct HeaderRepr {
 
 impl HeaderRepr {
     /// Reads a header; checks the length itself, so an unchecked view is fine.
+    #[inline]
     pub fn parse<B: AsRef<[u8]>>(view: &HeaderView<B>) -> Result<Self, WireError> {
         view.check_len()?;
         Ok(Self {
@@ -150,6 +153,7 @@ impl HeaderRepr {
     }
 
     /// Writes every header field; panics only if the view is shorter than `buffer_len()`.
+    #[inline]
     pub fn emit<B: AsRef<[u8]> + AsMut<[u8]>>(&self, view: &mut HeaderView<B>) {
         let raw = view.raw_mut();
         raw.call_id.set(self.call_id);
