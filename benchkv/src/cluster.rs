@@ -4,7 +4,8 @@
 //! runtime behaviour (singleton start-up, its warnings) and starts fast; a launcher's
 //! environment variables say when we run under one.
 
-use copyrpc_host::exchange::{MpiExchange, Record};
+use copyrpc_host::error::{Error, Result};
+use copyrpc_host::exchange::{Collectives, MpiExchange, Record, ReduceOp};
 
 /// This process's place among the ranks.
 #[derive(Debug)]
@@ -30,22 +31,6 @@ impl Cluster {
         }
     }
 
-    /// This rank.
-    pub fn rank(&self) -> u32 {
-        match self {
-            Self::Single => 0,
-            Self::Mpi(m) => m.rank() as u32,
-        }
-    }
-
-    /// Number of ranks.
-    pub fn size(&self) -> u32 {
-        match self {
-            Self::Single => 1,
-            Self::Mpi(m) => m.size() as u32,
-        }
-    }
-
     /// `(local rank, ranks on this host)`, from the launcher (1 rank if it does not say):
     /// ranks sharing a host split its cores.
     pub fn local(&self) -> (usize, usize) {
@@ -63,20 +48,80 @@ impl Cluster {
             }
         }
     }
+}
 
-    /// Waits for every rank.
-    pub fn barrier(&self) -> Result<(), String> {
+/// The transports' set-up (the endpoint exchange) runs over either kind of cluster.
+impl Collectives for Cluster {
+    fn rank(&self) -> usize {
         match self {
-            Self::Single => Ok(()),
-            Self::Mpi(m) => m.barrier().map_err(|e| e.to_string()),
+            Self::Single => 0,
+            Self::Mpi(m) => m.rank(),
         }
     }
 
-    /// Every rank's `record`, in rank order.
-    pub fn all_gather<T: Record>(&self, record: &T) -> Result<Vec<T>, String> {
+    fn size(&self) -> usize {
+        match self {
+            Self::Single => 1,
+            Self::Mpi(m) => m.size(),
+        }
+    }
+
+    fn barrier(&self) -> Result<()> {
+        match self {
+            Self::Single => Ok(()),
+            Self::Mpi(m) => m.barrier(),
+        }
+    }
+
+    fn all_to_all<T: Record>(&self, records: &[T]) -> Result<Vec<T>> {
+        match self {
+            Self::Single if records.len() != 1 => Err(Error::ExchangeShape {
+                op: "all_to_all",
+                expected: 1,
+                got: records.len(),
+            }),
+            Self::Single => Ok(records.to_vec()),
+            Self::Mpi(m) => m.all_to_all(records),
+        }
+    }
+
+    fn all_gather<T: Record>(&self, record: &T) -> Result<Vec<T>> {
         match self {
             Self::Single => Ok(vec![*record]),
-            Self::Mpi(m) => m.all_gather(record).map_err(|e| e.to_string()),
+            Self::Mpi(m) => m.all_gather(record),
         }
+    }
+
+    fn all_reduce_u64(&self, value: u64, op: ReduceOp) -> Result<u64> {
+        match self {
+            Self::Single => Ok(value),
+            Self::Mpi(m) => m.all_reduce_u64(value, op),
+        }
+    }
+
+    fn all_reduce_f64(&self, value: f64, op: ReduceOp) -> Result<f64> {
+        match self {
+            Self::Single => Ok(value),
+            Self::Mpi(m) => m.all_reduce_f64(value, op),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_single_rank_exchanges_with_itself() {
+        let c = Cluster::Single;
+        assert_eq!((c.rank(), c.size(), c.local()), (0, 1, (0, 1)));
+        c.barrier().unwrap();
+        assert_eq!(c.all_to_all(&[7u64]).unwrap(), vec![7]);
+        assert_eq!(c.all_gather(&9u32).unwrap(), vec![9]);
+        assert_eq!(c.all_reduce_u64(3, ReduceOp::Sum).unwrap(), 3);
+        assert!(matches!(
+            c.all_to_all(&[1u64, 2]),
+            Err(Error::ExchangeShape { got: 2, .. })
+        ));
     }
 }

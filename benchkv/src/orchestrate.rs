@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl, Slab, SlabEntry};
 use copyrpc_core::ipc::spsc::Slot;
 use copyrpc_host::affinity;
+use copyrpc_host::exchange::Collectives;
 use copyrpc_host::fabric::{self, verbs, FabricKind, FabricOptions};
 use copyrpc_host::shm::deleg::{DelegServer, ServerOptions};
 use copyrpc_host::shm::ipc::IpcServer;
@@ -108,7 +109,7 @@ fn resolve_fabric(cfg: &Config) -> Result<String, String> {
 /// Runs the benchmark on this rank. Errors are set-up failures, one sentence each.
 pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     let cluster = Cluster::from_env()?;
-    let (rank, size) = (cluster.rank(), cluster.size());
+    let (rank, size) = (cluster.rank() as u32, cluster.size() as u32);
     if cfg.loopback_ranks > 1 && size > 1 {
         return Err(Fail::Usage(format!(
             "--loopback-ranks stands in for other ranks inside one process; it cannot be \
@@ -117,7 +118,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     }
     let ranks = cfg.ranks(size);
     let fabric = resolve_fabric(cfg).map_err(Fail::Usage)?;
-    let mut remotes = remote::connect(cfg, size, rank).map_err(Fail::Usage)?;
+    let mut remotes = remote::connect(cfg, &cluster).map_err(Fail::Usage)?;
 
     // Step 1.
     let cores = affinity::usable_cores().map_err(|e| format!("usable cores: {e}"))?;
@@ -304,9 +305,9 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         // wait for threads that never end.
         ready.wait();
         let measured = (|| -> Result<(), String> {
-            cluster.barrier()?;
+            cluster.barrier().map_err(|e| e.to_string())?;
             for r in 0..cfg.runs {
-                cluster.barrier()?;
+                cluster.barrier().map_err(|e| e.to_string())?;
                 run_records.push(timed_run(cfg, r, rank, &control, &counters));
             }
             Ok(())
@@ -320,7 +321,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         control.stop_clients.store(true, Ordering::Relaxed);
         let client_reports: Vec<_> = clients.into_iter().map(|h| join(h, "client")).collect();
         if let Err(e) = cluster.barrier() {
-            errors.push(e);
+            errors.push(e.to_string());
         }
         control.stop_daemons.store(true, Ordering::Relaxed);
         let daemon_metrics: Vec<_> = daemons.into_iter().map(|h| join(h, "daemon")).collect();
@@ -374,15 +375,20 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     let mut runs = Vec::with_capacity(cfg.runs);
     for (rec, h) in run_records.iter().zip(&hists) {
         runs.push(RunResult {
-            ranks: cluster.all_gather(rec)?,
-            hists: cluster.all_gather(h)?,
+            ranks: cluster.all_gather(rec).map_err(gather_err)?,
+            hists: cluster.all_gather(h).map_err(gather_err)?,
         });
     }
-    let ranks_summary = cluster.all_gather(&summary)?;
+    let ranks_summary = cluster.all_gather(&summary).map_err(gather_err)?;
     let metrics = if cfg.metrics {
         let mut per_rank = vec![Vec::with_capacity(k); size as usize];
         for m in &metrics {
-            for (r, x) in cluster.all_gather(m)?.into_iter().enumerate() {
+            for (r, x) in cluster
+                .all_gather(m)
+                .map_err(gather_err)?
+                .into_iter()
+                .enumerate()
+            {
                 per_rank[r].push(x);
             }
         }
@@ -401,6 +407,10 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         first_failure,
         errors,
     })
+}
+
+fn gather_err(e: copyrpc_host::error::Error) -> String {
+    format!("gathering results: {e}")
 }
 
 fn join<T>(

@@ -26,6 +26,9 @@ mod loopback;
 
 pub use loopback::{Loopback, LoopbackIncoming};
 
+use copyrpc_host::exchange::Collectives;
+
+use crate::cluster::Cluster;
 use crate::config::{Backend, Config};
 use crate::msg::{Request, Response};
 
@@ -124,18 +127,16 @@ pub fn endpoint_daemon(backend: Backend, rank: u32, daemons: usize) -> usize {
 }
 
 /// Builds each daemon's transport (index = daemon id; `None` for a daemon that holds no
-/// remote rank). `ranks` is the number of ranks requests are spread over and `my_rank`
-/// this process's.
+/// remote rank), on the main thread before the daemons start; the daemons take them.
 ///
-/// Where the copyrpc wiring goes: with `mpi_size > 1`, open the fabric
+/// Where the copyrpc wiring goes: with `cluster.size() > 1`, open the fabric
 /// (`cfg.fabric`, `cfg.device`), build one copyrpc context per daemon that holds an
-/// endpoint, exchange endpoint infos over MPI (seed §9 steps 6 and 8) and return
-/// `AnyRemote::Copyrpc(..)` values.
-pub fn connect(
-    cfg: &Config,
-    mpi_size: u32,
-    my_rank: u32,
-) -> Result<Vec<Option<AnyRemote>>, String> {
+/// endpoint (the peers `r` with `endpoint_daemon(cfg.backend, r, cfg.daemons) == d`),
+/// exchange their records over `cluster` (it implements the host's `Collectives`: seed
+/// §9 steps 6 and 8) and return `AnyRemote::Copyrpc(..)` values. Every rank calls this
+/// at the same point, so collectives inside it line up.
+pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>, String> {
+    let (mpi_size, my_rank) = (cluster.size() as u32, cluster.rank() as u32);
     if mpi_size > 1 {
         return Err(format!(
             "{mpi_size} MPI ranks, but the inter-rank transport (copyrpc) is not wired into \
