@@ -3,9 +3,9 @@
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p core-nostd --release --test loom_ipc`
 #![cfg(loom)]
 
-use copyrpc_core::flux::{Msg, Slab, SlabEntry};
+use copyrpc_core::flux::{Slab, SlabEntry};
 use copyrpc_core::ipc::spsc::{RingCtl, Slot};
-use copyrpc_core::ipc::{Client, ClientEntry, Config, Header, Region, Server};
+use copyrpc_core::ipc::{Cell, Client, ClientEntry, Config, Header, Region, Server};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -17,8 +17,7 @@ struct Parts {
     clients: Vec<ClientEntry>,
     req_ctl: Vec<RingCtl>,
     resp_ctl: Vec<RingCtl>,
-    req: Vec<Slot<Msg<Req>>>,
-    resp: Vec<Slot<Msg<Resp>>>,
+    cells: Vec<Cell<Req, Resp>>,
 }
 
 impl Parts {
@@ -30,8 +29,7 @@ impl Parts {
             clients: (0..n).map(|_| ClientEntry::new()).collect(),
             req_ctl: (0..n).map(|_| RingCtl::new()).collect(),
             resp_ctl: (0..n).map(|_| RingCtl::new()).collect(),
-            req: (0..slots).map(|_| Slot::new()).collect(),
-            resp: (0..slots).map(|_| Slot::new()).collect(),
+            cells: (0..slots).map(|_| Cell::new()).collect(),
         })
     }
     fn region(&self) -> Region<'_, Req, Resp> {
@@ -40,8 +38,7 @@ impl Parts {
             &self.clients,
             &self.req_ctl,
             &self.resp_ctl,
-            &self.req,
-            &self.resp,
+            &self.cells,
         )
         .unwrap()
     }
@@ -54,7 +51,9 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 /// Three calls through depth-2 rings (so both rings wrap), replies in reverse order of
-/// arrival: every call's user datum comes back once, with its own reply.
+/// arrival: every call's user datum comes back once, with its own reply. Neither side
+/// hands slots back (`pop_no_handback`): a slot is rewritten only after the causal chain
+/// through the other ring, and loom checks each payload cell for a race with it.
 #[test]
 fn calls_answered_once_out_of_order() {
     model(|| {
@@ -110,7 +109,7 @@ fn ring_reuses_slots_safely() {
             let mut i = 0;
             while i < 4 {
                 // SAFETY: the only producer; same slice as the consumer.
-                if unsafe { c2.push(&s2, i) }.is_ok() {
+                if unsafe { c2.push(&s2[..], i) }.is_ok() {
                     i += 1;
                 } else {
                     thread::yield_now();
@@ -120,7 +119,7 @@ fn ring_reuses_slots_safely() {
         let mut want = 0;
         while want < 4 {
             // SAFETY: the only consumer; only the producer wrote the slots.
-            match unsafe { ctl.pop(&slots) } {
+            match unsafe { ctl.pop(&slots[..]) } {
                 Some(v) => {
                     assert_eq!(v, want, "lost, duplicated or reordered");
                     want += 1;

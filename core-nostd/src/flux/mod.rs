@@ -271,8 +271,8 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
         // SAFETY: this node is the only producer of the `id -> to` request ring (nodes are
         // taken once), with the fixed slot range of that pair; the slot is free: fewer
         // than `capacity` calls to `to` are unanswered (checked above), so one of our last
-        // `capacity` requests to it was answered, and `to` pops in order, so it handed
-        // this slot back before the answer we popped (the `push_known_free` contract).
+        // `capacity` requests to it was answered, and `to` pops in order, so it read
+        // this slot before the answer we popped (the `push_known_free` contract).
         unsafe { ring.push_known_free(self.mesh.ring_slots(self.mesh.req, self.id, to), msg) };
         Ok(())
     }
@@ -283,10 +283,11 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
         for k in 0..n {
             let from = (self.next_peer + k) % n;
             let ring = &self.mesh.pair(from, self.id).req;
+            let slots = self.mesh.ring_slots(self.mesh.req, from, self.id);
             // SAFETY: this node is the only consumer of the `from -> id` request ring;
-            // only its producer wrote the slots.
-            if let Some(m) = unsafe { ring.pop(self.mesh.ring_slots(self.mesh.req, from, self.id)) }
-            {
+            // only its producer wrote the slots, always with `push_known_free` (the
+            // `pop_no_handback` contract).
+            if let Some(m) = unsafe { ring.pop_no_handback(slots) } {
                 self.next_peer = (from + 1) % n;
                 return Some(RecvHandle {
                     node: self.id,
@@ -326,8 +327,9 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
             let ring = &self.mesh.pair(from, self.id).resp;
             let slots = self.mesh.ring_slots(self.mesh.resp, from, self.id);
             // SAFETY: this node is the only consumer of the `from -> id` response ring;
-            // only its producer wrote the slots.
-            while let Some(m) = unsafe { ring.pop(slots) } {
+            // only its producer wrote the slots, always with `push_known_free` (the
+            // `pop_no_handback` contract).
+            while let Some(m) = unsafe { ring.pop_no_handback(slots) } {
                 if let Some(u) = self.slab.remove(Token(m.token)) {
                     on_response(u, m.payload);
                     count += 1;

@@ -85,7 +85,7 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
                     // previous owner that died may have failed to record its position.
                     region.req_ctl[id as usize].adopt_producer();
                     // Drop responses published for the previous owner.
-                    region.resp_ctl[id as usize].adopt_consumer(region.resp_slots(id));
+                    region.resp_ctl[id as usize].adopt_consumer(&region.resp_slots(id));
                 }
                 return Ok(Self {
                     region,
@@ -134,11 +134,11 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
         // SAFETY: only producer of our request ring (see module docs), fixed slot range;
         // the slot is free: with `in_flight < depth` before this call (checked above),
         // one of our last `depth` requests has been answered, and the server pops in
-        // order, so it handed this slot back before sending an answer we acquired (the
+        // order, so it read this slot before sending an answer we acquired (the
         // `push_known_free` contract).
         unsafe {
             self.region.req_ctl[self.id as usize]
-                .push_known_free(self.region.req_slots(self.id), msg)
+                .push_known_free(&self.region.req_slots(self.id), msg)
         };
         Ok(())
     }
@@ -149,8 +149,9 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
         let ctl = &self.region.resp_ctl[self.id as usize];
         let slots = self.region.resp_slots(self.id);
         // SAFETY: only consumer of our response ring; payloads are `Payload` (valid for
-        // any bytes), tokens are plain u64.
-        while let Some(m) = unsafe { ctl.pop(slots) } {
+        // any bytes), tokens are plain u64; the server fills it only with
+        // `push_known_free` (the `pop_no_handback` contract).
+        while let Some(m) = unsafe { ctl.pop_no_handback(&slots) } {
             // A response with a stale or foreign token finds nothing and is dropped.
             if let Some(u) = self.slab.remove(Token(m.token)) {
                 f(u, &m.payload);

@@ -6,15 +6,15 @@
 
 use core::mem::size_of;
 
-use super::spsc::{RingCtl, Slot};
+use super::spsc::{RingCtl, Slot, Slots};
 use crate::deleg::{LayoutError, Payload};
 use crate::flux::Msg;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// `"CPRIPCV1"` as a big-endian number.
 pub const MAGIC: u64 = 0x4350_5249_5043_5631;
-/// Layout version.
-pub const VERSION: u32 = 1;
+/// Layout version (2: request and response slot `i` share a [`Cell`]).
+pub const VERSION: u32 = 2;
 /// Largest `max_clients`.
 pub const MAX_CLIENTS: u32 = 1 << 12;
 /// Largest per-client `depth`.
@@ -60,6 +60,65 @@ pub struct ClientEntry {
     _pad: [u8; 56],
 }
 
+/// Request slot `i` and response slot `i` of one client, side by side (one 64 B line for
+/// payloads up to 24 B; contiguous lines beyond). With replies in order — always at one
+/// call in flight — the response to the request at position `k` is written at position
+/// `k` too, so a round trip moves one line, client → server → client, like the one-line
+/// ping-pong floor, instead of a request line and a response line. Each half is still
+/// its own SPSC ring slot with its own state word and single writer.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct Cell<Req, Resp> {
+    req: Slot<Msg<Req>>,
+    resp: Slot<Msg<Resp>>,
+}
+
+impl<Req, Resp> Cell<Req, Resp> {
+    /// Both slots empty (lap 0).
+    pub fn new() -> Self {
+        Self {
+            req: Slot::new(),
+            resp: Slot::new(),
+        }
+    }
+}
+
+impl<Req, Resp> Default for Cell<Req, Resp> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The request ring's slots of one client: the `req` halves of its cells.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReqSide<'a, Req, Resp>(&'a [Cell<Req, Resp>]);
+
+/// The response ring's slots of one client: the `resp` halves of its cells.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RespSide<'a, Req, Resp>(&'a [Cell<Req, Resp>]);
+
+impl<Req, Resp> Slots<Msg<Req>> for ReqSide<'_, Req, Resp> {
+    #[inline]
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    #[inline]
+    fn at(&self, i: usize) -> &Slot<Msg<Req>> {
+        &self.0[i].req
+    }
+}
+
+impl<Req, Resp> Slots<Msg<Resp>> for RespSide<'_, Req, Resp> {
+    #[inline]
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    #[inline]
+    fn at(&self, i: usize) -> &Slot<Msg<Resp>> {
+        &self.0[i].resp
+    }
+}
+
 #[cfg(not(loom))]
 mod asserts {
     use super::*;
@@ -74,6 +133,7 @@ mod asserts {
     const _: () = assert!(offset_of!(Header, req_size) == 40);
     const _: () = assert!(size_of::<ClientEntry>() == 64);
     const _: () = assert!(size_of::<RingCtl>() == 256);
+    const _: () = assert!(size_of::<Cell<[u64; 2], [u64; 2]>>() == 64);
 }
 
 /// Shape of an ipc region.
@@ -94,10 +154,8 @@ pub struct Offsets {
     pub req_ctl: usize,
     /// Response ring control blocks, one per client.
     pub resp_ctl: usize,
-    /// Request slots, `depth` per client.
-    pub req_slots: usize,
-    /// Response slots, `depth` per client.
-    pub resp_slots: usize,
+    /// Cells (request slot and response slot), `depth` per client.
+    pub cells: usize,
     /// Total bytes.
     pub region_len: usize,
 }
@@ -132,21 +190,16 @@ impl Config {
         let clients = 128;
         let req_ctl = align128(clients + n * 64);
         let resp_ctl = req_ctl + n * 256;
-        let req_slots = resp_ctl + n * 256;
-        let Some(req_bytes) = (n * d).checked_mul(size_of::<Slot<Msg<Req>>>()) else {
-            return Err(LayoutError::BadConfig);
-        };
-        let resp_slots = align128(req_slots + req_bytes);
-        let Some(resp_bytes) = (n * d).checked_mul(size_of::<Slot<Msg<Resp>>>()) else {
+        let cells = resp_ctl + n * 256;
+        let Some(cell_bytes) = (n * d).checked_mul(size_of::<Cell<Req, Resp>>()) else {
             return Err(LayoutError::BadConfig);
         };
         Ok(Offsets {
             clients,
             req_ctl,
             resp_ctl,
-            req_slots,
-            resp_slots,
-            region_len: align128(resp_slots + resp_bytes),
+            cells,
+            region_len: align128(cells + cell_bytes),
         })
     }
 }
@@ -239,8 +292,7 @@ pub struct Region<'a, Req, Resp> {
     pub(crate) clients: &'a [ClientEntry],
     pub(crate) req_ctl: &'a [RingCtl],
     pub(crate) resp_ctl: &'a [RingCtl],
-    pub(crate) req: &'a [Slot<Msg<Req>>],
-    pub(crate) resp: &'a [Slot<Msg<Resp>>],
+    pub(crate) cells: &'a [Cell<Req, Resp>],
     pub(crate) cfg: Config,
 }
 
@@ -266,18 +318,12 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         clients: &'a [ClientEntry],
         req_ctl: &'a [RingCtl],
         resp_ctl: &'a [RingCtl],
-        req: &'a [Slot<Msg<Req>>],
-        resp: &'a [Slot<Msg<Resp>>],
+        cells: &'a [Cell<Req, Resp>],
     ) -> Result<Self, LayoutError> {
         let cfg = header.read_config::<Req, Resp>()?;
         let n = cfg.max_clients as usize;
         let slots = n * cfg.depth as usize;
-        if clients.len() != n
-            || req_ctl.len() != n
-            || resp_ctl.len() != n
-            || req.len() != slots
-            || resp.len() != slots
-        {
+        if clients.len() != n || req_ctl.len() != n || resp_ctl.len() != n || cells.len() != slots {
             return Err(LayoutError::BadConfig);
         }
         Ok(Self {
@@ -285,8 +331,7 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
             clients,
             req_ctl,
             resp_ctl,
-            req,
-            resp,
+            cells,
             cfg,
         })
     }
@@ -306,14 +351,17 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         &self.clients[id as usize]
     }
 
-    pub(crate) fn req_slots(&self, id: u32) -> &'a [Slot<Msg<Req>>] {
+    fn cells_of(&self, id: u32) -> &'a [Cell<Req, Resp>] {
         let d = self.cfg.depth as usize;
-        &self.req[id as usize * d..(id as usize + 1) * d]
+        &self.cells[id as usize * d..(id as usize + 1) * d]
     }
 
-    pub(crate) fn resp_slots(&self, id: u32) -> &'a [Slot<Msg<Resp>>] {
-        let d = self.cfg.depth as usize;
-        &self.resp[id as usize * d..(id as usize + 1) * d]
+    pub(crate) fn req_slots(&self, id: u32) -> ReqSide<'a, Req, Resp> {
+        ReqSide(self.cells_of(id))
+    }
+
+    pub(crate) fn resp_slots(&self, id: u32) -> RespSide<'a, Req, Resp> {
+        RespSide(self.cells_of(id))
     }
 }
 
@@ -373,8 +421,8 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         let n = cfg.max_clients as usize;
         let slots = n * cfg.depth as usize;
         // SAFETY: every part is in bounds per `Offsets`, aligned (128-aligned offsets
-        // from a 128-aligned base; slot arrays need at most their payload's alignment,
-        // which `Payload` types in shared memory keep at or below 128), and valid for any
+        // from a 128-aligned base; cells need 64 or their payload's alignment, which
+        // `Payload` types in shared memory keep at or below 128), and valid for any
         // bytes the protocol reads (atomics; MaybeUninit slots read only after publication
         // of POD payloads).
         unsafe {
@@ -383,8 +431,7 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
                 clients: core::slice::from_raw_parts(ptr.add(off.clients).cast(), n),
                 req_ctl: core::slice::from_raw_parts(ptr.add(off.req_ctl).cast(), n),
                 resp_ctl: core::slice::from_raw_parts(ptr.add(off.resp_ctl).cast(), n),
-                req: core::slice::from_raw_parts(ptr.add(off.req_slots).cast(), slots),
-                resp: core::slice::from_raw_parts(ptr.add(off.resp_slots).cast(), slots),
+                cells: core::slice::from_raw_parts(ptr.add(off.cells).cast(), slots),
                 cfg: *cfg,
             }
         }

@@ -11,7 +11,7 @@
 //! # Layout
 //!
 //! ```text
-//! 0     header, 128 B   magic u64 "CPRIPCV1" @0, version u32 = 1 @8, max_clients @12,
+//! 0     header, 128 B   magic u64 "CPRIPCV1" @0, version u32 = 2 @8, max_clients @12,
 //!                       depth @16, next_client_id @24, server_alive u8 @28,
 //!                       server_owner u32 @32 (host: the server's pid),
 //!                       req_size @40, resp_size @44
@@ -20,11 +20,20 @@
 //! C     request ring positions, max_clients x 256 B (producer's line, consumer's line,
 //!                       128 B apart; each written only by its side)
 //! C+256n response ring positions, max_clients x 256 B
-//! S     request slots   max_clients x depth x {state u64, token u64, Req}
-//! S'    response slots  max_clients x depth x {state u64, token u64, Resp}
+//! S     cells           max_clients x depth x Cell, 64-aligned:
+//!                       {req: {state u64, token u64, Req}, resp: {state u64, token u64, Resp}}
 //!                       (state: 2 * lap empty, 2 * lap + 1 full; zero = empty lap 0;
 //!                       all parts 128-aligned)
 //! ```
+//!
+//! Request slot `i` and response slot `i` share a cell (one 64 B line for 16 B payloads):
+//! with replies in order, the response to position `k` goes to position `k` too, so a
+//! round trip moves one line each way — the client writes the request into it, the server
+//! reads it and writes the response into it, the client reads it — which is the
+//! one-line ping-pong floor's pattern. Neither side writes a slot it only reads (no
+//! hand-back stores: `spsc::RingCtl::pop_no_handback`), so the line is not pulled back
+//! and forth a second time. Out-of-order replies stay correct; they only lose the
+//! sharing.
 //!
 //! # Progress and failure story
 //!
@@ -33,7 +42,7 @@
 //!   its last `poll` saw busy.
 //! - Calls in flight per client are bounded by `depth` (and the slab), so the server's
 //!   reply always finds room, and both sides write ring slots without reading them first
-//!   (`spsc::RingCtl::push_known_free`: the bound proves the slot was handed back). A
+//!   (`spsc::RingCtl::push_known_free`: the bound proves the slot was read). A
 //!   client that breaks the bound (not ours: `call` enforces it) can only garble its own
 //!   responses; the server never blocks and reads nothing back from them.
 //! - A client that dies leaves its rings as they were (publication is one index store).
@@ -54,7 +63,7 @@ mod tests;
 
 pub use client::Client;
 pub use layout::{
-    ClientEntry, Config, Header, Offsets, Region, MAGIC, MAX_CLIENTS, MAX_DEPTH, VERSION,
+    Cell, ClientEntry, Config, Header, Offsets, Region, MAGIC, MAX_CLIENTS, MAX_DEPTH, VERSION,
 };
 pub use server::{RecvHandle, Server};
 

@@ -78,7 +78,8 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 ClientState::Free => {}
                 ClientState::Active => {
                     if !skip(id)
-                        && self.region.req_ctl[id as usize].refresh_ready(self.region.req_slots(id))
+                        && self.region.req_ctl[id as usize]
+                            .refresh_ready(&self.region.req_slots(id))
                     {
                         total += 1;
                     }
@@ -94,7 +95,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         // SAFETY: the server is the only consumer of every request ring; payloads are
         // `Payload` (valid for any bytes).
         unsafe {
-            self.region.req_ctl[id as usize].discard_all(self.region.req_slots(id));
+            self.region.req_ctl[id as usize].discard_all(&self.region.req_slots(id));
         }
         // R4 (pairs with A4 in Client::connect): the drain and our last replies happen
         // before the next owner of the id takes the rings.
@@ -114,8 +115,9 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 continue;
             }
             // SAFETY: the server is the only consumer of every request ring; payloads are
-            // `Payload` (valid for any bytes).
-            let Some(m) = (unsafe { ctl.pop(self.region.req_slots(id)) }) else {
+            // `Payload` (valid for any bytes); clients fill their rings only with
+            // `push_known_free` (the `pop_no_handback` contract).
+            let Some(m) = (unsafe { ctl.pop_no_handback(&self.region.req_slots(id)) }) else {
                 continue;
             };
             // Relaxed: the client registered before pushing (A1 in pop covers it); only
@@ -160,7 +162,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         // this request with fewer than `depth` calls unanswered. A client that breaks its
         // bound can only garble its own responses; the server reads nothing from them.
         unsafe {
-            self.region.resp_ctl[id as usize].push_known_free(self.region.resp_slots(id), msg)
+            self.region.resp_ctl[id as usize].push_known_free(&self.region.resp_slots(id), msg)
         };
         Ok(())
     }

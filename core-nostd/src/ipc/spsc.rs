@@ -20,6 +20,12 @@
 //!   Acquire): the payload write happens before the consumer's read.
 //! - R2 (consumer's `empty(lap + 1)` store, Release) pairs with A2 (producer's state
 //!   load, Acquire): the consumer's read happens before the slot is rewritten.
+//! - Known-free mode (what ipc and Flux use): a caller whose in-flight bound already
+//!   orders the consumer's read before the producer's rewrite (through the replies in the
+//!   other direction: see `push_known_free`) skips both A2 and R2 —
+//!   [`push_known_free`](RingCtl::push_known_free) with
+//!   [`pop_no_handback`](RingCtl::pop_no_handback). Then each slot is written by the
+//!   producer only, and a hand-off costs the reader one line transfer and nothing else.
 //!
 //! Each side's position (`pos`, free-running `u64`) lives on its own 128-byte line in
 //! [`RingCtl`], written only by that side and read by the other only for recovery
@@ -69,7 +75,8 @@ pub struct Slot<T> {
 }
 
 // SAFETY: a slot's cell is written by the producer before R1 and read by the consumer
-// after A1 and before R2 (module docs), never concurrently; `T: Send` may move across.
+// after A1 and before R2 (or, in known-free mode, before the caller's causal chain lets
+// the producer rewrite it; module docs), never concurrently; `T: Send` may move across.
 unsafe impl<T: Send> Sync for Slot<T> {}
 
 impl<T> Slot<T> {
@@ -85,6 +92,26 @@ impl<T> Slot<T> {
 impl<T> Default for Slot<T> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Where a ring's slots live: a plain slice, or one side of a slice of paired cells (ipc
+/// keeps request slot `i` and response slot `i` of a client in one cache line).
+pub trait Slots<T> {
+    /// Number of slots (a power of two, the same on every call on one ring).
+    fn count(&self) -> usize;
+    /// Slot `i`, for `i < count()`.
+    fn at(&self, i: usize) -> &Slot<T>;
+}
+
+impl<T> Slots<T> for [Slot<T>] {
+    #[inline]
+    fn count(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn at(&self, i: usize) -> &Slot<T> {
+        &self[i]
     }
 }
 
@@ -105,8 +132,8 @@ fn full(pos: u64, lg: u32) -> u64 {
 }
 
 #[inline]
-fn geometry<T>(slots: &[Slot<T>]) -> (u64, u32) {
-    let cap = slots.len() as u64;
+fn geometry<T, S: Slots<T> + ?Sized>(slots: &S) -> (u64, u32) {
+    let cap = slots.count() as u64;
     debug_assert!(cap.is_power_of_two());
     (cap - 1, cap.trailing_zeros())
 }
@@ -131,11 +158,11 @@ impl RingCtl {
     /// The caller is this ring's only producer while it pushes (no other thread or
     /// process pushes concurrently), and `slots` is the same power-of-two slice on every
     /// call on this ring, by both sides.
-    pub unsafe fn push<T: Copy>(&self, slots: &[Slot<T>], v: T) -> Result<(), T> {
+    pub unsafe fn push<T: Copy, S: Slots<T> + ?Sized>(&self, slots: &S, v: T) -> Result<(), T> {
         let (mask, lg) = geometry(slots);
         // Relaxed: only the producer writes it.
         let p = self.prod.pos.load(Ordering::Relaxed);
-        let slot = &slots[(p & mask) as usize];
+        let slot = slots.at((p & mask) as usize);
         // A2 (pairs with R2 in pop): the consumer finished reading the previous lap.
         if slot.state.load(Ordering::Acquire) != empty(p, lg) {
             return Err(v);
@@ -157,23 +184,24 @@ impl RingCtl {
     ///
     /// # Safety
     ///
-    /// As [`push`](Self::push), and the consumer's hand-back of this slot (its R2 store for
-    /// the previous lap) happens before this call. ipc and Flux establish it with the
+    /// As [`push`](Self::push), and the consumer's read of this slot's previous lap
+    /// happens before this call (so neither side needs the R2 hand-back store: see
+    /// [`pop_no_handback`](Self::pop_no_handback)). ipc and Flux establish it with the
     /// caller's in-flight bound, in both directions:
     ///
     /// - request ring: with fewer than `capacity` calls unanswered, one of the caller's
-    ///   last `capacity` requests was answered; the callee pops in order, so it handed
-    ///   this slot back before that answer, which the caller acquired;
+    ///   last `capacity` requests was answered; the callee pops in order, so it read
+    ///   this slot before that answer, which the caller acquired;
     /// - response ring: when the caller sent the request being answered it had fewer than
     ///   `capacity` calls unanswered, so of the calls answered by the last `capacity`
     ///   responses before this one, at least one had been consumed — and the caller
-    ///   consumes in order, so the response this slot last held was consumed (and handed
-    ///   back) before that request was sent, which the callee acquired.
-    pub unsafe fn push_known_free<T: Copy>(&self, slots: &[Slot<T>], v: T) {
+    ///   consumes in order, so the response this slot last held was consumed before that
+    ///   request was sent, which the callee acquired.
+    pub unsafe fn push_known_free<T: Copy, S: Slots<T> + ?Sized>(&self, slots: &S, v: T) {
         let (mask, lg) = geometry(slots);
         // Relaxed: only the producer writes it.
         let p = self.prod.pos.load(Ordering::Relaxed);
-        let slot = &slots[(p & mask) as usize];
+        let slot = slots.at((p & mask) as usize);
         // SAFETY: free for our lap per the caller contract; we are the only producer.
         slot.val
             .with_mut(|q| unsafe { q.write(MaybeUninit::new(v)) });
@@ -189,11 +217,11 @@ impl RingCtl {
     ///
     /// The caller is this ring's only consumer, `slots` is the producer's slice, and
     /// either `T` is valid for any bytes or only this ring's producer wrote the slots.
-    pub unsafe fn pop<T: Copy>(&self, slots: &[Slot<T>]) -> Option<T> {
+    pub unsafe fn pop<T: Copy, S: Slots<T> + ?Sized>(&self, slots: &S) -> Option<T> {
         let (mask, lg) = geometry(slots);
         // Relaxed: only the consumer writes it.
         let c = self.cons.pos.load(Ordering::Relaxed);
-        let slot = &slots[(c & mask) as usize];
+        let slot = slots.at((c & mask) as usize);
         // A1 (pairs with R1 in push): the payload is written.
         if slot.state.load(Ordering::Acquire) != full(c, lg) {
             // Relaxed: consumer-private hint.
@@ -212,15 +240,47 @@ impl RingCtl {
         Some(v)
     }
 
+    /// Consumer: as [`pop`](Self::pop), but without the hand-back store (R2): the slot's
+    /// state stays `full(lap)`, which the consumer's next lap (expecting `full(lap + 1)`)
+    /// never mistakes for a message. Nothing is written, so the line the producer wrote
+    /// stays shared instead of being pulled over and written back: on a ping-pong this is
+    /// the difference between one line bouncing per hand-off and two writes to it.
+    ///
+    /// # Safety
+    ///
+    /// As [`pop`](Self::pop), and this ring's producer only ever uses
+    /// [`push_known_free`](Self::push_known_free), whose contract (the consumer's read of
+    /// the previous lap happens before the slot is rewritten) is what makes the skipped
+    /// hand-back unnecessary; a checking [`push`](Self::push) would wait for it forever.
+    pub unsafe fn pop_no_handback<T: Copy, S: Slots<T> + ?Sized>(&self, slots: &S) -> Option<T> {
+        let (mask, lg) = geometry(slots);
+        // Relaxed: only the consumer writes it.
+        let c = self.cons.pos.load(Ordering::Relaxed);
+        let slot = slots.at((c & mask) as usize);
+        // A1 (pairs with R1 in push_known_free): the payload is written.
+        if slot.state.load(Ordering::Acquire) != full(c, lg) {
+            // Relaxed: consumer-private hint.
+            self.cons.hint.store(0, Ordering::Relaxed);
+            return None;
+        }
+        // SAFETY: full for our lap: the producer wrote the value before R1 (seen by A1)
+        // and rewrites the slot only after our read, by the `push_known_free` contract
+        // (the caller's in-flight bound, acquired through the other direction's ring).
+        let v = slot.val.with(|q| unsafe { (*q).assume_init() });
+        // Relaxed: consumer-private position.
+        self.cons.pos.store(c.wrapping_add(1), Ordering::Relaxed);
+        Some(v)
+    }
+
     /// Consumer: checks whether a message is waiting and records it as the hint.
     ///
     /// Call only from the consumer (it writes the consumer's line).
-    pub fn refresh_ready<T>(&self, slots: &[Slot<T>]) -> bool {
+    pub fn refresh_ready<T, S: Slots<T> + ?Sized>(&self, slots: &S) -> bool {
         let (mask, lg) = geometry(slots);
         // Relaxed: consumer-private position.
         let c = self.cons.pos.load(Ordering::Relaxed);
         // Relaxed: a hint; `pop` re-checks with Acquire before reading.
-        let ready = slots[(c & mask) as usize].state.load(Ordering::Relaxed) == full(c, lg);
+        let ready = slots.at((c & mask) as usize).state.load(Ordering::Relaxed) == full(c, lg);
         // Relaxed: consumer-private hint.
         self.cons.hint.store(ready as u64, Ordering::Relaxed);
         ready
@@ -249,7 +309,7 @@ impl RingCtl {
     /// # Safety
     ///
     /// As [`pop`](Self::pop).
-    pub unsafe fn discard_all<T: Copy>(&self, slots: &[Slot<T>]) -> u64 {
+    pub unsafe fn discard_all<T: Copy, S: Slots<T> + ?Sized>(&self, slots: &S) -> u64 {
         let mut n = 0;
         // SAFETY: forwarded contract. At most `capacity` messages are published.
         while unsafe { self.pop(slots) }.is_some() {
@@ -281,15 +341,16 @@ impl RingCtl {
     /// No other consumer is active, and the producer does not push concurrently (ipc: the
     /// server pushes only to a registered client, which this one is not yet visibly), and
     /// its last push happens before this call.
-    pub unsafe fn adopt_consumer<T>(&self, slots: &[Slot<T>]) {
+    pub unsafe fn adopt_consumer<T, S: Slots<T> + ?Sized>(&self, slots: &S) {
         let (mask, lg) = geometry(slots);
         // Relaxed: ordered after the producer's last push by the caller's handshake.
         let p = self.prod.pos.load(Ordering::Relaxed);
-        for k in 0..slots.len() as u64 {
+        for k in 0..slots.count() as u64 {
             let pos = p.wrapping_add(k);
             // Relaxed: published to the producer by the caller's handshake (registration
             // Release/Acquire) before it pushes again.
-            slots[(pos & mask) as usize]
+            slots
+                .at((pos & mask) as usize)
                 .state
                 .store(empty(pos, lg), Ordering::Relaxed);
         }
@@ -310,17 +371,17 @@ mod tests {
         let slots: Vec<Slot<u32>> = (0..4).map(|_| Slot::new()).collect();
         // SAFETY: one thread is both the only producer and the only consumer.
         unsafe {
-            assert_eq!(ctl.pop(&slots), None);
+            assert_eq!(ctl.pop(&slots[..]), None);
             for round in 0..5u32 {
                 for i in 0..4 {
-                    ctl.push(&slots, round * 10 + i).unwrap();
+                    ctl.push(&slots[..], round * 10 + i).unwrap();
                 }
-                assert_eq!(ctl.push(&slots, 99), Err(99));
-                assert!(ctl.refresh_ready(&slots));
+                assert_eq!(ctl.push(&slots[..], 99), Err(99));
+                assert!(ctl.refresh_ready(&slots[..]));
                 for i in 0..4 {
-                    assert_eq!(ctl.pop(&slots), Some(round * 10 + i));
+                    assert_eq!(ctl.pop(&slots[..]), Some(round * 10 + i));
                 }
-                assert_eq!(ctl.pop(&slots), None);
+                assert_eq!(ctl.pop(&slots[..]), None);
                 assert!(!ctl.hinted_ready());
             }
         }
@@ -334,28 +395,28 @@ mod tests {
         let slots: Vec<Slot<u32>> = (0..4).map(|_| Slot::new()).collect();
         // SAFETY: single thread plays every role in turn.
         unsafe {
-            ctl.push(&slots, 1).unwrap();
-            ctl.push(&slots, 2).unwrap();
+            ctl.push(&slots[..], 1).unwrap();
+            ctl.push(&slots[..], 2).unwrap();
             // The producer "died" after publishing but before its position store.
             ctl.prod.pos.store(1, Ordering::Relaxed);
-            assert_eq!(ctl.discard_all(&slots), 2);
+            assert_eq!(ctl.discard_all(&slots[..]), 2);
             ctl.adopt_producer();
-            ctl.push(&slots, 3).unwrap();
+            ctl.push(&slots[..], 3).unwrap();
             // The consumer "dies" with one message unread and a stale position.
-            ctl.push(&slots, 4).unwrap();
-            assert_eq!(ctl.pop(&slots), Some(3));
+            ctl.push(&slots[..], 4).unwrap();
+            assert_eq!(ctl.pop(&slots[..]), Some(3));
             ctl.cons.pos.store(2, Ordering::Relaxed);
-            ctl.adopt_consumer(&slots);
+            ctl.adopt_consumer(&slots[..]);
             assert_eq!(
-                ctl.pop(&slots),
+                ctl.pop(&slots[..]),
                 None,
                 "the predecessor's message is dropped"
             );
             for v in 10..14 {
-                ctl.push(&slots, v).unwrap();
+                ctl.push(&slots[..], v).unwrap();
             }
             for v in 10..14 {
-                assert_eq!(ctl.pop(&slots), Some(v));
+                assert_eq!(ctl.pop(&slots[..]), Some(v));
             }
         }
     }
@@ -370,7 +431,7 @@ mod tests {
                 let mut i = 0;
                 while i < n {
                     // SAFETY: this thread is the only producer.
-                    if unsafe { ctl.push(&slots, i) }.is_ok() {
+                    if unsafe { ctl.push(&slots[..], i) }.is_ok() {
                         i += 1;
                     } else {
                         std::thread::yield_now();
@@ -380,7 +441,7 @@ mod tests {
             let mut want = 0;
             while want < n {
                 // SAFETY: this thread is the only consumer; the producer wrote every slot.
-                match unsafe { ctl.pop(&slots) } {
+                match unsafe { ctl.pop(&slots[..]) } {
                     Some(v) => {
                         assert_eq!(v, want);
                         want += 1;
