@@ -113,6 +113,11 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub plot: Option<std::path::PathBuf>,
 
+    /// Testing aid (hidden): break one answer in a thousand on purpose, to show that
+    /// --verify and the drain check catch it.
+    #[arg(long, value_enum, hide = true)]
+    pub inject_fault: Option<Fault>,
+
     /// Testing aid: pretend there are N ranks inside this one process. Requests for the
     /// N - 1 pretend ranks take the full remote path through an in-process loopback
     /// transport standing in for copyrpc (only without mpirun).
@@ -179,6 +184,18 @@ pub enum PinArg {
     /// Never pin.
     Off,
 }
+
+/// `--inject-fault`: what the daemons break, once per [`FAULT_EVERY`] requests served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// Answer a GET with another key's value.
+    CorruptGet,
+    /// Never answer a request (the drain must come up short).
+    DropRequest,
+}
+
+/// Requests served between two injected faults.
+pub const FAULT_EVERY: u64 = 1000;
 
 /// `--poll-budget`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

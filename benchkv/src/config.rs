@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use copyrpc_host::fabric::FabricKind;
 
-use crate::cli::{BackendArg, Cli, DistributionArg, FabricArg, OutputArg, PinArg, PollBudget};
+use crate::cli::{
+    BackendArg, Cli, DistributionArg, FabricArg, Fault, OutputArg, PinArg, PollBudget,
+};
 use crate::workload::{Distribution, PatternSpec};
 
 /// `--backend`, resolved.
@@ -83,6 +85,8 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// `--plot`.
     pub plot: Option<std::path::PathBuf>,
+    /// `--inject-fault`.
+    pub fault: Option<Fault>,
 }
 
 impl Config {
@@ -181,6 +185,7 @@ impl Config {
             pattern_len: cli.pattern_len,
             drain_timeout: cli.drain_timeout,
             plot: cli.plot.clone(),
+            fault: cli.inject_fault,
         })
     }
 

@@ -246,6 +246,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
                     backend: cfg.backend,
                     budget: cfg.poll_budget,
                     metrics: cfg.metrics,
+                    fault: cfg.fault,
                     store: Store::with_capacity(0),
                     ipc: ipc_servers.remove(0),
                     deleg: if d == 0 { deleg.take() } else { None },

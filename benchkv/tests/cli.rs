@@ -392,3 +392,50 @@ fn verbs_without_a_device_is_a_usage_error() {
         "{err}"
     );
 }
+
+#[test]
+fn wrong_answers_fail_the_verify() {
+    let out = benchkv(&[
+        "--verify",
+        "--duration",
+        "300ms",
+        "--read-ratio",
+        "1",
+        "--inject-fault",
+        "corrupt-get",
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("FAILED: verify:") && err.contains("wrong"),
+        "{err}"
+    );
+    assert!(
+        err.contains("not a value of this key"),
+        "the first failure is described: {err}"
+    );
+}
+
+#[test]
+fn unanswered_requests_fail_the_drain() {
+    let out = benchkv(&[
+        "--duration",
+        "300ms",
+        "--inject-fault",
+        "drop-request",
+        "--drain-timeout",
+        "200ms",
+        "--output",
+        "json",
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("FAILED: drain incomplete"), "{err}");
+    let summary: Value = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["type"] == "summary")
+        .unwrap();
+    assert_eq!(summary["drained"], false);
+    assert!(summary["undrained"].as_u64().unwrap() > 0, "{summary}");
+}

@@ -29,12 +29,13 @@ use copyrpc_core::flux::{FluxError, Node};
 use copyrpc_host::shm::deleg::DelegServer;
 use copyrpc_host::shm::ipc::IpcServer;
 
+use crate::cli::{Fault, FAULT_EVERY};
 use crate::config::Backend;
 use crate::metrics::DaemonMetrics;
-use crate::msg::{owner_of, DelegatePayload, Request, Response, Status};
+use crate::msg::{owner_of, DelegatePayload, Request, Response, Status, OP_GET};
 use crate::pending::{Origin, Pending};
 use crate::remote::{endpoint_daemon, Remote, SendError};
-use crate::store::Store;
+use crate::store::{value_for, Store};
 
 /// Turns between two samples of the outstanding count.
 const SAMPLE_EVERY: u64 = 256;
@@ -54,6 +55,8 @@ pub struct Parts<R> {
     pub budget: usize,
     /// Collect the loop metrics.
     pub metrics: bool,
+    /// Break answers on purpose (`--inject-fault`).
+    pub fault: Option<Fault>,
     /// The shard.
     pub store: Store,
     /// The shard's ipc server.
@@ -204,6 +207,11 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             taken += 1;
             let req = h.payload;
             if self.is_mine(&req) {
+                if self.drop_this() {
+                    // Served but never answered: the client waits in vain.
+                    self.m.served += 1;
+                    continue;
+                }
                 let resp = self.serve(&req);
                 if self.p.ipc.reply(h, &resp).is_err() {
                     self.m.reply_failures += 1;
@@ -256,7 +264,20 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
 
     fn serve(&mut self, req: &Request) -> Response {
         self.m.served += 1;
-        self.p.store.handle(req)
+        let mut resp = self.p.store.handle(req);
+        if self.p.fault == Some(Fault::CorruptGet)
+            && req.op == OP_GET
+            && self.m.served.is_multiple_of(FAULT_EVERY)
+        {
+            // Another key's tag: what a misrouted request would read.
+            resp.value = value_for(req.key.wrapping_add(1), 0);
+        }
+        resp
+    }
+
+    /// True when `--inject-fault drop-request` says to lose this request.
+    fn drop_this(&self) -> bool {
+        self.p.fault == Some(Fault::DropRequest) && (self.m.served + 1).is_multiple_of(FAULT_EVERY)
     }
 
     /// Sends request `idx` one hop toward where it is served.

@@ -100,6 +100,7 @@ fn drive(backend: Backend, requests: u64) -> [DaemonMetrics; K] {
                 backend,
                 budget: usize::MAX,
                 metrics: true,
+                fault: None,
                 store: Store::preloaded(64, K, d),
                 ipc,
                 deleg: if d == 0 { deleg.take() } else { None },
