@@ -12,7 +12,8 @@
 //! | [`remote`] | the inter-rank transport seam, and its in-process loopback |
 //! | [`client`] | the closed-loop client thread |
 //! | [`cluster`] | MPI ranks or a single rank |
-//! | [`orchestrate`] | seed §9: set-up, runs, stop, drain, gather |
+//! | [`setup`] | what a rank builds first: shm servers, Flux memory, fabric decision |
+//! | [`orchestrate`] | seed §9: threads, runs, stop, drain, gather |
 //! | [`histogram`], [`metrics`], [`report`], [`output`], [`plot`] | results and their formats |
 
 mod cli;
@@ -29,6 +30,7 @@ mod pending;
 mod plot;
 mod remote;
 mod report;
+mod setup;
 mod store;
 mod workload;
 

@@ -24,14 +24,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl, Slab, SlabEntry};
-use copyrpc_core::ipc::spsc::Slot;
+use copyrpc_core::flux::{Slab, SlabEntry};
 use copyrpc_host::affinity;
 use copyrpc_host::exchange::Collectives;
-use copyrpc_host::fabric::{self, verbs, FabricKind, FabricOptions};
-use copyrpc_host::shm::deleg::{DelegServer, ServerOptions};
-use copyrpc_host::shm::ipc::IpcServer;
-use serde_json::json;
 
 use crate::client::{self, ClientReport, ClientSetup, Control, Counters, NOT_MEASURING};
 use crate::cluster::Cluster;
@@ -39,10 +34,10 @@ use crate::config::{plan_pinning, Backend, Config};
 use crate::daemon::{Daemon, Parts};
 use crate::histogram::Histogram;
 use crate::metrics::DaemonMetrics;
-use crate::msg::{DelegatePayload, Request, Response};
 use crate::output;
 use crate::remote::{self, AnyRemote};
 use crate::report::{RankSummary, Report, RunRecord, RunResult};
+use crate::setup::{self, FluxMem, Servers};
 use crate::store::Store;
 use crate::workload::{client_seed, generate};
 
@@ -78,34 +73,6 @@ impl From<String> for Fail {
     }
 }
 
-/// The fabric `--fabric`/`--device` resolve to, in words. It is opened only by a
-/// transport that needs it; asking for `verbs` without a device is refused here already.
-fn resolve_fabric(cfg: &Config) -> Result<String, String> {
-    let mut opts = FabricOptions::default();
-    opts.verbs.device = cfg.device.clone();
-    let sel = fabric::select(cfg.fabric, &opts).map_err(|e| format!("--fabric: {e}"))?;
-    if sel.kind == FabricKind::Verbs {
-        match verbs::probe().map_err(|e| format!("--fabric verbs: {e}"))? {
-            verbs::Probe::NoDevice { detail } => {
-                return Err(format!(
-                    "--fabric verbs: no RDMA device ({detail}); use --fabric sim or auto"
-                ))
-            }
-            verbs::Probe::Devices(devs) => {
-                if let Some(name) = &cfg.device {
-                    if !devs.iter().any(|d| &d.name == name) {
-                        return Err(format!(
-                            "--device {name}: no such RDMA device (present: {:?})",
-                            devs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>()
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    Ok(format!("{} ({})", sel.kind, sel.reason))
-}
-
 /// Runs the benchmark on this rank. Errors are set-up failures, one sentence each.
 pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     let cluster = Cluster::from_env()?;
@@ -117,7 +84,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         )));
     }
     let ranks = cfg.ranks(size);
-    let fabric = resolve_fabric(cfg).map_err(Fail::Usage)?;
+    let fabric = setup::resolve_fabric(cfg).map_err(Fail::Usage)?;
     let mut remotes = remote::connect(cfg, &cluster).map_err(Fail::Usage)?;
 
     // Step 1.
@@ -133,55 +100,17 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         .map(|c| generate(&spec, client_seed(cfg.seed, rank, c)))
         .collect();
 
-    // Steps 3-4.
-    let prefix = format!("/benchkv_{}_{rank}", std::process::id());
-    let ipc_names: Vec<String> = (0..cfg.daemons)
-        .map(|d| format!("{prefix}_ipc_{d}"))
-        .collect();
-    let depth = cfg.slot_depth();
-    let mut ipc_servers = ipc_names
-        .iter()
-        .map(|n| {
-            IpcServer::<Request, Response>::create(
-                n,
-                copyrpc_core::ipc::Config {
-                    max_clients: cfg.clients as u32,
-                    depth,
-                },
-                true,
-            )
-            .map_err(|e| format!("ipc server {n}: {e}"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let deleg_name = format!("{prefix}_deleg");
-    let mut deleg = match cfg.backend {
-        Backend::Delegation => Some(
-            DelegServer::<Request, Response>::create(
-                &deleg_name,
-                copyrpc_core::deleg::Config {
-                    max_clients: cfg.clients as u32,
-                    ring_depth: cfg.ring_size,
-                    resp_depth: depth,
-                },
-                ServerOptions {
-                    replace_stale: true,
-                    ..ServerOptions::default()
-                },
-            )
-            .map_err(|e| format!("delegation ring {deleg_name}: {e}"))?,
-        ),
-        Backend::Meta => None,
-    };
-
-    // Step 5.
+    // Steps 3-5.
+    let Servers {
+        ipc_names,
+        ipc: mut ipc_servers,
+        deleg_name,
+        mut deleg,
+    } = Servers::create(cfg, rank)?;
     let k = cfg.daemons;
     let cap = cfg.ring_size as usize;
-    let pairs: Vec<PairCtl> = (0..k * k).map(|_| PairCtl::new()).collect();
-    let req_slots: Vec<Slot<_>> = (0..k * k * cap).map(|_| Slot::new()).collect();
-    let resp_slots: Vec<Slot<_>> = (0..k * k * cap).map(|_| Slot::new()).collect();
-    let nodes: Vec<NodeCtl> = (0..k).map(|_| NodeCtl::new()).collect();
-    let mesh = Mesh::<DelegatePayload>::new(k, cap, &pairs, &req_slots, &resp_slots, &nodes)
-        .map_err(|e| format!("Flux mesh: {e}"))?;
+    let flux_mem = FluxMem::new(k, cap);
+    let mesh = flux_mem.mesh()?;
 
     let control = Control::default();
     let ring_credits = AtomicI64::new(i64::from(cfg.ring_size));
@@ -189,44 +118,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         (cfg.clients as u64) * u64::from(cfg.queue_depth) > u64::from(cfg.ring_size);
     let counters: Vec<Counters> = (0..cfg.clients).map(|_| Counters::default()).collect();
     let ready = Barrier::new(threads + 1);
-    let pinned = pins.is_some();
-
-    let mut setup: Vec<(&'static str, serde_json::Value)> = vec![
-        ("backend", json!(cfg.backend.as_str())),
-        ("mpi_ranks", json!(size)),
-        ("ranks", json!(ranks)),
-        ("loopback_ranks", json!(cfg.loopback_ranks)),
-        ("daemons", json!(cfg.daemons)),
-        ("clients", json!(cfg.clients)),
-        ("queue_depth", json!(cfg.queue_depth)),
-        ("duration_s", json!(cfg.duration.as_secs_f64())),
-        ("runs", json!(cfg.runs)),
-        ("keys", json!(cfg.keys)),
-    ];
-    match cfg.distribution {
-        crate::workload::Distribution::Uniform => setup.push(("distribution", json!("uniform"))),
-        crate::workload::Distribution::Zipf { theta } => {
-            setup.push(("distribution", json!("zipf")));
-            setup.push(("zipf_theta", json!(theta)));
-        }
-    }
-    setup.extend([
-        ("read_ratio", json!(cfg.read_ratio)),
-        ("ring_size", json!(cfg.ring_size)),
-        (
-            "poll_budget",
-            if cfg.poll_budget == usize::MAX {
-                json!("off")
-            } else {
-                json!(cfg.poll_budget)
-            },
-        ),
-        ("seed", json!(cfg.seed)),
-        ("verify", json!(cfg.verify)),
-        ("fabric", json!(fabric)),
-        ("pinned", json!(pinned)),
-        ("cores", json!(pins.clone().unwrap_or_default())),
-    ]);
+    let setup = setup::describe(cfg, size, &fabric, pins.as_deref());
 
     let mut errors = Vec::new();
     let mut run_records = Vec::new();
@@ -331,45 +223,8 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     drop(deleg);
 
     // Step 14.
-    let mut summary = RankSummary::default();
-    let mut hists = vec![Histogram::new(); cfg.runs];
-    let mut first_failure = None;
-    for r in client_reports {
-        match r {
-            Ok(c) => {
-                summary.issued += c.issued;
-                summary.completed += c.completed;
-                summary.undrained += c.undrained;
-                summary.checked += c.checked;
-                summary.failures += c.failures;
-                for (h, x) in hists.iter_mut().zip(&c.hists) {
-                    h.merge(x);
-                }
-                if first_failure.is_none() {
-                    first_failure = c.first_failure;
-                }
-            }
-            Err(e) => {
-                summary.thread_errors += 1;
-                errors.push(e);
-            }
-        }
-    }
-    let mut metrics = Vec::new();
-    for m in daemon_metrics {
-        match m {
-            Ok(m) => {
-                summary.reply_failures += m.reply_failures;
-                summary.pending_at_stop += m.pending_at_stop;
-                metrics.push(m);
-            }
-            Err(e) => {
-                summary.thread_errors += 1;
-                errors.push(e);
-                metrics.push(DaemonMetrics::default());
-            }
-        }
-    }
+    let (summary, hists, metrics, first_failure) =
+        tally(cfg.runs, client_reports, daemon_metrics, &mut errors);
     // A run cut short by a set-up error still reports every run slot, empty.
     run_records.resize(cfg.runs, RunRecord::default());
 
@@ -408,6 +263,59 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         first_failure,
         errors,
     })
+}
+
+/// This rank's totals from its threads' reports; thread errors go to `errors`.
+fn tally(
+    runs: usize,
+    clients: Vec<Result<ClientReport, String>>,
+    daemons: Vec<Result<DaemonMetrics, String>>,
+    errors: &mut Vec<String>,
+) -> (
+    RankSummary,
+    Vec<Histogram>,
+    Vec<DaemonMetrics>,
+    Option<String>,
+) {
+    let mut summary = RankSummary::default();
+    let mut hists = vec![Histogram::new(); runs];
+    let mut first_failure = None;
+    for r in clients {
+        match r {
+            Ok(c) => {
+                summary.issued += c.issued;
+                summary.completed += c.completed;
+                summary.undrained += c.undrained;
+                summary.checked += c.checked;
+                summary.failures += c.failures;
+                for (h, x) in hists.iter_mut().zip(&c.hists) {
+                    h.merge(x);
+                }
+                first_failure = first_failure.or(c.first_failure);
+            }
+            Err(e) => {
+                summary.thread_errors += 1;
+                errors.push(e);
+            }
+        }
+    }
+    let mut metrics = Vec::with_capacity(daemons.len());
+    for m in daemons {
+        match m {
+            Ok(m) => {
+                summary.reply_failures += m.reply_failures;
+                summary.pending_at_stop += m.pending_at_stop;
+                metrics.push(m);
+            }
+            Err(e) => {
+                summary.thread_errors += 1;
+                errors.push(e);
+                // Every rank gathers K records: a failed daemon still contributes one.
+                metrics.push(DaemonMetrics::default());
+            }
+        }
+    }
+    (summary, hists, metrics, first_failure)
 }
 
 fn gather_err(e: copyrpc_host::error::Error) -> String {

@@ -1,0 +1,184 @@
+//! What a rank builds before its threads start (seed 000 §9 steps 3–5): the shared-memory
+//! servers the clients connect to, the Flux mesh's memory, the fabric decision, and the
+//! lines describing the set-up in the report.
+
+use copyrpc_core::flux::{Mesh, Msg, NodeCtl, PairCtl};
+use copyrpc_core::ipc::spsc::Slot;
+use copyrpc_host::fabric::{self, verbs, FabricKind, FabricOptions};
+use copyrpc_host::shm::deleg::{DelegServer, ServerOptions};
+use copyrpc_host::shm::ipc::IpcServer;
+use serde_json::{json, Value};
+
+use crate::config::{Backend, Config};
+use crate::msg::{DelegatePayload, Request, Response};
+use crate::workload::Distribution;
+
+/// The fabric `--fabric`/`--device` resolve to, in words. It is opened only by a
+/// transport that needs it; asking for `verbs` without a device is refused here already.
+pub fn resolve_fabric(cfg: &Config) -> Result<String, String> {
+    let mut opts = FabricOptions::default();
+    opts.verbs.device = cfg.device.clone();
+    let sel = fabric::select(cfg.fabric, &opts).map_err(|e| format!("--fabric: {e}"))?;
+    if sel.kind == FabricKind::Verbs {
+        match verbs::probe().map_err(|e| format!("--fabric verbs: {e}"))? {
+            verbs::Probe::NoDevice { detail } => {
+                return Err(format!(
+                    "--fabric verbs: no RDMA device ({detail}); use --fabric sim or auto"
+                ))
+            }
+            verbs::Probe::Devices(devs) => {
+                if let Some(name) = &cfg.device {
+                    if !devs.iter().any(|d| &d.name == name) {
+                        return Err(format!(
+                            "--device {name}: no such RDMA device (present: {:?})",
+                            devs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(format!("{} ({})", sel.kind, sel.reason))
+}
+
+/// The rank's ipc servers (one per daemon) and delegation ring (`delegation`), named
+/// `/benchkv_<pid>_<rank>_...`: the pid keeps concurrent runs on one host apart.
+#[derive(Debug)]
+pub struct Servers {
+    /// Region names of the ipc servers, by daemon.
+    pub ipc_names: Vec<String>,
+    /// The ipc servers, by daemon (taken by the daemons).
+    pub ipc: Vec<IpcServer<Request, Response>>,
+    /// Region name of the delegation ring.
+    pub deleg_name: String,
+    /// The delegation ring (taken by daemon#0).
+    pub deleg: Option<DelegServer<Request, Response>>,
+}
+
+impl Servers {
+    /// Creates them for `cfg` on rank `rank`.
+    pub fn create(cfg: &Config, rank: u32) -> Result<Self, String> {
+        let prefix = format!("/benchkv_{}_{rank}", std::process::id());
+        let ipc_names: Vec<String> = (0..cfg.daemons)
+            .map(|d| format!("{prefix}_ipc_{d}"))
+            .collect();
+        let depth = cfg.slot_depth();
+        let ipc = ipc_names
+            .iter()
+            .map(|n| {
+                let shape = copyrpc_core::ipc::Config {
+                    max_clients: cfg.clients as u32,
+                    depth,
+                };
+                IpcServer::create(n, shape, true).map_err(|e| format!("ipc server {n}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let deleg_name = format!("{prefix}_deleg");
+        let deleg = match cfg.backend {
+            Backend::Delegation => {
+                let shape = copyrpc_core::deleg::Config {
+                    max_clients: cfg.clients as u32,
+                    ring_depth: cfg.ring_size,
+                    resp_depth: depth,
+                };
+                let opts = ServerOptions {
+                    replace_stale: true,
+                    ..ServerOptions::default()
+                };
+                Some(
+                    DelegServer::create(&deleg_name, shape, opts)
+                        .map_err(|e| format!("delegation ring {deleg_name}: {e}"))?,
+                )
+            }
+            Backend::Meta => None,
+        };
+        Ok(Self {
+            ipc_names,
+            ipc,
+            deleg_name,
+            deleg,
+        })
+    }
+}
+
+/// The memory of a Flux mesh of `k` nodes with `cap` slots per queue.
+#[derive(Debug)]
+pub struct FluxMem {
+    k: usize,
+    cap: usize,
+    pairs: Vec<PairCtl>,
+    req: Vec<Slot<Msg<DelegatePayload>>>,
+    resp: Vec<Slot<Msg<DelegatePayload>>>,
+    nodes: Vec<NodeCtl>,
+}
+
+impl FluxMem {
+    /// Empty queues for `k` nodes.
+    pub fn new(k: usize, cap: usize) -> Self {
+        Self {
+            k,
+            cap,
+            pairs: (0..k * k).map(|_| PairCtl::new()).collect(),
+            req: (0..k * k * cap).map(|_| Slot::new()).collect(),
+            resp: (0..k * k * cap).map(|_| Slot::new()).collect(),
+            nodes: (0..k).map(|_| NodeCtl::new()).collect(),
+        }
+    }
+
+    /// The mesh over this memory.
+    pub fn mesh(&self) -> Result<Mesh<'_, DelegatePayload>, String> {
+        Mesh::new(
+            self.k,
+            self.cap,
+            &self.pairs,
+            &self.req,
+            &self.resp,
+            &self.nodes,
+        )
+        .map_err(|e| format!("Flux mesh: {e}"))
+    }
+}
+
+/// The set-up as `(name, value)` pairs, for every output format.
+pub fn describe(
+    cfg: &Config,
+    mpi_size: u32,
+    fabric: &str,
+    pins: Option<&[usize]>,
+) -> Vec<(&'static str, Value)> {
+    let mut setup = vec![
+        ("backend", json!(cfg.backend.as_str())),
+        ("mpi_ranks", json!(mpi_size)),
+        ("ranks", json!(cfg.ranks(mpi_size))),
+        ("loopback_ranks", json!(cfg.loopback_ranks)),
+        ("daemons", json!(cfg.daemons)),
+        ("clients", json!(cfg.clients)),
+        ("queue_depth", json!(cfg.queue_depth)),
+        ("duration_s", json!(cfg.duration.as_secs_f64())),
+        ("runs", json!(cfg.runs)),
+        ("keys", json!(cfg.keys)),
+    ];
+    match cfg.distribution {
+        Distribution::Uniform => setup.push(("distribution", json!("uniform"))),
+        Distribution::Zipf { theta } => {
+            setup.push(("distribution", json!("zipf")));
+            setup.push(("zipf_theta", json!(theta)));
+        }
+    }
+    let budget = if cfg.poll_budget == usize::MAX {
+        json!("off")
+    } else {
+        json!(cfg.poll_budget)
+    };
+    setup.extend([
+        ("read_ratio", json!(cfg.read_ratio)),
+        ("ring_size", json!(cfg.ring_size)),
+        ("poll_budget", budget),
+        ("seed", json!(cfg.seed)),
+        ("verify", json!(cfg.verify)),
+        ("fabric", json!(fabric)),
+        ("pinned", json!(pins.is_some())),
+        ("cores", json!(pins.unwrap_or_default())),
+    ]);
+    setup
+}
