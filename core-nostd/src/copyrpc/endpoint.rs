@@ -13,7 +13,7 @@ use mlx5_raw::{Remote, Sq};
 use super::config::EndpointConfig;
 use super::fifo::Fifo;
 use super::mem::Dma;
-use super::requests::Requests;
+use super::requests::{Req, Requests};
 use super::Error;
 use crate::credit::{self, CreditState};
 use crate::ring::{FlushRange, RecvRing, RemoteConsumer, RingSize, SendRing, Wrap};
@@ -234,27 +234,33 @@ impl<const REQS: usize> EpData<REQS> {
         Ok(())
     }
 
-    /// Writes a reply of `len` bytes to request `seq`, filled by `fill(request, out)`.
-    /// On error nothing changed.
+    /// Writes a reply of `len` bytes to request `seq` (whose entry is `req`), filled by
+    /// `fill(request, out)`. On error nothing changed.
+    #[inline]
     pub(crate) fn write_reply(
         &mut self,
         seq: u32,
+        req: &Req,
         len: usize,
         fill: impl FnOnce(&[u8], &mut [u8]),
     ) -> Result<(), Error> {
-        let req = *self.requests.get(seq).ok_or(Error::StaleHandle)?;
         let len32 = u32::try_from(len).map_err(|_| Error::ReplyTooLarge)?;
         let padded = padded_message_size(len32);
         let allowance = credit::internal_allowance_for_blocks(req.blocks);
-        if !credit::reply_fits_allowance(padded, allowance) {
+        // `plan`'s only refusal for an aligned size: too large for any lap.
+        if !credit::reply_fits_allowance(padded, allowance)
+            || padded >= self.send.size().get() - FLOW_METADATA_SIZE
+        {
             return Err(Error::ReplyTooLarge);
         }
-        let plan = self.send.plan(padded).map_err(|_| Error::ReplyTooLarge)?;
         self.credit
             .release_on_reply(req.blocks, padded)
             .map_err(|_| Error::EndpointFailed)?;
         // No room check: the released allowance guarantees it (credit module docs).
-        debug_assert!(self.credit.has_room(self.in_flight(), plan.advance));
+        debug_assert!(self
+            .send
+            .plan(padded)
+            .is_ok_and(|p| self.credit.has_room(self.in_flight(), p.advance)));
         let reserved = self
             .send
             .reserve_message(padded)
@@ -264,6 +270,12 @@ impl<const REQS: usize> EpData<REQS> {
         let in_off = self.recv.size().offset(req.start) as usize + HEADER_SIZE as usize;
         let request = self.recv_mem.bytes(in_off, req.len as usize);
         let out = self.send_mem.bytes_mut(out_off, padded as usize);
+        // The padding is shorter than ALIGNMENT and ends the message: zero the last 32 B
+        // with one fixed-size store first; header and payload then overwrite their part.
+        let (_, last) = out.split_at_mut(out.len() - ALIGNMENT as usize);
+        if let Some(last) = last.first_chunk_mut::<{ ALIGNMENT as usize }>() {
+            *last = [0; ALIGNMENT as usize];
+        }
         let (head, rest) = out.split_at_mut(HEADER_SIZE as usize);
         HeaderRepr {
             call_id: crate::wire::to_response_id(req.call_id),
@@ -271,15 +283,14 @@ impl<const REQS: usize> EpData<REQS> {
             payload_len: len32,
         }
         .emit(&mut HeaderView::new_unchecked(head));
-        let (body, padding) = rest.split_at_mut(len);
-        fill(request, body);
-        padding.fill(0);
+        fill(request, &mut rest[..len]);
         self.unreplied = self.unreplied.saturating_sub(allowance);
         self.release_request(seq);
         Ok(())
     }
 
     /// Releases a request's ring bytes (after its reply, or when dropped unanswered).
+    #[inline]
     pub(crate) fn release_request(&mut self, seq: u32) {
         self.requests.release(seq);
         self.advance_consumer();
@@ -287,6 +298,7 @@ impl<const REQS: usize> EpData<REQS> {
 
     /// Moves the consumer to the oldest unanswered request (or everything parsed) and
     /// exports it for the peer's READs.
+    #[inline]
     pub(crate) fn advance_consumer(&mut self) {
         let target = self.requests.oldest_start().unwrap_or(self.parsed);
         let cur = self.recv.last_recv_pos();

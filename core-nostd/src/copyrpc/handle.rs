@@ -1,8 +1,8 @@
 //! A received request, answered at most once.
 
 use super::context::{Context, EndpointId};
-use super::endpoint::EpState;
-use super::requests::ReqState;
+use super::endpoint::{Endpoint, EpState};
+use super::requests::{Req, ReqState};
 use super::{Error, ReplyError};
 use crate::credit;
 use crate::wire::{padded_message_size, FLOW_METADATA_SIZE, HEADER_SIZE};
@@ -97,19 +97,17 @@ impl RecvHandle {
 }
 
 impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {
-    fn live(&self, h: &RecvHandle) -> bool {
-        self.ep(h.ep)
-            .ok()
-            .and_then(|e| e.d.requests.get(h.seq))
-            .is_some_and(|r| r.call_id == h.call_id && r.state == ReqState::Delivered)
+    /// The handle's request, if it is one of ours and still delivered (not answered).
+    #[inline]
+    fn live(&self, h: &RecvHandle) -> Option<(&Endpoint<REQS>, Req)> {
+        let e = self.ep(h.ep).ok()?;
+        let r = *e.d.requests.get(h.seq)?;
+        (r.call_id == h.call_id && r.state == ReqState::Delivered).then_some((e, r))
     }
 
+    #[inline]
     pub(crate) fn request_bytes(&self, h: &RecvHandle) -> &[u8] {
-        if !self.live(h) {
-            return &[];
-        }
-        let Ok(e) = self.ep(h.ep) else { return &[] };
-        let Some(r) = e.d.requests.get(h.seq) else {
+        let Some((e, r)) = self.live(h) else {
             return &[];
         };
         let off = e.d.recv.size().offset(r.start) as usize + HEADER_SIZE as usize;
@@ -117,18 +115,19 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     }
 
     /// [`RecvHandle::reply_with`].
+    #[inline]
     pub fn reply_with(
         &mut self,
         h: RecvHandle,
         len: usize,
         fill: impl FnOnce(&[u8], &mut [u8]),
     ) -> Result<(), ReplyError> {
-        if !self.live(&h) {
+        let Some((_, req)) = self.live(&h) else {
             return Err(ReplyError {
                 error: Error::StaleHandle,
                 handle: Some(h),
             });
-        }
+        };
         let Ok(e) = self.ep_mut(h.ep) else {
             unreachable!("live")
         };
@@ -140,13 +139,11 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             });
         }
         // Refuse before touching anything, so the handle can come back.
-        let fits = e.d.requests.get(h.seq).is_some_and(|r| {
-            u32::try_from(len).is_ok_and(|l| {
-                credit::reply_fits_allowance(
-                    padded_message_size(l),
-                    credit::internal_allowance_for_blocks(r.blocks),
-                )
-            })
+        let fits = u32::try_from(len).is_ok_and(|l| {
+            credit::reply_fits_allowance(
+                padded_message_size(l),
+                credit::internal_allowance_for_blocks(req.blocks),
+            )
         });
         if !fits {
             return Err(ReplyError {
@@ -154,7 +151,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 handle: Some(h),
             });
         }
-        match e.d.write_reply(h.seq, len, fill) {
+        match e.d.write_reply(h.seq, &req, len, fill) {
             Ok(()) => Ok(()),
             Err(error) => {
                 e.d.state = EpState::Failed { drained: false };

@@ -87,6 +87,19 @@ impl<const REQS: usize> Endpoint<REQS> {
         } else {
             d.idle_polls = 0;
         }
+        let probe =
+            d.cfg.probe_interval != 0 && pending > 0 && d.idle_polls >= d.cfg.probe_interval;
+        // Nothing to post (the common poll): no queued range, no open batch, no READ
+        // due, no credit to return or grant. Decided before a WQE batch is opened.
+        // (`wants_credit_batch` may arm `want_read`, so that is tested after it.)
+        if d.ranges.len() == 0
+            && d.send.batch_count() == 0
+            && !probe
+            && !d.wants_credit_batch()
+            && !d.want_read
+        {
+            return Ok(());
+        }
         let need = d.batch_bbs;
         let base = self.sq.producer_counter();
         let mut used: u64 = 0;
@@ -132,8 +145,6 @@ impl<const REQS: usize> Endpoint<REQS> {
         if deferred {
             stats.flushes_deferred += 1;
         }
-        let probe =
-            d.cfg.probe_interval != 0 && pending > 0 && d.idle_polls >= d.cfg.probe_interval;
         if (d.want_read || probe) && d.read.is_none() && batch.free_bbs() >= 1 {
             d.post_read(&mut batch, base + used)?;
             d.want_read = false;

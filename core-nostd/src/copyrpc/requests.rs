@@ -66,11 +66,13 @@ impl<const N: usize> Requests<N> {
         }
     }
 
+    #[inline]
     fn live(&self, seq: u32) -> bool {
         seq.wrapping_sub(self.head) < self.tail.wrapping_sub(self.head)
     }
 
     /// Appends a queued request; `None` when all `N` entries are in use.
+    #[inline]
     pub(crate) fn push(&mut self, start: u64, call_id: u32, blocks: u32, len: u32) -> Option<u32> {
         if self.tail.wrapping_sub(self.head) as usize == N {
             return None;
@@ -88,6 +90,7 @@ impl<const N: usize> Requests<N> {
         Some(seq)
     }
 
+    #[inline]
     pub(crate) fn get(&self, seq: u32) -> Option<&Req> {
         if self.live(seq) {
             Some(&self.entries[seq as usize & (N - 1)])
@@ -96,6 +99,7 @@ impl<const N: usize> Requests<N> {
         }
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, seq: u32) -> Option<&mut Req> {
         if self.live(seq) {
             Some(&mut self.entries[seq as usize & (N - 1)])
@@ -105,6 +109,7 @@ impl<const N: usize> Requests<N> {
     }
 
     /// Marks `seq` answered and pops every answered request at the front.
+    #[inline]
     pub(crate) fn release(&mut self, seq: u32) {
         if let Some(r) = self.get_mut(seq) {
             r.state = ReqState::Done;
@@ -117,6 +122,7 @@ impl<const N: usize> Requests<N> {
     }
 
     /// Start of the oldest unanswered request: the consumer may not pass it.
+    #[inline]
     pub(crate) fn oldest_start(&self) -> Option<u64> {
         if self.head == self.tail {
             None
