@@ -439,3 +439,26 @@ fn unanswered_requests_fail_the_drain() {
     assert_eq!(summary["drained"], false);
     assert!(summary["undrained"].as_u64().unwrap() > 0, "{summary}");
 }
+
+#[test]
+fn a_poll_budget_of_one_still_answers_everything() {
+    for backend in ["delegation", "meta"] {
+        let l = json_run(&[
+            "--backend",
+            backend,
+            "--verify",
+            "--duration",
+            "300ms",
+            "--loopback-ranks",
+            "2",
+            "-K",
+            "2",
+            "-C",
+            "2",
+            "--poll-budget",
+            "1",
+        ]);
+        assert_drained_and_verified(&l);
+        assert_eq!(l[0]["poll_budget"], 1);
+    }
+}
