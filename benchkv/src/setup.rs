@@ -7,7 +7,9 @@ use copyrpc_core::ipc::spsc::Slot;
 use copyrpc_host::fabric::{self, verbs, FabricKind, FabricOptions};
 use copyrpc_host::shm::deleg::{DelegServer, ServerOptions};
 use copyrpc_host::shm::ipc::IpcServer;
+use copyrpc_host::shm::pid_alive;
 use serde_json::{json, Value};
+use std::path::Path;
 
 use crate::config::{Backend, Config};
 use crate::msg::{DelegatePayload, Request, Response};
@@ -55,9 +57,35 @@ pub struct Servers {
     pub deleg: Option<DelegServer<Request, Response>>,
 }
 
+/// The pid in a region name `benchkv_<pid>_...` (as listed in `/dev/shm`).
+fn creator_pid(file_name: &str) -> Option<u32> {
+    file_name
+        .strip_prefix("benchkv_")?
+        .split('_')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Unlinks the regions of benchkv processes that died without cleaning up (killed by
+/// a signal or by `mpirun` tearing a failed job down): each holds up to megabytes of
+/// `/dev/shm` until reboot otherwise. Regions of live processes are left alone.
+/// Returns how many were removed.
+pub fn reap_stale_regions(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| creator_pid(n).is_some_and(|pid| !pid_alive(pid)))
+        .filter(|n| std::fs::remove_file(dir.join(n)).is_ok())
+        .count()
+}
+
 impl Servers {
-    /// Creates them for `cfg` on rank `rank`.
+    /// Creates them for `cfg` on rank `rank` (after clearing stale regions of dead runs).
     pub fn create(cfg: &Config, rank: u32) -> Result<Self, String> {
+        reap_stale_regions(Path::new("/dev/shm"));
         let prefix = format!("/benchkv_{}_{rank}", std::process::id());
         let ipc_names: Vec<String> = (0..cfg.daemons)
             .map(|d| format!("{prefix}_ipc_{d}"))
@@ -181,4 +209,48 @@ pub fn describe(
         ("cores", json!(pins.unwrap_or_default())),
     ]);
     setup
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_names_give_their_creator() {
+        assert_eq!(creator_pid("benchkv_1234_0_ipc_1"), Some(1234));
+        assert_eq!(creator_pid("benchkv_x_0"), None);
+        assert_eq!(creator_pid("copyrpc-sim-5"), None);
+    }
+
+    #[test]
+    fn only_regions_of_dead_processes_are_reaped() {
+        let dir = std::env::temp_dir().join(format!("benchkv-reap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dead = {
+            let mut c = std::process::Command::new("true").spawn().unwrap();
+            let pid = c.id();
+            c.wait().unwrap();
+            pid
+        };
+        let me = std::process::id();
+        for n in [
+            format!("benchkv_{dead}_0_ipc_0"),
+            format!("benchkv_{dead}_0_deleg"),
+            format!("benchkv_{me}_0_ipc_0"),
+            "other_region".to_string(),
+        ] {
+            std::fs::write(dir.join(n), b"").unwrap();
+        }
+        assert_eq!(reap_stale_regions(&dir), 2);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            vec![format!("benchkv_{me}_0_ipc_0"), "other_region".to_string()]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
