@@ -279,7 +279,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
     }
 
-    /// Appends requests `first..end` of endpoint `ep` (just parsed) to the receive queue.
+    /// Appends requests `first..end` of endpoint `ep` (just parsed, each linked to the
+    /// next sequence number by `on_batch`) to the receive queue: the last one ends the
+    /// chain, and the queue's old tail links to the first.
     pub(crate) fn link_requests(&mut self, ep: u16, first: u32, end: u32) {
         if first == end {
             return;
@@ -287,13 +289,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         let Some(e) = self.eps[usize::from(ep)].as_mut() else {
             return;
         };
-        let mut seq = first;
-        while seq != end {
-            let next = seq.wrapping_add(1);
-            if let Some(r) = e.d.requests.get_mut(seq) {
-                r.next = if next == end { None } else { Some((ep, next)) };
-            }
-            seq = next;
+        let last = end.wrapping_sub(1);
+        if let Some(r) = e.d.requests.get_mut(last) {
+            r.next = None;
         }
         match self.rq_tail {
             Some((tep, tseq)) => {
@@ -306,7 +304,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             }
             None => self.rq_head = Some((ep, first)),
         }
-        self.rq_tail = Some((ep, end.wrapping_sub(1)));
+        self.rq_tail = Some((ep, last));
     }
 
     /// Marks the endpoint failed, as a QP error would: the next poll completes each of

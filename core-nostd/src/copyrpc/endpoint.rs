@@ -248,14 +248,16 @@ impl<const REQS: usize> EpData<REQS> {
         let padded = padded_message_size(len32);
         let allowance = credit::internal_allowance_for_blocks(req.blocks);
         // `plan`'s only refusal for an aligned size: too large for any lap.
-        if !credit::reply_fits_allowance(padded, allowance)
-            || padded >= self.send.size().get() - FLOW_METADATA_SIZE
-        {
+        if padded >= self.send.size().get() - FLOW_METADATA_SIZE {
             return Err(Error::ReplyTooLarge);
         }
+        // Checks that the reply fits the allowance, before changing anything.
         self.credit
             .release_on_reply(req.blocks, padded)
-            .map_err(|_| Error::EndpointFailed)?;
+            .map_err(|e| match e {
+                credit::CreditError::ReplyTooLarge => Error::ReplyTooLarge,
+                _ => Error::EndpointFailed,
+            })?;
         // No room check: the released allowance guarantees it (credit module docs).
         debug_assert!(self
             .send
@@ -292,8 +294,11 @@ impl<const REQS: usize> EpData<REQS> {
     /// Releases a request's ring bytes (after its reply, or when dropped unanswered).
     #[inline]
     pub(crate) fn release_request(&mut self, seq: u32) {
-        self.requests.release(seq);
-        self.advance_consumer();
+        // While the front stays, so does the consumer's target: the last
+        // `advance_consumer` (after parsing, or an earlier release) already reached it.
+        if self.requests.release(seq) {
+            self.advance_consumer();
+        }
     }
 
     /// Moves the consumer to the oldest unanswered request (or everything parsed) and
@@ -310,6 +315,7 @@ impl<const REQS: usize> EpData<REQS> {
     /// Whether a metadata-only batch should go out: enough consumed bytes to return, or
     /// the peer looks short of credit and we can grant some. Also arms a READ when a
     /// grant is blocked only by a stale view of the peer's consumer.
+    #[inline]
     pub(crate) fn wants_credit_batch(&mut self) -> bool {
         let unreturned = self.recv.last_recv_pos() - self.recv.last_notified_recv_pos();
         if unreturned >= self.recv.size().get() / 4 {

@@ -48,8 +48,17 @@ fn on_batch<U, const CALLS: usize, const REQS: usize>(
                 None => stats.stray_responses += 1,
             }
         } else {
+            // Linked to the next sequence number; `link_requests` ends the chain at
+            // the batch's last request.
+            let seq = d.requests.tail();
             d.requests
-                .push(pos, m.call_id, m.piggyback, m.payload.len() as u32)
+                .push(
+                    pos,
+                    m.call_id,
+                    m.piggyback,
+                    m.payload.len() as u32,
+                    Some((ep, seq.wrapping_add(1))),
+                )
                 .ok_or(Violation)?;
             d.unreplied = d
                 .unreplied

@@ -77,6 +77,7 @@ impl<const REQS: usize> Endpoint<REQS> {
     /// Posts what is due: queued wrap ranges, the open batch, a credit-only batch, a
     /// READ of the peer's consumer. Stops (keeping everything for the next poll) when
     /// the send queue lacks room. `pending` is the number of calls awaiting a response.
+    #[inline]
     pub(crate) fn flush(&mut self, pending: u32, stats: &mut Stats) -> Result<(), PostError> {
         let d = &mut self.d;
         if d.state != EpState::Connected {
@@ -100,6 +101,13 @@ impl<const REQS: usize> Endpoint<REQS> {
         {
             return Ok(());
         }
+        self.post_due(probe, stats)
+    }
+
+    /// The posting part of [`flush`](Self::flush), once something is due.
+    #[inline(never)]
+    fn post_due(&mut self, probe: bool, stats: &mut Stats) -> Result<(), PostError> {
+        let d = &mut self.d;
         let need = d.batch_bbs;
         let base = self.sq.producer_counter();
         let mut used: u64 = 0;

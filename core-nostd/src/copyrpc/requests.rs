@@ -71,9 +71,17 @@ impl<const N: usize> Requests<N> {
         seq.wrapping_sub(self.head) < self.tail.wrapping_sub(self.head)
     }
 
-    /// Appends a queued request; `None` when all `N` entries are in use.
+    /// Appends a queued request; `None` when all `N` entries are in use. Its receive
+    /// queue link is `next` (the caller fixes the last one of a batch up).
     #[inline]
-    pub(crate) fn push(&mut self, start: u64, call_id: u32, blocks: u32, len: u32) -> Option<u32> {
+    pub(crate) fn push(
+        &mut self,
+        start: u64,
+        call_id: u32,
+        blocks: u32,
+        len: u32,
+        next: Link,
+    ) -> Option<u32> {
         if self.tail.wrapping_sub(self.head) as usize == N {
             return None;
         }
@@ -84,7 +92,7 @@ impl<const N: usize> Requests<N> {
             blocks,
             len,
             state: ReqState::Queued,
-            next: None,
+            next,
         };
         self.tail = seq.wrapping_add(1);
         Some(seq)
@@ -108,17 +116,24 @@ impl<const N: usize> Requests<N> {
         }
     }
 
-    /// Marks `seq` answered and pops every answered request at the front.
+    /// Marks `seq` answered and pops every answered request at the front. Returns
+    /// whether the front moved (only then can the consumer advance).
     #[inline]
-    pub(crate) fn release(&mut self, seq: u32) {
-        if let Some(r) = self.get_mut(seq) {
-            r.state = ReqState::Done;
+    pub(crate) fn release(&mut self, seq: u32) -> bool {
+        if !self.live(seq) {
+            return false;
         }
+        self.entries[seq as usize & (N - 1)].state = ReqState::Done;
+        if seq != self.head {
+            return false;
+        }
+        self.head = seq.wrapping_add(1);
         while self.head != self.tail
             && self.entries[self.head as usize & (N - 1)].state == ReqState::Done
         {
             self.head = self.head.wrapping_add(1);
         }
+        true
     }
 
     /// Start of the oldest unanswered request: the consumer may not pass it.
@@ -149,9 +164,9 @@ mod tests {
     #[test]
     fn consumer_waits_for_the_oldest() {
         let mut r: Requests<4> = Requests::new();
-        let a = r.push(32, 1, 0, 0).unwrap();
-        let b = r.push(64, 2, 0, 0).unwrap();
-        let c = r.push(96, 3, 0, 0).unwrap();
+        let a = r.push(32, 1, 0, 0, None).unwrap();
+        let b = r.push(64, 2, 0, 0, None).unwrap();
+        let c = r.push(96, 3, 0, 0, None).unwrap();
         r.release(b);
         assert_eq!(
             r.oldest_start(),
@@ -161,10 +176,10 @@ mod tests {
         r.release(a);
         assert_eq!(r.oldest_start(), Some(96));
         assert!(r.get(b).is_none(), "popped");
-        r.push(128, 4, 0, 0).unwrap();
-        r.push(160, 5, 0, 0).unwrap();
-        r.push(192, 6, 0, 0).unwrap();
-        assert_eq!(r.push(224, 7, 0, 0), None, "full");
+        r.push(128, 4, 0, 0, None).unwrap();
+        r.push(160, 5, 0, 0, None).unwrap();
+        r.push(192, 6, 0, 0, None).unwrap();
+        assert_eq!(r.push(224, 7, 0, 0, None), None, "full");
         r.release(c);
         assert_eq!((r.len(), r.oldest_start()), (3, Some(128)));
     }

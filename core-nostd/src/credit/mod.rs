@@ -160,9 +160,12 @@ pub const fn internal_allowance(response_allowance: u64) -> u64 {
 }
 
 /// [`internal_allowance`] of the allowance a header's `blocks` describe.
+///
+/// In closed form: `12 + 32b` rounds up to `32b + 32`, plus 32 of metadata (no
+/// saturation can occur for a `u32` count of blocks).
 #[inline]
 pub const fn internal_allowance_for_blocks(blocks: u32) -> u64 {
-    internal_allowance(blocks as u64 * ALIGNMENT)
+    blocks as u64 * ALIGNMENT + ALIGNMENT + FLOW_METADATA_SIZE
 }
 
 /// Whether a reply of padded size `reply_padded` (plus its metadata) fits in
@@ -214,6 +217,17 @@ pub const fn initial_peer_credit_balance(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowance_for_blocks_closed_form_matches_the_definition() {
+        for b in (0..4096).chain([u32::MAX / 32, u32::MAX - 1, u32::MAX]) {
+            assert_eq!(
+                internal_allowance_for_blocks(b),
+                internal_allowance(u64::from(b) * ALIGNMENT),
+                "{b}"
+            );
+        }
+    }
 
     #[test]
     fn allowance_golden() {
