@@ -84,7 +84,6 @@ fn one_rank_has_nobody_to_call_and_still_comes_up() {
 fn peers_split_over_two_contexts_of_one_fabric() {
     use std::sync::Arc;
 
-    use copyrpc_host::exchange::Collectives;
     use copyrpc_host::rpc::{PeerRecord, RpcConfig, RpcNode};
     use zerocopy::FromZeros;
 

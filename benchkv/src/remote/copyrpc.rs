@@ -44,7 +44,10 @@ pub struct CopyrpcIncoming {
 fn busy(e: RpcError) -> bool {
     matches!(
         e,
-        RpcError::RingFull | RpcError::InsufficientCredit | RpcError::TooManyCalls | RpcError::SqFull
+        RpcError::RingFull
+            | RpcError::InsufficientCredit
+            | RpcError::TooManyCalls
+            | RpcError::SqFull
     )
 }
 
@@ -64,7 +67,10 @@ impl CopyrpcRemote {
         {
             Ok(_) => Ok(()),
             Err(e) if busy(e.error) => Err(SendError::Busy),
-            Err(e) => Err(SendError::Failed(format!("copyrpc call to rank {rank}: {}", e.error))),
+            Err(e) => Err(SendError::Failed(format!(
+                "copyrpc call to rank {rank}: {}",
+                e.error
+            ))),
         }
     }
 
@@ -111,13 +117,6 @@ impl CopyrpcRemote {
                 )),
             },
         }
-    }
-
-    /// Posts every written reply before the run tears down.
-    pub fn finish(&mut self, deadline: std::time::Instant) -> Result<(), String> {
-        self.node
-            .flush_all(deadline, |_, _| {})
-            .map_err(|e| e.to_string())
     }
 }
 

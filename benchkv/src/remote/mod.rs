@@ -17,16 +17,18 @@
 //! so there is no nested poll (the seed's `nested_resp_buf` exists only because its
 //! retry loop polls inside a reply).
 //!
-//! Implementations: [`Loopback`] (in-process, for tests and `--loopback-ranks`). The
-//! copyrpc implementation (a `Context` over the fabric's queues, endpoints exchanged over
-//! MPI) is wired in [`connect`]; until then a run with more than one MPI rank stops there
-//! with a clear error.
+//! Implementations: [`Loopback`] (in-process, for tests and `--loopback-ranks`) and
+//! [`CopyrpcRemote`] (a copyrpc context per daemon over the fabric's queues, endpoints
+//! exchanged over MPI), which [`connect`] builds whenever there is more than one MPI rank.
 
+mod copyrpc;
 mod loopback;
 
+pub use self::copyrpc::{CopyrpcIncoming, CopyrpcRemote};
 pub use loopback::{Loopback, LoopbackIncoming};
 
 use copyrpc_host::exchange::Collectives;
+use copyrpc_host::fabric::{self, FabricOptions};
 
 use crate::cluster::Cluster;
 use crate::config::{Backend, Config};
@@ -75,6 +77,8 @@ pub trait Remote {
 pub enum AnyRemote {
     /// In-process loopback.
     Loopback(Loopback),
+    /// copyrpc over the fabric (boxed: the context is large).
+    Copyrpc(Box<CopyrpcRemote>),
 }
 
 /// [`AnyRemote`]'s received request.
@@ -82,6 +86,8 @@ pub enum AnyRemote {
 pub enum AnyIncoming {
     /// From a [`Loopback`].
     Loopback(LoopbackIncoming),
+    /// From a [`CopyrpcRemote`].
+    Copyrpc(CopyrpcIncoming),
 }
 
 impl Remote for AnyRemote {
@@ -90,18 +96,21 @@ impl Remote for AnyRemote {
     fn call(&mut self, rank: u32, req: &Request, token: u64) -> Result<(), SendError> {
         match self {
             Self::Loopback(l) => l.call(rank, req, token),
+            Self::Copyrpc(c) => c.call(rank, req, token),
         }
     }
 
     fn poll(&mut self, on_response: &mut dyn FnMut(u64, Response)) -> usize {
         match self {
             Self::Loopback(l) => l.poll(on_response),
+            Self::Copyrpc(c) => c.poll(on_response),
         }
     }
 
     fn recv(&mut self) -> Option<(AnyIncoming, Request)> {
         match self {
             Self::Loopback(l) => l.recv().map(|(i, r)| (AnyIncoming::Loopback(i), r)),
+            Self::Copyrpc(c) => c.recv().map(|(i, r)| (AnyIncoming::Copyrpc(i), r)),
         }
     }
 
@@ -114,6 +123,13 @@ impl Remote for AnyRemote {
             (Self::Loopback(l), AnyIncoming::Loopback(i)) => l
                 .reply(i, resp)
                 .map_err(|(i, e)| (AnyIncoming::Loopback(i), e)),
+            (Self::Copyrpc(c), AnyIncoming::Copyrpc(i)) => c
+                .reply(i, resp)
+                .map_err(|(i, e)| (AnyIncoming::Copyrpc(i), e)),
+            (_, i) => Err((
+                i,
+                SendError::Failed("a request answered through another transport".into()),
+            )),
         }
     }
 }
@@ -137,19 +153,32 @@ pub fn endpoint_daemon(backend: Backend, rank: u32, daemons: usize) -> usize {
 /// at the same point, so collectives inside it line up.
 pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>, String> {
     let (mpi_size, my_rank) = (cluster.size() as u32, cluster.rank() as u32);
-    if mpi_size > 1 {
-        return Err(format!(
-            "{mpi_size} MPI ranks, but the inter-rank transport (copyrpc) is not wired into \
-             benchkv yet; run one rank (no mpirun, or -np 1), or stand in for the other \
-             ranks in-process with --loopback-ranks N"
-        ));
-    }
     let ranks = cfg.ranks(mpi_size);
-    Ok((0..cfg.daemons)
+    let peers_of: Vec<Vec<usize>> = (0..cfg.daemons)
         .map(|d| {
-            let holds_remote = (0..ranks)
-                .any(|r| r != my_rank && endpoint_daemon(cfg.backend, r, cfg.daemons) == d);
-            holds_remote.then(|| AnyRemote::Loopback(Loopback::new(cfg.ring_size as usize)))
+            (0..ranks)
+                .filter(|&r| r != my_rank && endpoint_daemon(cfg.backend, r, cfg.daemons) == d)
+                .map(|r| r as usize)
+                .collect()
+        })
+        .collect();
+    if mpi_size > 1 {
+        // Seed §9 steps 6 and 8: the fabric, a context per daemon that holds endpoints,
+        // and the endpoint exchange over MPI.
+        let mut opts = FabricOptions::default();
+        opts.verbs.device = cfg.device.clone();
+        let (fabric, _) =
+            fabric::open(cfg.fabric, &opts).map_err(|e| format!("--fabric {}: {e}", cfg.fabric))?;
+        let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of)?;
+        return Ok(remotes
+            .into_iter()
+            .map(|r| r.map(|c| AnyRemote::Copyrpc(Box::new(c))))
+            .collect());
+    }
+    Ok(peers_of
+        .iter()
+        .map(|peers| {
+            (!peers.is_empty()).then(|| AnyRemote::Loopback(Loopback::new(cfg.ring_size as usize)))
         })
         .collect())
 }

@@ -1,0 +1,143 @@
+//! `mpirun -np N benchkv --verify` on the sim fabric: the copyrpc transport between
+//! ranks, both backends. Every rank's results must be in the report, every issued
+//! request answered (drain) and every GET checked right.
+//!
+//! MPI is a CI requirement (`scripts/setup.sh` installs Open MPI): a missing `mpirun`
+//! fails these tests rather than skipping them.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const TIMEOUT_S: &str = "180";
+
+fn mpirun(np: &str, args: &[&str]) -> Output {
+    let out = Command::new("timeout")
+        .args(["--kill-after=10", TIMEOUT_S, "mpirun", "-np", np])
+        .arg(env!("CARGO_BIN_EXE_benchkv"))
+        .args(["--pin", "off", "--keys", "4096", "--output", "json"])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_pml", "ob1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `timeout` (coreutils): {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(127) if stderr.contains("mpirun") => {
+            panic!("`mpirun` not found: scripts/setup.sh installs Open MPI\n{stderr}")
+        }
+        Some(124) | Some(137) => panic!(
+            "benchkv did not finish within {TIMEOUT_S} s\nstdout:\n{}\nstderr:\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+        _ => {}
+    }
+    out
+}
+
+fn lines(out: &Output) -> Vec<Value> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "benchkv failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// One setup line (from rank 0 only), runs with every rank, a drained and verified
+/// summary with every rank's counts.
+fn check(l: &[Value], ranks: u64) {
+    let of = |t: &str| l.iter().filter(|x| x["type"] == t).collect::<Vec<_>>();
+    let setup = of("setup");
+    assert_eq!(setup.len(), 1, "one setup line for the whole job: {l:?}");
+    assert_eq!(setup[0]["mpi_ranks"], ranks);
+    assert!(
+        setup[0]["fabric"].as_str().unwrap().starts_with("sim"),
+        "{}",
+        setup[0]["fabric"]
+    );
+    for r in of("run") {
+        let per_rank = r["per_rank"].as_array().unwrap();
+        assert_eq!(per_rank.len() as u64, ranks, "every rank reported: {r}");
+        for (i, p) in per_rank.iter().enumerate() {
+            assert_eq!(p["rank"], i as u64);
+            assert!(
+                p["requests"].as_u64().unwrap() > 0,
+                "rank {i} did work: {r}"
+            );
+        }
+    }
+    let s = of("summary");
+    assert_eq!(s.len(), 1);
+    let s = s[0];
+    let issued = s["issued"].as_u64().unwrap();
+    assert!(issued > 0);
+    assert_eq!(s["completed"].as_u64(), Some(issued), "drain: {s}");
+    assert_eq!(s["drained"], true);
+    assert_eq!(s["verify_checked"].as_u64(), Some(issued), "{s}");
+    assert_eq!(s["verify_failures"], 0, "{s}");
+    assert_eq!(s["reply_failures"], 0, "{s}");
+    assert_eq!(s["thread_errors"], 0, "{s}");
+    let per_rank = s["per_rank"].as_array().unwrap();
+    assert_eq!(per_rank.len() as u64, ranks);
+    for p in per_rank {
+        assert!(p["issued"].as_u64().unwrap() > 0, "{p}");
+        assert_eq!(p["issued"], p["completed"], "{p}");
+    }
+}
+
+#[test]
+fn two_ranks_delegation_verifies_over_copyrpc() {
+    let out = mpirun(
+        "2",
+        &["--backend", "delegation", "--verify", "--duration", "1s"],
+    );
+    check(&lines(&out), 2);
+}
+
+#[test]
+fn two_ranks_meta_with_two_daemons_verifies_over_copyrpc() {
+    // K = 2: each rank's peers are spread over two daemons' contexts.
+    let out = mpirun(
+        "2",
+        &[
+            "--backend",
+            "meta",
+            "-K",
+            "2",
+            "--verify",
+            "--duration",
+            "1s",
+        ],
+    );
+    check(&lines(&out), 2);
+}
+
+#[test]
+fn three_ranks_zipf_with_metrics() {
+    let out = mpirun(
+        "3",
+        &[
+            "--backend",
+            "delegation",
+            "--distribution",
+            "zipf",
+            "--metrics",
+            "--verify",
+            "--duration",
+            "500ms",
+        ],
+    );
+    let l = lines(&out);
+    check(&l, 3);
+    let m: Vec<_> = l.iter().filter(|x| x["type"] == "metrics").collect();
+    assert!(!m.is_empty(), "metrics lines with --metrics");
+}
