@@ -5,7 +5,7 @@ use mlx5_raw::{Cq, CqDesc, SqDesc, Srq, SrqDesc};
 
 use super::config::EndpointConfig;
 use super::endpoint::{Endpoint, EpData, EpState, CONSUMER_WORD, CONTROL_BYTES};
-use super::mem::{Dma, Region};
+use super::mem::{Control, Dma, Region};
 use super::pending::Pending;
 use super::qpn_map::QpnMap;
 use super::requests::{Link, ReqState};
@@ -149,7 +149,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 Dma::new(&mem.control),
             )
         };
-        let (Some(send_mem), Some(recv_mem), Some(ctrl)) = (send_mem, recv_mem, ctrl) else {
+        let (Some(send_mem), Some(recv_mem), Some(ctrl)) =
+            (send_mem, recv_mem, ctrl.and_then(Control::new))
+        else {
             return Err(Error::BadConfig);
         };
         // SAFETY: forwarded from this function's contract.
@@ -157,7 +159,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         self.map
             .insert(sq.qpn(), slot as u16)
             .map_err(|()| Error::TooManyEndpoints)?;
-        ctrl.store_u64(CONSUMER_WORD, 0);
+        ctrl.store_consumer(0);
         self.eps[slot] = Some(Endpoint {
             sq,
             d: EpData::new(cfg, send_mem, recv_mem, ctrl),
@@ -187,8 +189,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             recv_ring_addr: e.d.recv_mem.va_at(0),
             recv_ring_rkey: e.d.recv_mem.rkey(),
             recv_ring_size: e.d.recv_mem.len() as u64,
-            consumer_addr: e.d.ctrl.va_at(CONSUMER_WORD),
-            consumer_rkey: e.d.ctrl.rkey(),
+            consumer_addr: e.d.ctrl.dma().va_at(CONSUMER_WORD),
+            consumer_rkey: e.d.ctrl.dma().rkey(),
             initial_credit: credit::initial_credit(e.d.cfg.max_resp_reservation),
         })
     }

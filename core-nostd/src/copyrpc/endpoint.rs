@@ -12,7 +12,7 @@ use mlx5_raw::{Remote, Sq};
 
 use super::config::EndpointConfig;
 use super::fifo::Fifo;
-use super::mem::Dma;
+use super::mem::{Control, Dma};
 use super::requests::{Req, Requests};
 use super::Error;
 use crate::credit::{self, CreditState};
@@ -23,11 +23,11 @@ use crate::wire::{
 };
 
 /// Offset of the exported consumer position in the control region.
-pub(crate) const CONSUMER_WORD: usize = 0;
+pub(crate) const CONSUMER_WORD: usize = Control::CONSUMER;
 /// Offset of the word our READ of the peer's consumer lands in.
-pub(crate) const READ_WORD: usize = 8;
+pub(crate) const READ_WORD: usize = Control::READ;
 /// Bytes the control region needs.
-pub(crate) const CONTROL_BYTES: usize = 16;
+pub(crate) const CONTROL_BYTES: usize = Control::BYTES;
 
 /// Ranges a wrap queued that are not posted yet. At most two wraps can be pending
 /// (a third would need more than a lap in flight, which the invariant forbids), each
@@ -60,7 +60,7 @@ pub(crate) struct EpData<const REQS: usize> {
     pub(crate) state: EpState,
     pub(crate) send_mem: Dma,
     pub(crate) recv_mem: Dma,
-    pub(crate) ctrl: Dma,
+    pub(crate) ctrl: Control,
     pub(crate) send: SendRing,
     pub(crate) recv: RecvRing,
     pub(crate) consumer: RemoteConsumer,
@@ -105,7 +105,7 @@ const fn batch_wqe_bbs(max_inline: u32, inline_head: u32) -> u32 {
 }
 
 impl<const REQS: usize> EpData<REQS> {
-    pub(crate) fn new(cfg: EndpointConfig, send_mem: Dma, recv_mem: Dma, ctrl: Dma) -> Self {
+    pub(crate) fn new(cfg: EndpointConfig, send_mem: Dma, recv_mem: Dma, ctrl: Control) -> Self {
         // Placeholder sizes until `connect` learns the peer's; nothing runs before it.
         let size = RingSize::new(RingSize::MIN).unwrap_or_else(|_| unreachable!());
         Self {
@@ -161,7 +161,7 @@ impl<const REQS: usize> EpData<REQS> {
                 rkey: info.consumer_rkey,
             },
         };
-        self.ctrl.store_u64(CONSUMER_WORD, 0);
+        self.ctrl.store_consumer(0);
         self.state = EpState::Connected;
         Ok(())
     }
@@ -210,11 +210,21 @@ impl<const REQS: usize> EpData<REQS> {
         {
             return Err(Error::PayloadTooLarge);
         }
-        let plan = self.send.plan(padded).map_err(|_| Error::PayloadTooLarge)?;
+        // The common case (the message joins the open batch, no wrap) is decided once
+        // here; nothing below changes the send ring before it is used.
+        let append = self.send.fits_open_batch(padded);
+        let advance = if append {
+            padded
+        } else {
+            self.send
+                .plan(padded)
+                .map_err(|_| Error::PayloadTooLarge)?
+                .advance
+        };
         if self.ranges.len() + 2 > RANGES {
             return Err(Error::RingFull);
         }
-        if !self.credit.has_room(self.in_flight(), plan.advance) {
+        if !self.credit.has_room(self.in_flight(), advance) {
             self.want_read = true;
             return Err(Error::RingFull);
         }
@@ -222,12 +232,17 @@ impl<const REQS: usize> EpData<REQS> {
             .credit
             .try_reserve_for_call(response_allowance)
             .map_err(|_| Error::InsufficientCredit)?;
-        let reserved = self
-            .send
-            .reserve_message(padded)
-            .map_err(|_| Error::PayloadTooLarge)?;
-        self.queue_wrap(reserved.wrap)?;
-        let off = self.ring_off(reserved.pos);
+        let pos = if append {
+            self.send.append_to_open_batch(padded)
+        } else {
+            let reserved = self
+                .send
+                .reserve_message(padded)
+                .map_err(|_| Error::PayloadTooLarge)?;
+            self.queue_wrap(reserved.wrap)?;
+            reserved.pos
+        };
+        let off = self.ring_off(pos);
         let buf = self.send_mem.bytes_mut(off, padded as usize);
         emit_message(buf, call_id, paid.allowance_blocks, payload)
             .map_err(|_| Error::PayloadTooLarge)?;
@@ -263,12 +278,17 @@ impl<const REQS: usize> EpData<REQS> {
             .send
             .plan(padded)
             .is_ok_and(|p| self.credit.has_room(self.in_flight(), p.advance)));
-        let reserved = self
-            .send
-            .reserve_message(padded)
-            .map_err(|_| Error::EndpointFailed)?;
-        self.queue_wrap(reserved.wrap)?;
-        let out_off = self.ring_off(reserved.pos);
+        let pos = if self.send.fits_open_batch(padded) {
+            self.send.append_to_open_batch(padded)
+        } else {
+            let reserved = self
+                .send
+                .reserve_message(padded)
+                .map_err(|_| Error::EndpointFailed)?;
+            self.queue_wrap(reserved.wrap)?;
+            reserved.pos
+        };
+        let out_off = self.ring_off(pos);
         let in_off = self.recv.size().offset(req.start) as usize + HEADER_SIZE as usize;
         let request = self.recv_mem.bytes(in_off, req.len as usize);
         let out = self.send_mem.bytes_mut(out_off, padded as usize);
@@ -308,7 +328,7 @@ impl<const REQS: usize> EpData<REQS> {
         let target = self.requests.oldest_start().unwrap_or(self.parsed);
         let cur = self.recv.last_recv_pos();
         if target > cur && self.recv.consume(target - cur).is_ok() {
-            self.ctrl.store_u64(CONSUMER_WORD, target);
+            self.ctrl.store_consumer(target);
         }
     }
 

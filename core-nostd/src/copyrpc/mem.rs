@@ -114,28 +114,56 @@ impl Dma {
         // unposted send-ring bytes (module docs).
         unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) }
     }
+}
 
-    /// Atomic Release store of a little-endian u64 at `off` (8-aligned address).
-    /// Panics if out of bounds or misaligned.
-    #[inline]
-    pub(crate) fn store_u64(&self, off: usize, value: u64) {
-        self.check(off, 8);
-        let p = self.base.as_ptr().wrapping_add(off);
-        assert!(p.addr().is_multiple_of(8), "misaligned control word");
-        // SAFETY: in bounds, 8-aligned, valid for atomic accesses (`new` contract). The
-        // device reads the word for a peer's READ at any time, so the store is atomic;
-        // Release publishes nothing by itself but keeps the value monotone to readers.
-        unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.store(value.to_le(), Ordering::Release);
+/// The control region of an endpoint: two 8-aligned u64 words, checked once when it is
+/// built, so the per-reply export of the consumer position needs no bounds check.
+#[derive(Debug)]
+pub(crate) struct Control {
+    dma: Dma,
+}
+
+impl Control {
+    /// Offset of the exported consumer position.
+    pub(crate) const CONSUMER: usize = 0;
+    /// Offset of the word our READ of the peer's consumer lands in.
+    pub(crate) const READ: usize = 8;
+    /// Bytes the region needs.
+    pub(crate) const BYTES: usize = 16;
+
+    /// `None` unless the region holds [`BYTES`](Self::BYTES) bytes at an 8-aligned
+    /// address.
+    pub(crate) fn new(dma: Dma) -> Option<Self> {
+        (dma.len >= Self::BYTES && dma.base.as_ptr().addr().is_multiple_of(8))
+            .then_some(Self { dma })
     }
 
-    /// Atomic Acquire load of a little-endian u64 at `off` (8-aligned address).
     #[inline]
-    pub(crate) fn load_u64(&self, off: usize) -> u64 {
-        self.check(off, 8);
-        let p = self.base.as_ptr().wrapping_add(off);
-        assert!(p.addr().is_multiple_of(8), "misaligned control word");
-        // SAFETY: as in `store_u64`; read after the READ's completion was polled with
-        // Acquire, so the device's write happened before.
-        u64::from_le(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.load(Ordering::Acquire))
+    pub(crate) const fn dma(&self) -> &Dma {
+        &self.dma
+    }
+
+    /// The word at `off` (one of the two constants), as an atomic.
+    #[inline]
+    fn word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off == Self::CONSUMER || off == Self::READ);
+        let p = self.dma.base.as_ptr().wrapping_add(off & 8);
+        // SAFETY: `off & 8` is 0 or 8, and `new` checked that the region holds 16 bytes
+        // at an 8-aligned address, so the word is in bounds and aligned; the region is
+        // valid for atomic accesses for as long as `self` lives (`Dma::new` contract).
+        unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
+    }
+
+    /// Release store of the consumer position the peer READs (little-endian).
+    #[inline]
+    pub(crate) fn store_consumer(&self, value: u64) {
+        self.word(Self::CONSUMER)
+            .store(value.to_le(), Ordering::Release);
+    }
+
+    /// Acquire load of the landing word of our READ, after its completion was polled.
+    #[inline]
+    pub(crate) fn load_read_word(&self) -> u64 {
+        u64::from_le(self.word(Self::READ).load(Ordering::Acquire))
     }
 }

@@ -60,9 +60,9 @@ impl<const REQS: usize> EpData<REQS> {
         pos: u64,
     ) -> Result<u32, PostError> {
         let sge = [Sge {
-            addr: self.ctrl.va_at(READ_WORD),
+            addr: self.ctrl.dma().va_at(READ_WORD),
             len: 8,
-            lkey: self.ctrl.lkey(),
+            lkey: self.ctrl.dma().lkey(),
         }];
         // SAFETY: the READ word lies in the control region, registered with local
         // write under this lkey (`create_endpoint` contract), and nothing reads it
@@ -179,7 +179,7 @@ impl<const REQS: usize> Endpoint<REQS> {
             if ci > pos {
                 d.read = None;
                 if ok {
-                    let value = d.ctrl.load_u64(READ_WORD);
+                    let value = d.ctrl.load_read_word();
                     if d.consumer.on_read(value, d.send.producer()).is_err() {
                         return false;
                     }

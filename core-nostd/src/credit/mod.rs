@@ -143,7 +143,8 @@ pub const fn grant(
 /// rounded up.
 #[inline]
 pub const fn allowance_blocks(response_allowance: u32) -> u32 {
-    response_allowance.div_ceil(ALIGNMENT as u32)
+    // `div_ceil` as an add and a shift, in u64 where the addition cannot overflow.
+    ((response_allowance as u64 + (ALIGNMENT - 1)) >> ALIGNMENT.trailing_zeros()) as u32
 }
 
 /// Balance a call costs and reservation its reply releases, for a response of up to
@@ -217,6 +218,13 @@ pub const fn initial_peer_credit_balance(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowance_blocks_is_div_ceil() {
+        for ra in (0..4096).chain([u32::MAX - 32, u32::MAX - 31, u32::MAX - 1, u32::MAX]) {
+            assert_eq!(allowance_blocks(ra), ra.div_ceil(32), "{ra}");
+        }
+    }
 
     #[test]
     fn allowance_for_blocks_closed_form_matches_the_definition() {

@@ -185,6 +185,29 @@ impl SendRing {
     /// cost is twice its size (see [`crate::credit::worst_case_advance`]).
     #[inline]
     pub fn plan(&self, padded: u64) -> Result<WritePlan, RingError> {
+        if self.fits_open_batch(padded) {
+            return Ok(WritePlan {
+                wraps: false,
+                advance: padded,
+            });
+        }
+        self.plan_general(padded)
+    }
+
+    /// The common case of [`plan`](Self::plan) and
+    /// [`reserve_message`](Self::reserve_message): a batch is open (so no metadata is
+    /// needed) and the message ends strictly before the lap end (so no wrap; that also
+    /// keeps it below `size - 32`, since an open batch's producer is at least 32 B into
+    /// its lap).
+    #[inline]
+    pub fn fits_open_batch(&self, padded: u64) -> bool {
+        self.meta_pos.is_some()
+            && padded != 0
+            && is_aligned(padded)
+            && padded < self.size.room_to_lap_end(self.producer)
+    }
+
+    fn plan_general(&self, padded: u64) -> Result<WritePlan, RingError> {
         if !is_aligned(padded) {
             return Err(RingError::Misaligned);
         }
@@ -217,15 +240,7 @@ impl SendRing {
     /// The producer moves by exactly `self.plan(padded)?.advance`.
     #[inline]
     pub fn reserve_message(&mut self, padded: u64) -> Result<Reserved, RingError> {
-        // The common case, decided as `plan` would: a batch is open (so no metadata is
-        // needed) and the message ends strictly before the lap end (so no wrap; that
-        // also keeps it below `size - 32`, since an open batch's producer is at least
-        // 32 B into its lap).
-        if self.meta_pos.is_some()
-            && padded != 0
-            && is_aligned(padded)
-            && padded < self.size.room_to_lap_end(self.producer)
-        {
+        if self.fits_open_batch(padded) {
             let pos = self.producer;
             self.producer += padded;
             self.batch_count += 1;
@@ -233,6 +248,19 @@ impl SendRing {
             return Ok(Reserved { pos, wrap: None });
         }
         self.reserve_message_slow(padded)
+    }
+
+    /// [`reserve_message`](Self::reserve_message) for a caller that has just seen
+    /// [`fits_open_batch`](Self::fits_open_batch)`(padded)` hold, with the ring unchanged
+    /// since: appends the message to the open batch and returns its position.
+    #[inline]
+    pub(crate) fn append_to_open_batch(&mut self, padded: u64) -> u64 {
+        debug_assert!(self.fits_open_batch(padded));
+        let pos = self.producer;
+        self.producer += padded;
+        self.batch_count += 1;
+        self.check();
+        pos
     }
 
     /// [`reserve_message`](Self::reserve_message) when it opens a batch or wraps.
