@@ -40,10 +40,18 @@ impl<'r> WqeCursor<'r> {
         self.put(seg.as_bytes());
     }
 
-    /// Zero-fills up to the next 16-byte boundary (the inline segment's padding).
+    /// Writes 16 zero bytes at WQE offset `at` (16-aligned, so within one WQEBB and
+    /// never across the ring end), without moving the cursor.
     #[inline]
-    pub(super) fn pad16(&mut self) {
-        let pad = self.off.next_multiple_of(SEND_WQE_DS) - self.off;
-        self.put(&[0u8; SEND_WQE_DS][..pad]);
+    pub(super) fn zero16_at(&mut self, at: usize) {
+        debug_assert_eq!(at % SEND_WQE_DS, 0, "zero block not 16-aligned");
+        self.ring.write(self.start + at, &[0u8; SEND_WQE_DS]);
+    }
+
+    /// Moves the cursor forward to `to` over bytes already written.
+    #[inline]
+    pub(super) fn skip_to(&mut self, to: usize) {
+        debug_assert!(to >= self.off);
+        self.off = to;
     }
 }

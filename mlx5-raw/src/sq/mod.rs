@@ -382,9 +382,14 @@ impl Sq {
             cur.seg(&RaddrSeg::new(r.addr, r.rkey));
         }
         if !plan.inline.is_empty() {
+            // Zero the inline segment's last 16 bytes first (one fixed-size store
+            // instead of a variable-length fill): the header and data written next
+            // overwrite their part, leaving the padding to the 16-byte boundary zero.
+            let inline_end = (cur.off + 4 + plan.inline.len()).next_multiple_of(SEND_WQE_DS);
+            cur.zero16_at(inline_end - SEND_WQE_DS);
             cur.put(InlineSegHdr::new(plan.inline.len() as u32).as_bytes());
             cur.put(plan.inline);
-            cur.pad16();
+            cur.skip_to(inline_end);
         }
         if let Some(d) = &plan.tail_sge {
             cur.seg(d);
