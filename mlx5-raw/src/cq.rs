@@ -161,6 +161,7 @@ impl Cq {
 
     /// Takes the next CQE if the device has written it, advancing the consumer index
     /// (the doorbell record is written later, by [`update_ci`](Self::update_ci)).
+    #[inline]
     pub fn poll(&mut self) -> Option<CqeRef<'_>> {
         let ci = self.ci;
         let off = self.cqe64_off(ci);
@@ -199,6 +200,7 @@ impl Cq {
     /// Writes `[CQ_SET_CI] = be32(ci & 0xffffff)` if it changed, handing the slots
     /// polled since the last call back to the device. Call it at least every `cqe_cnt`
     /// polls: the device must never have more than `cqe_cnt` CQEs unconsumed (overrun).
+    #[inline]
     pub fn update_ci(&mut self) {
         if self.db_ci != self.ci {
             // R-CQ-CI (pairs with the device model's Acquire load of [SET_CI] before it
@@ -256,6 +258,7 @@ impl<'cq> CqeRef<'cq> {
     /// Decodes it ([`layout::cqe::decode`](crate::layout::cqe::decode)). A
     /// [`CqeDecodeError::Compressed`] means the CQ was created with compression, which
     /// this poller does not expand: the CQ cannot be polled further.
+    #[inline]
     pub fn decode(&self) -> Result<Completion, CqeDecodeError> {
         decode_cqe(self.bytes)
     }
