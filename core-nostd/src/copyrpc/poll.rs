@@ -116,6 +116,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
         self.send_cq.update_ci();
 
+        // Steps 4 and 5 per endpoint: an endpoint's drain depends only on its own flush.
         for i in 0..EPS {
             let Some(e) = self.eps[i].as_mut() else {
                 continue;
@@ -125,12 +126,6 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 e.d.state = EpState::Failed { drained: false };
                 self.stats.endpoints_failed += 1;
             }
-        }
-
-        for i in 0..EPS {
-            let Some(e) = self.eps[i].as_mut() else {
-                continue;
-            };
             if e.d.state == (EpState::Failed { drained: false }) {
                 e.d.state = EpState::Failed { drained: true };
                 self.pending

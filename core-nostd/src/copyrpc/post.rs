@@ -83,13 +83,15 @@ impl<const REQS: usize> Endpoint<REQS> {
         if d.state != EpState::Connected {
             return Ok(());
         }
-        if pending > 0 {
-            d.idle_polls = d.idle_polls.saturating_add(1);
-        } else {
-            d.idle_polls = 0;
-        }
-        let probe =
-            d.cfg.probe_interval != 0 && pending > 0 && d.idle_polls >= d.cfg.probe_interval;
+        // Idle polls only matter for the probe; without one they are not counted.
+        let probe = d.cfg.probe_interval != 0 && {
+            if pending > 0 {
+                d.idle_polls = d.idle_polls.saturating_add(1);
+            } else {
+                d.idle_polls = 0;
+            }
+            pending > 0 && d.idle_polls >= d.cfg.probe_interval
+        };
         // Nothing to post (the common poll): no queued range, no open batch, no READ
         // due, no credit to return or grant. Decided before a WQE batch is opened.
         // (`wants_credit_batch` may arm `want_read`, so that is tested after it.)
