@@ -249,10 +249,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             });
         };
         match e.d.write_call(call_id, payload, response_allowance) {
-            Ok(()) => {
-                self.pending.insert_at(call_id, id.0, user_data);
-                Ok(call_id)
-            }
+            Ok(()) => Ok(self.pending.insert_free(id.0, user_data)),
             Err(error) => Err(CallError { error, user_data }),
         }
     }

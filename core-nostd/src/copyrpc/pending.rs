@@ -47,30 +47,29 @@ impl<U, const N: usize> Pending<U, N> {
     #[cfg(test)]
     pub(crate) fn insert(&mut self, ep: u16, user_data: U) -> Result<u32, U> {
         match self.free_id() {
-            Some(id) => {
-                self.insert_at(id, ep, user_data);
-                Ok(id)
-            }
+            Some(_) => Ok(self.insert_free(ep, user_data)),
             None => Err(user_data),
         }
     }
 
-    /// The id the next [`insert_at`](Self::insert_at) must use; `None` when full.
+    /// The id the next [`insert_free`](Self::insert_free) will use; `None` when full.
     #[inline]
     pub(crate) fn free_id(&self) -> Option<u32> {
         ((self.free_head as usize) < N).then_some(self.free_head)
     }
 
-    /// Stores `user_data` under `id`, which [`free_id`](Self::free_id) just returned.
+    /// Stores `user_data` under [`free_id`](Self::free_id) and returns that id. Panics
+    /// (index out of bounds) if the table is full: check `free_id` first.
     #[inline]
-    pub(crate) fn insert_at(&mut self, id: u32, ep: u16, user_data: U) {
-        assert_eq!(id, self.free_head, "insert_at takes the free head");
+    pub(crate) fn insert_free(&mut self, ep: u16, user_data: U) -> u32 {
+        let id = self.free_head;
         let slot = &mut self.slots[id as usize];
         debug_assert!(slot.is_none());
         *slot = Some(Slot { ep, user_data });
         self.free_head = self.next_free[id as usize];
         self.len += 1;
         self.per_ep[usize::from(ep) & 255] += 1;
+        id
     }
 
     /// Takes the call `id` if it is pending on endpoint `ep`.

@@ -40,8 +40,11 @@ impl RemoteConsumer {
     /// Bytes written (flushed or not) that the peer is not known to have consumed.
     #[inline]
     pub fn in_flight(&self, producer: u64) -> u64 {
+        // Both ways of moving the position check it against the producer, so this does
+        // not wrap; if it ever did, the result would be huge and refuse every write
+        // (where saturating at 0 would admit them).
         debug_assert!(self.position() <= producer);
-        producer.saturating_sub(self.position())
+        producer.wrapping_sub(self.position())
     }
 
     /// Applies a `ring_credit_return`. `producer` is our send producer: a peer claiming
