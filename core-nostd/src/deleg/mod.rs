@@ -61,8 +61,10 @@
 //!
 //! - **Hole timeout.** When the cursor meets a hole, the server first publishes `tail =
 //!   cursor` (so the claimer cannot be blocked by flow control), then remembers the time
-//!   the caller passed to `poll(now)`. Once `now - since >= hole_timeout` and the claim word
-//!   still says `free(pos)`, it CASes it to `free(pos + ring_depth)`: the position is
+//!   the caller passed to `poll(now)` (an idle server reads `head` on one poll in 64, so
+//!   it may first see a hole up to 64 polls late; the timeout counts from then). Once
+//!   `now - since >= hole_timeout` and the claim word still says `free(pos)`, it CASes
+//!   it to `free(pos + ring_depth)`: the position is
 //!   abandoned and the cursor moves on. A late claimer's step-4 CAS then fails and it gets
 //!   [`CallError::Abandoned`]: its request is neither delivered nor written into the slot,
 //!   which may already belong to the next lap. The core reads no clock: `now` and
@@ -92,7 +94,7 @@
 //! - **Client `poll`**: wait-free, `O(resp_depth)`.
 //! - **Server**: wait-free per call; progress past a hole needs either the claimer's commit,
 //!   the hole timeout, or the eviction of the claimer. A dead client therefore costs at
-//!   most `hole_timeout` of stall per position it held (at most one: a client has one
+//!   most `hole_timeout` (plus 64 idle polls) of stall per position it held (at most one: a client has one
 //!   claim at a time), and never wedges the server. A claimer stalled (not dead) longer
 //!   than the timeout loses that one request with `Abandoned` and may retry.
 //! - **What is lost**: only requests never committed (abandoned) and requests/replies of a
@@ -106,6 +108,14 @@
 //! `head` and `tail` sit on separate 64 B lines as the seed lays them out (L9 asks for
 //! 128 B separation against the adjacent-line prefetcher; the seed's offsets win). Each
 //! client caches `tail` locally and reloads it only when the cached value says full.
+//! The server reads `head` only on one idle poll in 64 (never while requests keep
+//! coming), so the line every call `fetch_add`s stays with the clients: a server that
+//! read it on every idle poll made each call's locked `fetch_add` wait for the line to
+//! come back (window32 with one client: ~216 -> ~93 ns per call, docs/PERFORMANCE.md).
+//! A client prefetches for writing (`prefetchw`) the slot 8 positions ahead of its
+//! claim, so that its later claim CAS — a locked RMW, which cannot overlap a miss with
+//! anything — usually finds the line already owned; the server prefetches the response
+//! slot of each request it receives.
 
 mod client;
 mod layout;

@@ -1,8 +1,14 @@
 //! The server side: poll / recv / advance_tail / reply, hole resolution, id reclamation.
 
-use super::layout::{check_payload_align, Claim, ClientState, Region};
+use super::layout::{check_payload_align, prefetch_write, Claim, ClientState, Region};
 use super::{EvictError, Payload, ReplyError};
 use crate::sync::Ordering;
+
+/// An idle `poll` reads `head` (to tell "nothing sent" from a hole) only once in this many
+/// idle polls, so a server waiting for work does not keep pulling the line that every
+/// call's `fetch_add` must then take back. A new hole is seen at most this many polls late;
+/// its timeout counts from then.
+const HEAD_EVERY: u32 = 64;
 
 /// Server settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +99,9 @@ pub struct Server<'a, Req: Payload, Resp: Payload> {
     tail_published: u64,
     /// The hole at the cursor being timed: `(pos, first seen at)`.
     hole: Option<(u64, u64)>,
+    /// Polls that found nothing at the cursor (free-running): `head` is read on one in
+    /// [`HEAD_EVERY`] of them.
+    idle_polls: u32,
     retire_seen: u32,
     /// Ids retiring and not yet freed (rescanned while non-zero).
     retiring: u32,
@@ -116,6 +125,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             cursor: tail,
             tail_published: tail,
             hole: None,
+            idle_polls: 0,
             retire_seen: 0,
             // Scan the table once at start: ids may be retiring from an earlier server.
             retiring: 1,
@@ -152,7 +162,9 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// cursor's slot is not committed (to tell "nothing sent" from a hole): a committed
     /// slot can only belong to the cursor's lap, because the next lap's claimer waits for
     /// `tail` to pass it. So while requests keep coming, the server never pulls the line
-    /// every client `fetch_add`s.
+    /// every client `fetch_add`s. And while none come, it reads `head` on one idle poll in
+    /// [`HEAD_EVERY`] (every poll while an evicted client may hold the cursor), and not at
+    /// all while it times a hole it has already seen (`head` only grows).
     pub fn poll(&mut self, now: u64) -> usize {
         self.process_retirements();
         let n = self.count_ready();
@@ -160,18 +172,36 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             self.hole = None;
             return n;
         }
-        // Relaxed: head only says whether the cursor's position was claimed; the slot's
-        // `committed` (A1) synchronises its contents.
-        let head = self.region.ctrl.head.load(Ordering::Relaxed);
+        let mut head = None;
         loop {
-            if self.cursor == head {
-                self.hole = None;
-                return 0;
-            }
             let slot = self.region.slot(self.cursor);
-            // A1 (pairs with R1 in Reservation::commit): the body is written.
+            // A1 (pairs with R1 in Reservation::commit): the body is written. A committed
+            // slot at the cursor's index is the cursor's own position (the next lap's
+            // claimer waits for `tail` to pass the cursor), so no `head` is needed here.
             if slot.committed.load(Ordering::Acquire) == 1 {
                 break;
+            }
+            let known_hole = matches!(self.hole, Some((p, _)) if p == self.cursor);
+            if !known_hole {
+                let h = match head {
+                    Some(h) => h,
+                    None => {
+                        let sample = self.dead > 0 || self.idle_polls.is_multiple_of(HEAD_EVERY);
+                        self.idle_polls = self.idle_polls.wrapping_add(1);
+                        if !sample {
+                            return 0;
+                        }
+                        // Relaxed: head only says whether the cursor's position was
+                        // claimed; the slot's `committed` (A1) synchronises its contents.
+                        let h = self.region.ctrl.head.load(Ordering::Relaxed);
+                        head = Some(h);
+                        h
+                    }
+                };
+                if self.cursor == h {
+                    self.hole = None;
+                    return 0;
+                }
             }
             if !self.resolve_hole(now) {
                 return 0;
@@ -302,6 +332,9 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 self.stats.malformed += 1;
                 continue;
             }
+            // The reply will read and write this line, which the client wrote last:
+            // start the transfer now, while the caller works on the request.
+            prefetch_write(self.region.resp_slot(client_id, resp_slot_idx));
             // Relaxed: the client registered (CAS) before committing (R1), and A1 above
             // makes that visible; only the server moves a retiring id to Free.
             let (st, epoch) = ClientState::unpack(

@@ -495,3 +495,35 @@ fn answers_overtaking_an_old_call_are_delivered_and_slots_reused() {
     assert_eq!(rest, [0, 9]);
     assert_eq!(c.in_flight(), 0);
 }
+
+/// The idle server samples `head` on one poll in 64: a hole that appears after many idle
+/// polls is still seen within 64 polls and abandoned `hole_timeout` after that.
+#[test]
+fn hole_after_idle_polls_is_seen_within_64_polls() {
+    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    for now in 0..37 {
+        assert_eq!(server.poll(now), 0);
+    }
+    let stalled = a.reserve().unwrap();
+    b.call(&[2, 0]).unwrap();
+    let mut now = 100;
+    let mut seen_at = None;
+    for _ in 0..64 {
+        assert_eq!(server.poll(now), 0);
+        if server.hole().is_some() {
+            seen_at = Some(now);
+            break;
+        }
+        now += 1;
+    }
+    let seen_at = seen_at.expect("hole not seen within 64 idle polls");
+    assert_eq!(server.hole(), Some((0, seen_at)));
+    assert_eq!(server.poll(seen_at + SC.hole_timeout - 1), 0, "abandoned early");
+    assert_eq!(server.poll(seen_at + SC.hole_timeout), 1);
+    assert_eq!(server.recv().unwrap().payload, [2, 0]);
+    assert_eq!(stalled.commit(&[1, 0]), Err(CallError::Abandoned));
+}
