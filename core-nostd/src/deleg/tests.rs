@@ -510,15 +510,13 @@ fn hole_after_idle_polls_is_seen_within_64_polls() {
     }
     let stalled = a.reserve().unwrap();
     b.call(&[2, 0]).unwrap();
-    let mut now = 100;
     let mut seen_at = None;
-    for _ in 0..64 {
+    for now in 100..164 {
         assert_eq!(server.poll(now), 0);
         if server.hole().is_some() {
             seen_at = Some(now);
             break;
         }
-        now += 1;
     }
     let seen_at = seen_at.expect("hole not seen within 64 idle polls");
     assert_eq!(server.hole(), Some((0, seen_at)));
