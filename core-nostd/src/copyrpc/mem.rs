@@ -4,7 +4,8 @@
 //! A [`Region`] is a plain description (address, length, keys), safe to build and copy.
 //! [`Dma`] is the checked accessor the context keeps after an `unsafe` constructor has
 //! taken the caller's word that the memory stays valid; from then on every access is
-//! bounds-checked, so no safe method reaches outside the region.
+//! bounds-checked, so no safe method reaches outside the region. [`Control`] wraps the
+//! control region's `Dma` after checking once that both words fit and are aligned.
 //!
 //! Which bytes copyrpc touches while the device may too (the discipline that keeps
 //! references and DMA apart):
@@ -154,14 +155,17 @@ impl Control {
         unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
     }
 
-    /// Release store of the consumer position the peer READs (little-endian).
+    /// Release store of the consumer position the peer READs (little-endian). The
+    /// device reads the word for a peer's READ at any time, so the store is atomic;
+    /// Release publishes nothing by itself but keeps the value monotone to readers.
     #[inline]
     pub(crate) fn store_consumer(&self, value: u64) {
         self.word(Self::CONSUMER)
             .store(value.to_le(), Ordering::Release);
     }
 
-    /// Acquire load of the landing word of our READ, after its completion was polled.
+    /// Acquire load of the landing word of our READ, after its completion was polled
+    /// (with Acquire), so the device's write happened before.
     #[inline]
     pub(crate) fn load_read_word(&self) -> u64 {
         u64::from_le(self.word(Self::READ).load(Ordering::Acquire))
