@@ -428,7 +428,7 @@ impl core::fmt::Display for CqeDecodeError {
 /// Decodes one 64-byte CQE (the `mlx5_cqe64`, i.e. the second half of a 128-byte CQE).
 ///
 /// Never panics. See the module docs for what is an error and what is a variant.
-#[inline]
+#[inline(always)]
 pub fn decode(bytes: &[u8]) -> Result<Completion, CqeDecodeError> {
     let Ok(cqe) = Cqe64::ref_from_bytes(bytes) else {
         return Err(CqeDecodeError::Length { len: bytes.len() });

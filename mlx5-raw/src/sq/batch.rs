@@ -32,6 +32,7 @@ impl<'sq> SqBatch<'sq> {
         }
     }
 
+    #[inline]
     fn push(
         &mut self,
         opcode: SendOpcode,
@@ -70,6 +71,7 @@ impl<'sq> SqBatch<'sq> {
 
     /// RDMA WRITE with immediate: the responder consumes one receive WQE and gets `imm`
     /// (raw bytes, copied verbatim) in its CQE.
+    #[inline]
     pub fn rdma_write_imm(
         &mut self,
         remote: Remote,

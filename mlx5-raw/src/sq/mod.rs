@@ -288,6 +288,7 @@ impl Sq {
         (pos as usize & (self.wqe_cnt as usize - 1)) * SEND_WQE_BB
     }
 
+    #[inline]
     fn plan<'a>(&self, has_raddr: bool, payload: Repr<'a>) -> Result<Plan<'a>, PostError> {
         let (inline, tail_sge, gather): (&[u8], Option<DataSeg>, &[Sge]) = match payload {
             Repr::Inline(b) => {
@@ -345,6 +346,7 @@ impl Sq {
     }
 
     /// Builds one WQE at `pi` and advances `pi`. Nothing is written on error.
+    #[inline]
     fn post(
         &mut self,
         opcode: SendOpcode,
@@ -418,6 +420,7 @@ impl Sq {
     /// The doorbell, as the checklist of rdma-core `post_send_db` (reference §2.3).
     /// `last` is the free-running position and DS of the batch's last WQE; `count` the
     /// number of WQEs in the batch.
+    #[inline]
     fn ring_doorbell(&mut self, last: (u64, u8), count: u32) {
         // 1. WQE stores: done (`post`), ctrl segments final.
         // 2. Make them visible to the device before the doorbell record.
