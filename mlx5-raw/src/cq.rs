@@ -80,6 +80,9 @@ pub struct Cq {
     cqn: u32,
     /// Consumer index, free-running mod 2^32.
     ci: u32,
+    /// Ring offset of the `op_own` byte of slot `ci`: `cqe64_off(ci) + 63`, kept with
+    /// `ci` so an empty poll reads it instead of recomputing it.
+    ci_own: usize,
     /// Value of `ci` last written to `[SET_CI]`.
     db_ci: u32,
 }
@@ -142,8 +145,10 @@ impl Cq {
             cqe_size: desc.cqe_size,
             cqn: desc.cqn,
             ci: 0,
+            ci_own: 0,
             db_ci: 0,
         };
+        cq.ci_own = cq.cqe64_off(0) + 63;
         for slot in 0..cq.cqe_cnt {
             let off = cq.cqe64_off(slot) + 63;
             // Relaxed: no CQE exists yet (constructor contract); the first consumer-index
@@ -164,10 +169,11 @@ impl Cq {
     #[inline]
     pub fn poll(&mut self) -> Option<CqeRef<'_>> {
         let ci = self.ci;
-        let off = self.cqe64_off(ci);
+        debug_assert_eq!(self.ci_own, self.cqe64_off(ci) + 63);
+        let off = self.ci_own - 63;
         // A-CQE (pairs with the device's `op_own` write; in the software model its
         // Release store after the CQE body): the owner check.
-        let op_own = self.ring.load_u8_acquire(off + 63);
+        let op_own = self.ring.load_u8_acquire(self.ci_own);
         let hw_owner = (op_own & CQE_OWNER_MASK) != 0;
         let lap_parity = (ci & self.cqe_cnt) != 0;
         if op_own >> 4 == CQE_INVALID || hw_owner != lap_parity {
@@ -176,6 +182,7 @@ impl Cq {
         // Body after owner: "read the CQE body only after the owner check" (cq.c).
         barrier::from_device();
         self.ci = ci.wrapping_add(1);
+        self.ci_own = self.cqe64_off(self.ci) + 63;
         // SAFETY: the slot is the software's: its owner byte was observed (Acquire) for
         // this lap, and the device does not write it again until `[SET_CI]` passes `ci`,
         // which only `update_ci(&mut self)` writes — impossible while the returned
