@@ -1,11 +1,8 @@
 //! The client side: connect, call (reserve + commit), poll responses, close.
 
-use super::layout::{check_payload_align, prefetch_write, Claim, ClientState, Region};
+use super::layout::{check_payload_align, Claim, ClientState, Region};
 use super::{CallError, ConnectError, Payload};
 use crate::sync::{spin_loop, Ordering};
-
-/// How many ring positions ahead of its claim a client prefetches a slot for writing.
-const PREFETCH_AHEAD: u32 = 8;
 
 /// One delegationrpc client. `!Sync` by use: one thread calls and polls.
 #[derive(Debug)]
@@ -147,13 +144,6 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         // Relaxed: fetch_add only hands out unique positions; the slot's claim word and
         // `committed` carry every synchronisation (seed §2.2 step 3).
         let pos = r.ctrl.head.fetch_add(1, Ordering::Relaxed);
-        // The slot a few positions ahead — ours next, if no other client calls meanwhile —
-        // was last written by the server (its release of the previous lap). Fetch it for
-        // writing now, so that the claim CAS of that later call hits in cache instead of
-        // stalling on the transfer (a locked RMW cannot overlap its miss with anything).
-        if r.cfg.ring_depth >= 4 * PREFETCH_AHEAD {
-            prefetch_write(r.slot(pos + u64::from(PREFETCH_AHEAD)));
-        }
         // Relaxed: published to the server by the claim CAS (AcqRel) in commit; read only
         // for evicted clients, where a stale value only delays the hole's resolution.
         r.client_entry(self.id)

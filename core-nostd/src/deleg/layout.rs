@@ -223,27 +223,6 @@ unsafe impl<Req: Send> Sync for ReqSlot<Req> {}
 // Acquire load. See `Server::reply` and `Client::poll`.
 unsafe impl<Resp: Send> Sync for RespSlot<Resp> {}
 
-/// Asks the cpu to bring the line holding `target` into its cache for writing (x86
-/// `prefetchw`), so that a later write — or a locked RMW, which would otherwise stall on
-/// the miss with everything behind it — finds the line already owned. A hint only: no
-/// effect on what the program computes; a no-op off x86-64 and under Miri and loom.
-#[inline(always)]
-pub(crate) fn prefetch_write<T>(target: &T) {
-    #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
-    // SAFETY: `prefetchw` writes no memory (`readonly`) and reads none the program can
-    // observe, cannot fault, leaves flags and stack alone, and executes as a NOP on x86-64
-    // cpus without PRFCHW; `target` is a valid reference anyway.
-    unsafe {
-        core::arch::asm!(
-            "prefetchw [{0}]",
-            in(reg) target as *const T,
-            options(readonly, nostack, preserves_flags)
-        );
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(miri), not(loom))))]
-    let _ = target;
-}
-
 const fn align_up(x: usize, a: usize) -> usize {
     (x + a - 1) & !(a - 1)
 }

@@ -111,11 +111,10 @@
 //! The server reads `head` only on one idle poll in 64 (never while requests keep
 //! coming), so the line every call `fetch_add`s stays with the clients: a server that
 //! read it on every idle poll made each call's locked `fetch_add` wait for the line to
-//! come back (window32 with one client: ~216 -> ~93 ns per call, docs/PERFORMANCE.md).
-//! A client prefetches for writing (`prefetchw`) the slot 8 positions ahead of its
-//! claim, so that its later claim CAS — a locked RMW, which cannot overlap a miss with
-//! anything — usually finds the line already owned; the server prefetches the response
-//! slot of each request it receives.
+//! come back (window32 with one client: ~210 -> ~83 ns per call in one run,
+//! docs/PERFORMANCE.md). Write prefetches (`prefetchw`) of the client's next slots and of
+//! the server's response slots were measured too and gave nothing (or worse), so there
+//! are none.
 
 mod client;
 mod layout;

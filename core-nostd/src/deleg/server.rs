@@ -1,6 +1,6 @@
 //! The server side: poll / recv / advance_tail / reply, hole resolution, id reclamation.
 
-use super::layout::{check_payload_align, prefetch_write, Claim, ClientState, Region};
+use super::layout::{check_payload_align, Claim, ClientState, Region};
 use super::{EvictError, Payload, ReplyError};
 use crate::sync::Ordering;
 
@@ -332,9 +332,6 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 self.stats.malformed += 1;
                 continue;
             }
-            // The reply will read and write this line, which the client wrote last:
-            // start the transfer now, while the caller works on the request.
-            prefetch_write(self.region.resp_slot(client_id, resp_slot_idx));
             // Relaxed: the client registered (CAS) before committing (R1), and A1 above
             // makes that visible; only the server moves a retiring id to Free.
             let (st, epoch) = ClientState::unpack(

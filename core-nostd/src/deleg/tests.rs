@@ -520,7 +520,11 @@ fn hole_after_idle_polls_is_seen_within_64_polls() {
     }
     let seen_at = seen_at.expect("hole not seen within 64 idle polls");
     assert_eq!(server.hole(), Some((0, seen_at)));
-    assert_eq!(server.poll(seen_at + SC.hole_timeout - 1), 0, "abandoned early");
+    assert_eq!(
+        server.poll(seen_at + SC.hole_timeout - 1),
+        0,
+        "abandoned early"
+    );
     assert_eq!(server.poll(seen_at + SC.hole_timeout), 1);
     assert_eq!(server.recv().unwrap().payload, [2, 0]);
     assert_eq!(stalled.commit(&[1, 0]), Err(CallError::Abandoned));
