@@ -96,6 +96,46 @@ fn calls_answered_once_out_of_order() {
     });
 }
 
+/// Depth 1: every call reuses the one cell — the client rewrites the request half right
+/// after reading the response half the server wrote, with no hand-back store on either
+/// side. Three calls, each answered once with its own reply.
+#[test]
+fn depth_one_reuses_the_cell() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 1,
+            depth: 1,
+        });
+        let p2 = parts.clone();
+        let client = thread::spawn(move || {
+            let mut sm: Vec<SlabEntry<u64>> = (0..2).map(|_| SlabEntry::new()).collect();
+            let mut c = Client::connect(p2.region(), 1, Slab::new(&mut sm)).unwrap();
+            for i in 0..3u64 {
+                c.call(&i, i + 100).unwrap();
+                let mut got = 0;
+                while got == 0 {
+                    got = c.poll(|u, r| assert_eq!((u, *r), (i + 100, i * 3)));
+                    thread::yield_now();
+                }
+            }
+            std::mem::forget(c);
+        });
+        let mut server = Server::new(parts.region());
+        let mut answered = 0;
+        while answered < 3 {
+            server.poll();
+            while let Some(h) = server.recv() {
+                let p = h.payload;
+                server.reply(h, &(p * 3)).unwrap();
+                answered += 1;
+            }
+            thread::yield_now();
+        }
+        std::mem::forget(server);
+        client.join().unwrap();
+    });
+}
+
 /// The bare ring, capacity 2, four messages: the producer reuses each slot while the
 /// consumer may still be reading it, so the slot hand-back (R2/A2) is exercised without
 /// any other causal path.
