@@ -168,3 +168,53 @@ fn srq_wqes_are_retired_by_the_reported_wqe_counter() {
         }
     });
 }
+
+#[test]
+fn a_call_left_unanswered_is_probed_every_interval_and_idle_polls_post_nothing() {
+    big_stack(|| {
+        let mut o = Opts::new(2, 4096);
+        o.cfg.probe_interval = 16;
+        let mut p: Pair<2, 64, 128> = Pair::new(o);
+        // Endpoint 1 carries one call that B takes and holds; endpoint 0 stays idle.
+        p.a.ctx.call(p.a.eps[1], b"hold", 7).unwrap();
+        let mut held = None;
+        for _ in 0..200 {
+            p.a.ctx.poll(|_, _| unreachable!("held"));
+            p.b.ctx.poll(|_, _| unreachable!("B makes no calls"));
+            if held.is_none() {
+                held = p.b.ctx.recv();
+            }
+            p.step();
+        }
+        let h = held.expect("the request arrived");
+        let probes = p.a.ctx.stats().probes_posted;
+        // A probe every 16 polls without news, each after the previous READ completed:
+        // polls with nothing to send still count while the call is pending.
+        assert!((8..=13).contains(&probes), "{probes} probes in 200 polls");
+        assert_eq!(
+            p.a.ctx.stats().reads_posted,
+            probes,
+            "the idle endpoint reads nothing"
+        );
+        assert_eq!(p.b.ctx.stats().probes_posted, 0, "B has nothing pending");
+        h.reply(&mut p.b.ctx, b"late").unwrap();
+        let mut got = Vec::new();
+        while got.is_empty() {
+            p.b.ctx.poll(|_, _| unreachable!());
+            p.a.ctx.poll(|k, r| got.push((k, r.unwrap().to_vec())));
+            p.step();
+            assert!(p.steps < 1000);
+        }
+        assert_eq!(got, vec![(7, b"late".to_vec())]);
+        // Nothing pending, nothing to send: further polls post nothing at all.
+        let (posted, reads) = (p.a.ctx.stats().batches_posted, p.a.ctx.stats().reads_posted);
+        for _ in 0..200 {
+            assert_eq!(p.a.ctx.poll(|_, _| unreachable!()), 0);
+            p.b.ctx.poll(|_, _| unreachable!());
+            p.step();
+        }
+        let s = p.a.ctx.stats();
+        assert!(s.batches_posted <= posted + 1, "at most one credit batch");
+        assert_eq!(s.reads_posted, reads);
+    });
+}

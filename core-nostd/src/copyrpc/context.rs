@@ -63,7 +63,41 @@ pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
     /// through their entries.
     pub(crate) rq_head: Link,
     pub(crate) rq_tail: Link,
+    /// Endpoints `poll` must visit (flush, fail-drain); see [`Dirty`].
+    pub(crate) dirty: Dirty,
     pub(crate) stats: Stats,
+}
+
+/// The endpoints a poll must visit: one bit per endpoint index (≤ 256).
+///
+/// Invariant: an endpoint whose bit is clear is one whose last flush found nothing due
+/// (no queued range, no open batch, no READ wanted or due, no credit batch wanted, no
+/// probe count running) and not failed-undrained, and none of whose inputs to that
+/// decision changed since. Every change sets the bit: a call or reply that opens a
+/// batch or wraps (appending to an open batch needs none: an open batch keeps the bit
+/// set), a refused call, a received batch or send completion of the endpoint, a
+/// failure, `connect`. So skipping a clear endpoint skips only a flush that would do
+/// nothing, and an empty poll is two CQ checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dirty([u64; 4]);
+
+impl Dirty {
+    pub(crate) const NONE: Self = Self([0; 4]);
+
+    #[inline]
+    pub(crate) fn set(&mut self, ep: u16) {
+        self.0[usize::from(ep >> 6) & 3] |= 1 << (ep & 63);
+    }
+
+    #[inline]
+    pub(crate) fn clear(&mut self, ep: usize) {
+        self.0[(ep >> 6) & 3] &= !(1 << (ep & 63));
+    }
+
+    #[inline]
+    pub(crate) fn word(&self, w: usize) -> u64 {
+        self.0[w & 3]
+    }
 }
 
 // SAFETY: the context exclusively owns its driver objects (each `Send`) and its access
@@ -106,6 +140,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             pending: Pending::new(),
             rq_head: None,
             rq_tail: None,
+            dirty: Dirty::NONE,
             stats: Stats::default(),
         })
     }
@@ -200,7 +235,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// (verbs `ibv_modify_qp`, or the device model's `connect`); no message is
     /// exchanged: both sides start with the credit the infos imply.
     pub fn connect(&mut self, id: EndpointId, remote: &EndpointInfo) -> Result<(), Error> {
-        self.ep_mut(id)?.d.connect(remote)
+        self.ep_mut(id)?.d.connect(remote)?;
+        self.dirty.set(id.0);
+        Ok(())
     }
 
     /// Sends a request expecting a response of at most the endpoint's
@@ -249,8 +286,17 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             });
         };
         match e.d.write_call(call_id, payload, response_allowance) {
-            Ok(()) => Ok(self.pending.insert_free(id.0, user_data)),
-            Err(error) => Err(CallError { error, user_data }),
+            Ok(opened) => {
+                if opened {
+                    self.dirty.set(id.0);
+                }
+                Ok(self.pending.insert_free(id.0, user_data))
+            }
+            Err(error) => {
+                // A refusal may have armed a READ of the peer's consumer.
+                self.dirty.set(id.0);
+                Err(CallError { error, user_data })
+            }
         }
     }
 
@@ -314,6 +360,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         if !matches!(e.d.state, EpState::Failed { .. }) {
             e.d.state = EpState::Failed { drained: false };
             self.stats.endpoints_failed += 1;
+            self.dirty.set(id.0);
         }
         Ok(())
     }

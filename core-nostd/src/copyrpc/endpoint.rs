@@ -195,13 +195,15 @@ impl<const REQS: usize> EpData<REQS> {
     }
 
     /// Writes a request into the send ring, after every check that could refuse it.
+    /// Returns whether it opened a batch or wrapped (the endpoint then needs a flush;
+    /// an append to an open batch does not change that).
     #[inline]
     pub(crate) fn write_call(
         &mut self,
         call_id: u32,
         payload: &[u8],
         response_allowance: u32,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         let len = u32::try_from(payload.len()).map_err(|_| Error::PayloadTooLarge)?;
         let padded = padded_message_size(len);
         // The reply travels in the peer's send ring, which has our recv ring's size.
@@ -246,11 +248,13 @@ impl<const REQS: usize> EpData<REQS> {
         let buf = self.send_mem.bytes_mut(off, padded as usize);
         emit_message(buf, call_id, paid.allowance_blocks, payload)
             .map_err(|_| Error::PayloadTooLarge)?;
-        Ok(())
+        // Alone in its batch exactly when it opened it (or wrapped into a new one).
+        Ok(self.send.batch_count() == 1)
     }
 
     /// Writes a reply of `len` bytes to request `seq` (whose entry is `req`), filled by
-    /// `fill(request, out)`. On error nothing changed.
+    /// `fill(request, out)`. On error nothing changed. Returns, as `write_call`,
+    /// whether it opened a batch or wrapped.
     #[inline]
     pub(crate) fn write_reply(
         &mut self,
@@ -258,7 +262,7 @@ impl<const REQS: usize> EpData<REQS> {
         req: &Req,
         len: usize,
         fill: impl FnOnce(&[u8], &mut [u8]),
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         let len32 = u32::try_from(len).map_err(|_| Error::ReplyTooLarge)?;
         let padded = padded_message_size(len32);
         let allowance = credit::internal_allowance_for_blocks(req.blocks);
@@ -308,7 +312,9 @@ impl<const REQS: usize> EpData<REQS> {
         fill(request, &mut rest[..len]);
         self.unreplied = self.unreplied.saturating_sub(allowance);
         self.release_request(seq);
-        Ok(())
+        // The reply is its batch's only message exactly when it opened the batch (or
+        // wrapped, which leaves it alone in a new one).
+        Ok(self.send.batch_count() == 1)
     }
 
     /// Releases a request's ring bytes (after its reply, or when dropped unanswered).

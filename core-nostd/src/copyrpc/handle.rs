@@ -132,6 +132,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             unreachable!("live")
         };
         if matches!(e.d.state, EpState::Failed { .. }) {
+            // A failed endpoint flushes nothing: no change for poll to see.
             e.d.release_request(h.seq);
             return Err(ReplyError {
                 error: Error::EndpointFailed,
@@ -152,11 +153,17 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             });
         }
         match e.d.write_reply(h.seq, &req, len, fill) {
-            Ok(()) => Ok(()),
+            Ok(opened) => {
+                if opened {
+                    self.dirty.set(h.ep.0);
+                }
+                Ok(())
+            }
             Err(error) => {
                 e.d.state = EpState::Failed { drained: false };
                 e.d.release_request(h.seq);
                 self.stats.endpoints_failed += 1;
+                self.dirty.set(h.ep.0);
                 Err(ReplyError {
                     error,
                     handle: None,

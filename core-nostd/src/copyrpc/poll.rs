@@ -116,20 +116,35 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
         self.send_cq.update_ci();
 
-        // Steps 4 and 5 per endpoint: an endpoint's drain depends only on its own flush.
-        for i in 0..EPS {
-            let Some(e) = self.eps[i].as_mut() else {
-                continue;
-            };
-            let pending = self.pending.on_ep(i as u16);
-            if e.flush(pending, &mut self.stats).is_err() {
-                e.d.state = EpState::Failed { drained: false };
-                self.stats.endpoints_failed += 1;
-            }
-            if e.d.state == (EpState::Failed { drained: false }) {
-                e.d.state = EpState::Failed { drained: true };
-                self.pending
-                    .drain_ep(i as u16, |u| on_response(u, Err(Error::EndpointFailed)));
+        // Steps 4 and 5 per endpoint, in index order: an endpoint's drain depends only
+        // on its own flush. Only endpoints in the dirty set: the others' flush would
+        // find nothing due and they have nothing to drain (`Dirty`'s invariant).
+        for w in 0..EPS.div_ceil(64) {
+            let mut bits = self.dirty.word(w);
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let Some(e) = self.eps.get_mut(i).and_then(Option::as_mut) else {
+                    self.dirty.clear(i);
+                    continue;
+                };
+                let pending = self.pending.on_ep(i as u16);
+                let idle = match e.flush(pending, &mut self.stats) {
+                    Ok(idle) => idle,
+                    Err(_) => {
+                        e.d.state = EpState::Failed { drained: false };
+                        self.stats.endpoints_failed += 1;
+                        false
+                    }
+                };
+                if e.d.state == (EpState::Failed { drained: false }) {
+                    e.d.state = EpState::Failed { drained: true };
+                    self.pending
+                        .drain_ep(i as u16, |u| on_response(u, Err(Error::EndpointFailed)));
+                    self.dirty.clear(i);
+                } else if idle {
+                    self.dirty.clear(i);
+                }
             }
         }
         handled
@@ -140,6 +155,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             if !matches!(e.d.state, EpState::Failed { .. }) {
                 e.d.state = EpState::Failed { drained: false };
                 self.stats.endpoints_failed += 1;
+                self.dirty.set(ep);
             }
         }
     }
@@ -170,6 +186,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
         self.stats.batches_received += 1;
         e.d.idle_polls = 0;
+        // Credit, consumer and pending calls change: the next flush decides anew.
+        self.dirty.set(ep);
         match on_batch(ep, e, imm, &mut self.pending, &mut self.stats, on_response) {
             Ok((first, end)) => self.link_requests(ep, first, end),
             Err(Violation) => self.fail(ep),
@@ -184,6 +202,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         let Some(e) = self.eps[usize::from(ep)].as_mut() else {
             return;
         };
+        // Send-queue room, the peer's consumer (a READ) may change: flush decides anew.
+        self.dirty.set(ep);
         if !e.on_send_completion(c, &mut self.stats) {
             self.fail(ep);
         }

@@ -77,11 +77,13 @@ impl<const REQS: usize> Endpoint<REQS> {
     /// Posts what is due: queued wrap ranges, the open batch, a credit-only batch, a
     /// READ of the peer's consumer. Stops (keeping everything for the next poll) when
     /// the send queue lacks room. `pending` is the number of calls awaiting a response.
+    /// Returns whether the endpoint is idle: nothing was due, and no probe count runs
+    /// (so the next flush does nothing either until one of its inputs changes).
     #[inline]
-    pub(crate) fn flush(&mut self, pending: u32, stats: &mut Stats) -> Result<(), PostError> {
+    pub(crate) fn flush(&mut self, pending: u32, stats: &mut Stats) -> Result<bool, PostError> {
         let d = &mut self.d;
         if d.state != EpState::Connected {
-            return Ok(());
+            return Ok(true);
         }
         // Idle polls only matter for the probe; without one they are not counted.
         let probe = d.cfg.probe_interval != 0 && {
@@ -101,14 +103,20 @@ impl<const REQS: usize> Endpoint<REQS> {
             && !d.wants_credit_batch()
             && !d.want_read
         {
-            return Ok(());
+            // A batch opened without messages would not show in `batch_count`: keep
+            // visiting then (`post_due` never leaves one, this is belt and braces).
+            let counting = d.cfg.probe_interval != 0 && pending > 0;
+            return Ok(!counting && d.send.meta_pos().is_none());
         }
-        self.post_due(probe, stats)
+        let idle = self.post_due(probe, stats)?;
+        Ok(idle && !(self.d.cfg.probe_interval != 0 && pending > 0))
     }
 
-    /// The posting part of [`flush`](Self::flush), once something is due.
+    /// The posting part of [`flush`](Self::flush), once something is due. Returns
+    /// whether it left nothing due: everything posted, and the credit-batch test (run
+    /// after the batches went out, so on the inputs the next flush would see) said no.
     #[inline(never)]
-    fn post_due(&mut self, probe: bool, stats: &mut Stats) -> Result<(), PostError> {
+    fn post_due(&mut self, probe: bool, stats: &mut Stats) -> Result<bool, PostError> {
         let d = &mut self.d;
         let need = d.batch_bbs;
         let base = self.sq.producer_counter();
@@ -130,7 +138,10 @@ impl<const REQS: usize> Endpoint<REQS> {
                 used += u64::from(d.post_range(&mut batch, r, stats)?);
             }
         }
-        if !deferred && d.wants_credit_batch() {
+        // Whether a credit batch was wanted, or not asked (deferred): either way the
+        // next flush must look again.
+        let credit_wanted = deferred || d.wants_credit_batch();
+        if !deferred && credit_wanted {
             let room = d
                 .send
                 .plan(0)
@@ -165,7 +176,11 @@ impl<const REQS: usize> Endpoint<REQS> {
             }
         }
         batch.finish();
-        Ok(())
+        Ok(!credit_wanted
+            && !d.want_read
+            && d.ranges.len() == 0
+            && d.send.batch_count() == 0
+            && d.send.meta_pos().is_none())
     }
 
     /// Handles a send completion of this endpoint's QP. Returns false if it reports an
