@@ -122,14 +122,17 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         len: usize,
         fill: impl FnOnce(&[u8], &mut [u8]),
     ) -> Result<(), ReplyError> {
-        let Some((_, req)) = self.live(&h) else {
+        // One lookup of the endpoint and the request (`live`'s test, on `&mut`).
+        let found = self.eps.get_mut(usize::from(h.ep.0)).and_then(|e| {
+            let e = e.as_mut()?;
+            let r = *e.d.requests.get(h.seq)?;
+            (r.call_id == h.call_id && r.state == ReqState::Delivered).then_some((e, r))
+        });
+        let Some((e, req)) = found else {
             return Err(ReplyError {
                 error: Error::StaleHandle,
                 handle: Some(h),
             });
-        };
-        let Ok(e) = self.ep_mut(h.ep) else {
-            unreachable!("live")
         };
         if matches!(e.d.state, EpState::Failed { .. }) {
             // A failed endpoint flushes nothing: no change for poll to see.

@@ -97,8 +97,11 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
         self.recv_cq.update_ci();
 
+        // Only a recv completion frees SRQ WQEs: with none this poll, the last poll's
+        // repost left the count as it is (a repost that failed on a corrupt link would
+        // fail the same way again).
         let srq_cap = self.srq.capacity();
-        if self.srq.outstanding() * 3 < srq_cap * 2 {
+        if handled > 0 && self.srq.outstanding() * 3 < srq_cap * 2 {
             if let Ok(n) = self.srq.post_batch(srq_cap - self.srq.outstanding()) {
                 self.stats.srq_reposted += u64::from(n);
             }

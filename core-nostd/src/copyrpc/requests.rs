@@ -123,10 +123,11 @@ impl<const N: usize> Requests<N> {
         if !self.live(seq) {
             return false;
         }
-        self.entries[seq as usize & (N - 1)].state = ReqState::Done;
         if seq != self.head {
+            self.entries[seq as usize & (N - 1)].state = ReqState::Done;
             return false;
         }
+        // The front is popped at once: its state is never read again.
         self.head = seq.wrapping_add(1);
         while self.head != self.tail
             && self.entries[self.head as usize & (N - 1)].state == ReqState::Done
