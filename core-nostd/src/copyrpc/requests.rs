@@ -54,6 +54,9 @@ pub(crate) struct Requests<const N: usize> {
     head: u32,
     /// Sequence number of the next request.
     tail: u32,
+    /// Entries behind the front marked done (answered out of order), not yet popped:
+    /// while there are none, popping the front pops only it.
+    done_behind: u32,
 }
 
 impl<const N: usize> Requests<N> {
@@ -63,6 +66,7 @@ impl<const N: usize> Requests<N> {
             entries: [EMPTY; N],
             head: 0,
             tail: 0,
+            done_behind: 0,
         }
     }
 
@@ -123,16 +127,22 @@ impl<const N: usize> Requests<N> {
         if !self.live(seq) {
             return false;
         }
+        let e = &mut self.entries[seq as usize & (N - 1)];
         if seq != self.head {
-            self.entries[seq as usize & (N - 1)].state = ReqState::Done;
+            if e.state != ReqState::Done {
+                e.state = ReqState::Done;
+                self.done_behind += 1;
+            }
             return false;
         }
         // The front is popped at once: its state is never read again.
         self.head = seq.wrapping_add(1);
-        while self.head != self.tail
+        while self.done_behind > 0
+            && self.head != self.tail
             && self.entries[self.head as usize & (N - 1)].state == ReqState::Done
         {
             self.head = self.head.wrapping_add(1);
+            self.done_behind -= 1;
         }
         true
     }
@@ -183,5 +193,23 @@ mod tests {
         assert_eq!(r.push(224, 7, 0, 0, None), None, "full");
         r.release(c);
         assert_eq!((r.len(), r.oldest_start()), (3, Some(128)));
+    }
+
+    #[test]
+    fn answers_behind_the_front_pop_with_it_in_any_order_and_only_once() {
+        let mut r: Requests<8> = Requests::new();
+        let s: Vec<u32> = (0..5)
+            .map(|i| r.push(32 * i, i as u32, 0, 0, None).unwrap())
+            .collect();
+        assert!(!r.release(s[3]));
+        assert!(!r.release(s[3]), "a second release changes nothing");
+        assert!(!r.release(s[1]));
+        assert!(r.release(s[0]), "pops 0 and 1, stops at 2");
+        assert_eq!((r.len(), r.oldest_start()), (3, Some(64)));
+        assert!(r.release(s[2]), "pops 2 and 3");
+        assert_eq!((r.len(), r.oldest_start()), (1, Some(128)));
+        assert!(r.release(s[4]));
+        assert_eq!((r.len(), r.oldest_start()), (0, None));
+        assert!(!r.release(s[3]), "popped: not live");
     }
 }
