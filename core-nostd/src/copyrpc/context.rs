@@ -138,8 +138,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             map: QpnMap::new(),
             eps: [const { None }; EPS],
             pending: Pending::new(),
-            rq_head: None,
-            rq_tail: None,
+            rq_head: Link::NONE,
+            rq_tail: Link::NONE,
             dirty: Dirty::NONE,
             stats: Stats::default(),
         })
@@ -304,12 +304,12 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// arrival order. Requests of failed endpoints are dropped on the way.
     pub fn recv(&mut self) -> Option<RecvHandle> {
         loop {
-            let (ep, seq) = self.rq_head?;
+            let (ep, seq) = self.rq_head.get()?;
             let e = self.eps[usize::from(ep)].as_mut()?;
             let r = e.d.requests.get_mut(seq)?;
             self.rq_head = r.next;
             if self.rq_head.is_none() {
-                self.rq_tail = None;
+                self.rq_tail = Link::NONE;
             }
             if matches!(e.d.state, EpState::Failed { .. }) {
                 e.d.release_request(seq);
@@ -336,20 +336,20 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         };
         let last = end.wrapping_sub(1);
         if let Some(r) = e.d.requests.get_mut(last) {
-            r.next = None;
+            r.next = Link::NONE;
         }
-        match self.rq_tail {
+        match self.rq_tail.get() {
             Some((tep, tseq)) => {
                 if let Some(r) = self.eps[usize::from(tep)]
                     .as_mut()
                     .and_then(|t| t.d.requests.get_mut(tseq))
                 {
-                    r.next = Some((ep, first));
+                    r.next = Link::to(ep, first);
                 }
             }
-            None => self.rq_head = Some((ep, first)),
+            None => self.rq_head = Link::to(ep, first),
         }
-        self.rq_tail = Some((ep, last));
+        self.rq_tail = Link::to(ep, last);
     }
 
     /// Marks the endpoint failed, as a QP error would: the next poll completes each of

@@ -87,6 +87,15 @@ pub(crate) struct EpData<const REQS: usize> {
     pub(crate) batch_bbs: u32,
 }
 
+/// Why [`EpData::write_reply`] wrote nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplyFail {
+    /// Larger than the request's allowance: nothing changed, the handle goes back.
+    Refused,
+    /// The endpoint must fail.
+    Failed(Error),
+}
+
 /// An endpoint: its send queue and the rest.
 #[derive(Debug)]
 pub(crate) struct Endpoint<const REQS: usize> {
@@ -253,8 +262,9 @@ impl<const REQS: usize> EpData<REQS> {
     }
 
     /// Writes a reply of `len` bytes to request `seq` (whose entry is `req`), filled by
-    /// `fill(request, out)`. On error nothing changed. Returns, as `write_call`,
-    /// whether it opened a batch or wrapped.
+    /// `fill(request, out)`. Returns, as `write_call`, whether it opened a batch or
+    /// wrapped. [`ReplyFail::Refused`]: the reply exceeds the request's allowance and
+    /// nothing changed; [`ReplyFail::Failed`]: the caller fails the endpoint.
     #[inline]
     pub(crate) fn write_reply(
         &mut self,
@@ -262,21 +272,23 @@ impl<const REQS: usize> EpData<REQS> {
         req: &Req,
         len: usize,
         fill: impl FnOnce(&[u8], &mut [u8]),
-    ) -> Result<bool, Error> {
-        let len32 = u32::try_from(len).map_err(|_| Error::ReplyTooLarge)?;
+    ) -> Result<bool, ReplyFail> {
+        let Ok(len32) = u32::try_from(len) else {
+            return Err(ReplyFail::Refused);
+        };
         let padded = padded_message_size(len32);
-        let allowance = credit::internal_allowance_for_blocks(req.blocks);
-        // `plan`'s only refusal for an aligned size: too large for any lap.
+        // The allowance test and the release in one: refused before anything changes.
+        let allowance = match self.credit.release_on_reply(req.blocks, padded) {
+            Ok(allowance) => allowance,
+            Err(credit::CreditError::ReplyTooLarge) => return Err(ReplyFail::Refused),
+            Err(_) => return Err(ReplyFail::Failed(Error::EndpointFailed)),
+        };
+        // `plan`'s only refusal for an aligned size: too large for any lap. A reply
+        // within a granted reservation never is (R ≤ the cap < the ring); if it were,
+        // the endpoint fails, so the released reservation no longer matters.
         if padded >= self.send.size().get() - FLOW_METADATA_SIZE {
-            return Err(Error::ReplyTooLarge);
+            return Err(ReplyFail::Failed(Error::ReplyTooLarge));
         }
-        // Checks that the reply fits the allowance, before changing anything.
-        self.credit
-            .release_on_reply(req.blocks, padded)
-            .map_err(|e| match e {
-                credit::CreditError::ReplyTooLarge => Error::ReplyTooLarge,
-                _ => Error::EndpointFailed,
-            })?;
         // No room check: the released allowance guarantees it (credit module docs).
         debug_assert!(self
             .send
@@ -288,8 +300,8 @@ impl<const REQS: usize> EpData<REQS> {
             let reserved = self
                 .send
                 .reserve_message(padded)
-                .map_err(|_| Error::EndpointFailed)?;
-            self.queue_wrap(reserved.wrap)?;
+                .map_err(|_| ReplyFail::Failed(Error::EndpointFailed))?;
+            self.queue_wrap(reserved.wrap).map_err(ReplyFail::Failed)?;
             reserved.pos
         };
         let out_off = self.ring_off(pos);

@@ -1,11 +1,11 @@
 //! A received request, answered at most once.
 
 use super::context::{Context, EndpointId};
-use super::endpoint::{Endpoint, EpState};
+use super::endpoint::{Endpoint, EpState, ReplyFail};
 use super::requests::{Req, ReqState};
 use super::{Error, ReplyError};
 use crate::credit;
-use crate::wire::{padded_message_size, FLOW_METADATA_SIZE, HEADER_SIZE};
+use crate::wire::{FLOW_METADATA_SIZE, HEADER_SIZE};
 
 /// A request handed out by [`Context::recv`]. Its bytes stay in the recv ring, readable
 /// through [`data`](Self::data), until it is answered; answering consumes the handle, so
@@ -142,19 +142,6 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 handle: None,
             });
         }
-        // Refuse before touching anything, so the handle can come back.
-        let fits = u32::try_from(len).is_ok_and(|l| {
-            credit::reply_fits_allowance(
-                padded_message_size(l),
-                credit::internal_allowance_for_blocks(req.blocks),
-            )
-        });
-        if !fits {
-            return Err(ReplyError {
-                error: Error::ReplyTooLarge,
-                handle: Some(h),
-            });
-        }
         match e.d.write_reply(h.seq, &req, len, fill) {
             Ok(opened) => {
                 if opened {
@@ -162,7 +149,12 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 }
                 Ok(())
             }
-            Err(error) => {
+            // Over the allowance: refused before anything changed, the handle comes back.
+            Err(ReplyFail::Refused) => Err(ReplyError {
+                error: Error::ReplyTooLarge,
+                handle: Some(h),
+            }),
+            Err(ReplyFail::Failed(error)) => {
                 e.d.state = EpState::Failed { drained: false };
                 e.d.release_request(h.seq);
                 self.stats.endpoints_failed += 1;

@@ -5,6 +5,7 @@ use mlx5_raw::layout::{Completion, CqeOpcode};
 use super::context::Context;
 use super::endpoint::{Endpoint, EpState};
 use super::pending::Pending;
+use super::requests::Link;
 use super::stats::Stats;
 use super::Error;
 use crate::credit;
@@ -57,7 +58,7 @@ fn on_batch<U, const CALLS: usize, const REQS: usize>(
                     m.call_id,
                     m.piggyback,
                     m.payload.len() as u32,
-                    Some((ep, seq.wrapping_add(1))),
+                    Link::to(ep, seq.wrapping_add(1)),
                 )
                 .ok_or(Violation)?;
             d.unreplied = d

@@ -21,8 +21,34 @@ pub(crate) enum ReqState {
     Done,
 }
 
-/// A link in the context-wide receive queue: (endpoint index, request sequence).
-pub(crate) type Link = Option<(u16, u32)>;
+/// A link in the context-wide receive queue: (endpoint index, request sequence), or
+/// none; one word (endpoint in bits 32..48, sequence below), so following it is a load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Link(u64);
+
+impl Link {
+    /// No link (an endpoint index ≥ 2^16 cannot exist: `EPS` ≤ 256).
+    pub(crate) const NONE: Self = Self(u64::MAX);
+
+    #[inline]
+    pub(crate) const fn to(ep: u16, seq: u32) -> Self {
+        Self(((ep as u64) << 32) | seq as u64)
+    }
+
+    #[inline]
+    pub(crate) const fn get(self) -> Option<(u16, u32)> {
+        if self.0 == u64::MAX {
+            None
+        } else {
+            Some(((self.0 >> 32) as u16, self.0 as u32))
+        }
+    }
+
+    #[inline]
+    pub(crate) const fn is_none(self) -> bool {
+        self.0 == u64::MAX
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Req {
@@ -43,7 +69,7 @@ const EMPTY: Req = Req {
     blocks: 0,
     len: 0,
     state: ReqState::Done,
-    next: None,
+    next: Link::NONE,
 };
 
 /// `N` requests (a power of two), indexed by a free-running sequence number.
@@ -175,9 +201,9 @@ mod tests {
     #[test]
     fn consumer_waits_for_the_oldest() {
         let mut r: Requests<4> = Requests::new();
-        let a = r.push(32, 1, 0, 0, None).unwrap();
-        let b = r.push(64, 2, 0, 0, None).unwrap();
-        let c = r.push(96, 3, 0, 0, None).unwrap();
+        let a = r.push(32, 1, 0, 0, Link::NONE).unwrap();
+        let b = r.push(64, 2, 0, 0, Link::NONE).unwrap();
+        let c = r.push(96, 3, 0, 0, Link::NONE).unwrap();
         r.release(b);
         assert_eq!(
             r.oldest_start(),
@@ -187,10 +213,10 @@ mod tests {
         r.release(a);
         assert_eq!(r.oldest_start(), Some(96));
         assert!(r.get(b).is_none(), "popped");
-        r.push(128, 4, 0, 0, None).unwrap();
-        r.push(160, 5, 0, 0, None).unwrap();
-        r.push(192, 6, 0, 0, None).unwrap();
-        assert_eq!(r.push(224, 7, 0, 0, None), None, "full");
+        r.push(128, 4, 0, 0, Link::NONE).unwrap();
+        r.push(160, 5, 0, 0, Link::NONE).unwrap();
+        r.push(192, 6, 0, 0, Link::NONE).unwrap();
+        assert_eq!(r.push(224, 7, 0, 0, Link::NONE), None, "full");
         r.release(c);
         assert_eq!((r.len(), r.oldest_start()), (3, Some(128)));
     }
@@ -199,7 +225,7 @@ mod tests {
     fn answers_behind_the_front_pop_with_it_in_any_order_and_only_once() {
         let mut r: Requests<8> = Requests::new();
         let s: Vec<u32> = (0..5)
-            .map(|i| r.push(32 * i, i as u32, 0, 0, None).unwrap())
+            .map(|i| r.push(32 * i, i as u32, 0, 0, Link::NONE).unwrap())
             .collect();
         assert!(!r.release(s[3]));
         assert!(!r.release(s[3]), "a second release changes nothing");
