@@ -4,7 +4,8 @@
 //! docs/PERFORMANCE.md. Groups:
 //!
 //! - `rtt/*`: one request/response round trip, one call in flight: `floor_one_line` (a
-//!   single cache line bounced between the two cores: the physical floor), `ipc`,
+//!   single cache line bounced between the two cores: the physical floor), `ipc` (region
+//!   of depth 1), `ipc_depth64`,
 //!   `rtrb` (two rtrb rings), `deleg`, `flux`, `crossbeam_channel`, `array_queue`.
 //! - `window32/*`: throughput with 32 calls in flight, request and response both ways:
 //!   `deleg` vs `array_queue` (crossbeam ArrayQueue pair), `flux` vs `crossbeam_channel`,
@@ -109,12 +110,14 @@ fn rtt(c: &mut Criterion) {
         });
     }
 
-    // ipc over /dev/shm.
-    {
-        let name = unique("ipc-rtt");
+    // ipc over /dev/shm: a region of depth 1 (one call in flight, the cell reused by
+    // every call, as the floor reuses its line) and one of depth 64 (consecutive calls
+    // walk the cells; see docs/PERFORMANCE.md for what that costs).
+    for (bench, depth) in [("ipc", 1), ("ipc_depth64", 64)] {
+        let name = unique(bench);
         let cfg = ipc::Config {
             max_clients: 1,
-            depth: 64,
+            depth,
         };
         let mut server = IpcServer::<P, P>::create(&name, cfg, true).unwrap();
         let mut client = IpcClient::<P, P, u64>::connect(&name).unwrap();
@@ -127,7 +130,7 @@ fn rtt(c: &mut Criterion) {
                 }
             }
         });
-        g.bench_function("ipc", |b| {
+        g.bench_function(bench, |b| {
             b.iter_custom(|iters| {
                 let t = Instant::now();
                 for i in 0..iters {
