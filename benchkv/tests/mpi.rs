@@ -5,37 +5,24 @@
 //! MPI is a CI requirement (`scripts/setup.sh` installs Open MPI): a missing `mpirun`
 //! fails these tests rather than skipping them.
 
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
+use copyrpc_host::exchange::launch::run_local;
 use serde_json::Value;
 
-const TIMEOUT_S: &str = "180";
+const TIMEOUT_S: u32 = 180;
 
-fn mpirun(np: &str, args: &[&str]) -> Output {
-    let out = Command::new("timeout")
-        .args(["--kill-after=10", TIMEOUT_S, "mpirun", "-np", np])
-        .arg(env!("CARGO_BIN_EXE_benchkv"))
-        .args(["--pin", "off", "--keys", "4096", "--output", "json"])
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_pml", "ob1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `timeout` (coreutils): {e}"));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(127) if stderr.contains("mpirun") => {
-            panic!("`mpirun` not found: scripts/setup.sh installs Open MPI\n{stderr}")
-        }
-        Some(124) | Some(137) => panic!(
-            "benchkv did not finish within {TIMEOUT_S} s\nstdout:\n{}\nstderr:\n{stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        ),
-        _ => {}
-    }
-    out
+fn mpirun(np: usize, args: &[&str]) -> Output {
+    let mut a = vec!["--pin", "off", "--keys", "4096", "--output", "json"];
+    a.extend_from_slice(args);
+    run_local(
+        Some(np),
+        Path::new(env!("CARGO_BIN_EXE_benchkv")),
+        &a,
+        TIMEOUT_S,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn lines(out: &Output) -> Vec<Value> {
@@ -97,7 +84,7 @@ fn check(l: &[Value], ranks: u64) {
 #[test]
 fn two_ranks_delegation_verifies_over_copyrpc() {
     let out = mpirun(
-        "2",
+        2,
         &["--backend", "delegation", "--verify", "--duration", "1s"],
     );
     check(&lines(&out), 2);
@@ -107,7 +94,7 @@ fn two_ranks_delegation_verifies_over_copyrpc() {
 fn two_ranks_meta_with_two_daemons_verifies_over_copyrpc() {
     // K = 2: each rank's peers are spread over two daemons' contexts.
     let out = mpirun(
-        "2",
+        2,
         &[
             "--backend",
             "meta",
@@ -124,7 +111,7 @@ fn two_ranks_meta_with_two_daemons_verifies_over_copyrpc() {
 #[test]
 fn three_ranks_zipf_with_metrics() {
     let out = mpirun(
-        "3",
+        3,
         &[
             "--backend",
             "delegation",

@@ -5,37 +5,24 @@
 //! MPI is a CI requirement (`scripts/setup.sh` installs Open MPI), so a missing `mpirun`
 //! fails this test rather than skipping it.
 
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
+
+use copyrpc_host::exchange::launch::run_local;
 
 const EXE: &str = env!("CARGO_BIN_EXE_copyrpc-echo");
-const TIMEOUT_S: &str = "120";
+const TIMEOUT_S: u32 = 120;
 
-fn run(args: &[&str]) -> Output {
-    let out = Command::new("timeout")
-        .args(["--kill-after=10", TIMEOUT_S])
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_pml", "ob1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `timeout` (coreutils): {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(127) if stderr.contains("mpirun") => panic!(
-            "`mpirun` not found: the MPI tests need Open MPI (scripts/setup.sh installs it)\n{stderr}"
-        ),
-        Some(124) | Some(137) => panic!(
-            "{args:?} did not finish within {TIMEOUT_S} s\nstdout:\n{stdout}\nstderr:\n{stderr}"
-        ),
-        _ => {}
-    }
+/// `mpirun -np <np> copyrpc-echo <args>`, which must succeed.
+fn run(np: usize, args: &[&str]) -> Output {
+    let out =
+        run_local(Some(np), Path::new(EXE), args, TIMEOUT_S).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         out.status.success(),
-        "{args:?} failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
+        "-np {np} {args:?} failed ({})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
     out
 }
@@ -70,47 +57,30 @@ fn assert_ranks_ok(out: &Output, n: u64, calls: u64) {
 
 #[test]
 fn two_ranks_echo_under_mpirun_on_the_sim_fabric() {
-    let out = run(&["mpirun", "-np", "2", EXE, "--calls", "5000"]);
+    let out = run(2, &["--calls", "5000"]);
     assert_ranks_ok(&out, 2, 5000);
 }
 
 #[test]
 fn three_ranks_echo_under_mpirun_with_an_explicit_sim_fabric() {
-    let out = run(&[
-        "mpirun",
-        "-np",
-        "3",
-        EXE,
-        "--fabric",
-        "sim",
-        "--calls",
-        "1000",
-        "--max-payload",
-        "4000",
-    ]);
+    let out = run(
+        3,
+        &[
+            "--fabric",
+            "sim",
+            "--calls",
+            "1000",
+            "--max-payload",
+            "4000",
+        ],
+    );
     assert_ranks_ok(&out, 3, 1000);
 }
 
 #[test]
 fn verbs_without_a_device_fails_every_rank_with_the_fix_named() {
-    let out = Command::new("timeout")
-        .args([
-            "--kill-after=10",
-            TIMEOUT_S,
-            "mpirun",
-            "-np",
-            "2",
-            EXE,
-            "--fabric",
-            "verbs",
-        ])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_pml", "ob1")
-        .output()
-        .unwrap();
+    let out = run_local(Some(2), Path::new(EXE), &["--fabric", "verbs"], TIMEOUT_S)
+        .unwrap_or_else(|e| panic!("{e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{stdout}");
     assert!(

@@ -6,39 +6,26 @@
 //! machines, shared-memory transport only) are passed as `OMPI_*` environment variables,
 //! which `scripts/test.sh` exports too and other MPIs ignore.
 
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
+
+use copyrpc_host::exchange::launch::run_local;
 
 const EXE: &str = env!("CARGO_BIN_EXE_copyrpc-mpi-selftest");
 /// Generous: a 2-rank Open MPI start takes about 0.2 s here.
-const TIMEOUT_S: &str = "120";
+const TIMEOUT_S: u32 = 120;
 
+/// `args[0]` is "mpirun" (with "-np", N) or the program alone; the job must succeed.
 fn run(args: &[&str]) -> Output {
-    let out = Command::new("timeout")
-        .args(["--kill-after=10", TIMEOUT_S])
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_pml", "ob1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `timeout` (coreutils): {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(127) if stderr.contains("mpirun") => panic!(
-            "`mpirun` not found: the MPI tests need Open MPI (scripts/setup.sh installs \
-             openmpi-bin and libopenmpi-dev)\n{stderr}"
-        ),
-        Some(124) | Some(137) => {
-            panic!("{args:?} did not finish within {TIMEOUT_S} s\nstdout:\n{stdout}\nstderr:\n{stderr}")
-        }
-        _ => {}
-    }
+    let np = (args[0] == "mpirun").then(|| args[2].parse().unwrap());
+    let rest = if np.is_some() { &args[4..] } else { &args[1..] };
+    let out = run_local(np, Path::new(EXE), rest, TIMEOUT_S).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         out.status.success(),
-        "{args:?} failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
+        "{args:?} failed ({})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
     out
 }

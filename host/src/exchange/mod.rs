@@ -14,6 +14,7 @@
 //! `all_reduce_u64` / `all_reduce_f64` with [`ReduceOp`]. Collectives must be called by
 //! every rank in the same order, as in MPI.
 
+pub mod launch;
 mod mpi;
 mod threads;
 

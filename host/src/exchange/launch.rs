@@ -1,0 +1,48 @@
+//! Starting a local multi-rank job: `mpirun` with the settings one small machine needs,
+//! under a time limit, with the two failures everyone hits named plainly.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// The Open MPI settings for a job on this machine: root is allowed (containers and CI
+/// run as root), more ranks than cores are allowed (2-core machines), and only the
+/// shared-memory transport is used (faster start-up). Other MPIs ignore them.
+pub const LOCAL_OMPI_ENV: [(&str, &str); 5] = [
+    ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+    ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+    ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
+    ("OMPI_MCA_btl", "self,vader"),
+    ("OMPI_MCA_pml", "ob1"),
+];
+
+/// Runs `mpirun -np <np> <program> <args>` (or `program` alone when `np` is `None`)
+/// with [`LOCAL_OMPI_ENV`], killed after `timeout_s` seconds. Returns the output
+/// whatever the exit status, or why the job could not be run or did not finish.
+pub fn run_local(
+    np: Option<usize>,
+    program: &Path,
+    args: &[&str],
+    timeout_s: u32,
+) -> Result<Output, String> {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=10", &timeout_s.to_string()]);
+    if let Some(np) = np {
+        cmd.args(["mpirun", "-np", &np.to_string()]);
+    }
+    cmd.arg(program).args(args).envs(LOCAL_OMPI_ENV);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run `timeout` (coreutils): {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(127) if stderr.contains("mpirun") => Err(format!(
+            "`mpirun` not found: multi-rank runs need Open MPI (scripts/setup.sh installs openmpi-bin and libopenmpi-dev)\n{stderr}"
+        )),
+        Some(124) | Some(137) => Err(format!(
+            "{} did not finish within {timeout_s} s\nstdout:\n{}\nstderr:\n{stderr}",
+            program.display(),
+            String::from_utf8_lossy(&out.stdout)
+        )),
+        _ => Ok(out),
+    }
+}
