@@ -362,6 +362,21 @@ fn write_imm_read_and_send_through_the_driver() {
     assert!(r[35..].iter().all(|&b| b == 0));
 }
 
+/// The engine loop of these tests: step (yielding when idle) until `stop`.
+fn step_until<const Q: usize, const C: usize, const S: usize, const M: usize>(
+    stop: &AtomicBool,
+    dev: &mut Device<Q, C, S, M>,
+) {
+    let mut t = 0;
+    // Relaxed: the flag publishes nothing; the device's own atomics do.
+    while !stop.load(Ordering::Relaxed) {
+        if !dev.step(t).progressed() {
+            std::thread::yield_now();
+        }
+        t += 1;
+    }
+}
+
 #[test]
 fn device_on_another_thread() {
     // The device runs on its own thread, as under the host engine; this thread posts and
@@ -372,16 +387,7 @@ fn device_on_another_thread() {
     std::thread::scope(|s| {
         let stop = &stop;
         let dev = &mut p.dev;
-        s.spawn(move || {
-            let mut t = 0;
-            // Relaxed: the flag publishes nothing; the device's own atomics do.
-            while !stop.load(Ordering::Relaxed) {
-                if !dev.step(t).progressed() {
-                    std::thread::yield_now();
-                }
-                t += 1;
-            }
-        });
+        s.spawn(move || step_until(stop, dev));
         let (sq_a, cq_a, cq_b, srq_b) = (&mut p.sq_a, &mut p.cq_a, &mut p.cq_b, &mut p.srq_b);
         let (data_b, mem) = (p.data_b, &p.mem);
         let mut got = 0;
@@ -442,16 +448,7 @@ fn read_of_a_word_its_owner_is_storing() {
     std::thread::scope(|s| {
         let stop = &stop;
         let dev = &mut p.dev;
-        s.spawn(move || {
-            let mut t = 0;
-            // Relaxed: the flag publishes nothing; the device's own atomics do.
-            while !stop.load(Ordering::Relaxed) {
-                if !dev.step(t).progressed() {
-                    std::thread::yield_now();
-                }
-                t += 1;
-            }
-        });
+        s.spawn(move || step_until(stop, dev));
         let (sq_a, cq_a) = (&mut p.sq_a, &mut p.cq_a);
         let (data_a, data_b, mem) = (p.data_a, p.data_b, &p.mem);
         // SAFETY: offset 512 of b's region is 8-aligned and in range; only this thread
