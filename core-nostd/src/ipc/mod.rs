@@ -33,7 +33,11 @@
 //! one-line ping-pong floor's pattern. Neither side writes a slot it only reads (no
 //! hand-back stores: `spsc::RingCtl::pop_no_handback`), so the line is not pulled back
 //! and forth a second time. Out-of-order replies stay correct; they only lose the
-//! sharing.
+//! sharing. The floor's pattern is exact only on a depth-1 region, where every call reuses
+//! the one cell: on deeper rings consecutive single calls walk the cells, and the client's
+//! write into cell `k + 1` (which the polling server holds shared) costs an invalidation
+//! that writing the cell it just read (`k`) would not — measured ~15% on the round trip
+//! (docs/PERFORMANCE.md).
 //!
 //! # Progress and failure story
 //!
