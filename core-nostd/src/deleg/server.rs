@@ -163,7 +163,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// slot can only belong to the cursor's lap, because the next lap's claimer waits for
     /// `tail` to pass it. So while requests keep coming, the server never pulls the line
     /// every client `fetch_add`s. And while none come, it reads `head` on one idle poll in
-    /// [`HEAD_EVERY`] (every poll while an evicted client may hold the cursor), and not at
+    /// 64 (`HEAD_EVERY`; on every poll while an evicted client may hold the cursor), and not at
     /// all while it times a hole it has already seen (`head` only grows).
     pub fn poll(&mut self, now: u64) -> usize {
         self.process_retirements();
