@@ -218,25 +218,11 @@ impl RingCtl {
     /// The caller is this ring's only consumer, `slots` is the producer's slice, and
     /// either `T` is valid for any bytes or only this ring's producer wrote the slots.
     pub unsafe fn pop<T: Copy, S: Slots<T> + ?Sized>(&self, slots: &S) -> Option<T> {
-        let (mask, lg) = geometry(slots);
-        // Relaxed: only the consumer writes it.
-        let c = self.cons.pos.load(Ordering::Relaxed);
-        let slot = slots.at((c & mask) as usize);
-        // A1 (pairs with R1 in push): the payload is written.
-        if slot.state.load(Ordering::Acquire) != full(c, lg) {
-            // Relaxed: consumer-private hint.
-            self.cons.hint.store(0, Ordering::Relaxed);
-            return None;
-        }
-        // SAFETY: full for our lap: the producer wrote the value before R1 (seen by A1)
-        // and will not write the slot again before R2 below; the caller guarantees the
-        // value is initialised (producer-written, or valid for any bytes).
-        let v = slot.val.with(|q| unsafe { (*q).assume_init() });
+        // SAFETY: forwarded from this function's contract.
+        let (v, c, lg, slot) = unsafe { self.take(slots) }?;
         // R2 (pairs with A2 in push): our read happens before the slot is rewritten.
         slot.state
             .store(empty(c.wrapping_add(1 << lg), lg), Ordering::Release);
-        // Relaxed: consumer-private position.
-        self.cons.pos.store(c.wrapping_add(1), Ordering::Relaxed);
         Some(v)
     }
 
@@ -253,23 +239,43 @@ impl RingCtl {
     /// the previous lap happens before the slot is rewritten) is what makes the skipped
     /// hand-back unnecessary; a checking [`push`](Self::push) would wait for it forever.
     pub unsafe fn pop_no_handback<T: Copy, S: Slots<T> + ?Sized>(&self, slots: &S) -> Option<T> {
+        // SAFETY: forwarded from this function's contract; by the `push_known_free`
+        // contract the producer rewrites the slot only after our read (the caller's
+        // in-flight bound, acquired through the other direction's ring), so no hand-back.
+        unsafe { self.take(slots) }.map(|(v, ..)| v)
+    }
+
+    /// The consumer half both pops share: reads the message at the consumer's position
+    /// if it is published for this lap and advances the position; returns the value, the
+    /// position it was read at, log2 of the slot count, and the slot (for a hand-back).
+    ///
+    /// # Safety
+    ///
+    /// As [`pop`](Self::pop) or [`pop_no_handback`](Self::pop_no_handback): one of the
+    /// two decides how the slot is handed back.
+    #[inline]
+    unsafe fn take<'s, T: Copy, S: Slots<T> + ?Sized>(
+        &self,
+        slots: &'s S,
+    ) -> Option<(T, u64, u32, &'s Slot<T>)> {
         let (mask, lg) = geometry(slots);
         // Relaxed: only the consumer writes it.
         let c = self.cons.pos.load(Ordering::Relaxed);
         let slot = slots.at((c & mask) as usize);
-        // A1 (pairs with R1 in push_known_free): the payload is written.
+        // A1 (pairs with R1 in push and push_known_free): the payload is written.
         if slot.state.load(Ordering::Acquire) != full(c, lg) {
             // Relaxed: consumer-private hint.
             self.cons.hint.store(0, Ordering::Relaxed);
             return None;
         }
         // SAFETY: full for our lap: the producer wrote the value before R1 (seen by A1)
-        // and rewrites the slot only after our read, by the `push_known_free` contract
-        // (the caller's in-flight bound, acquired through the other direction's ring).
+        // and does not rewrite the slot before the caller's hand-back (pop's R2, or the
+        // push_known_free contract); the caller guarantees the value is initialised
+        // (producer-written, or valid for any bytes).
         let v = slot.val.with(|q| unsafe { (*q).assume_init() });
         // Relaxed: consumer-private position.
         self.cons.pos.store(c.wrapping_add(1), Ordering::Relaxed);
-        Some(v)
+        Some((v, c, lg, slot))
     }
 
     /// Consumer: checks whether a message is waiting and records it as the hint.
