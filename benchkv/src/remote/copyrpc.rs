@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use copyrpc_core::copyrpc::{Error as RpcError, RecvHandle};
+use copyrpc_core::copyrpc::RecvHandle;
 use copyrpc_host::exchange::Collectives;
 use copyrpc_host::fabric::Fabric;
 use copyrpc_host::rpc::{PeerRecord, RpcConfig, RpcNode};
@@ -41,16 +41,6 @@ pub struct CopyrpcIncoming {
     handle: RecvHandle,
 }
 
-fn busy(e: RpcError) -> bool {
-    matches!(
-        e,
-        RpcError::RingFull
-            | RpcError::InsufficientCredit
-            | RpcError::TooManyCalls
-            | RpcError::SqFull
-    )
-}
-
 impl CopyrpcRemote {
     /// See [`super::Remote::call`].
     pub fn call(&mut self, rank: u32, req: &Request, token: u64) -> Result<(), SendError> {
@@ -66,7 +56,7 @@ impl CopyrpcRemote {
             .call_with_allowance(ep, req.as_bytes(), allowance, token)
         {
             Ok(_) => Ok(()),
-            Err(e) if busy(e.error) => Err(SendError::Busy),
+            Err(e) if e.error.is_retryable() => Err(SendError::Busy),
             Err(e) => Err(SendError::Failed(format!(
                 "copyrpc call to rank {rank}: {}",
                 e.error

@@ -38,6 +38,17 @@ pub enum Error {
     SqFull,
 }
 
+impl Error {
+    /// A refusal for room that clears up by polling (the peer returns ring space or
+    /// credit, calls complete, the send queue drains): retry after the next `poll`.
+    pub const fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Self::RingFull | Self::InsufficientCredit | Self::TooManyCalls | Self::SqFull
+        )
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -95,15 +95,6 @@ fn fill(src: usize, k: u32, out: &mut [u8]) {
     }
 }
 
-/// Refusals that clear up by polling.
-fn retryable(e: copyrpc_core::copyrpc::Error) -> bool {
-    use copyrpc_core::copyrpc::Error as E;
-    matches!(
-        e,
-        E::RingFull | E::InsufficientCredit | E::TooManyCalls | E::SqFull
-    )
-}
-
 /// Runs the echo on this rank. Every rank of `x` must call it with the same `cfg`.
 pub fn run(x: &impl Collectives, fabric: Fabric, cfg: &EchoConfig) -> Result<EchoReport> {
     let (rank, ranks) = (x.rank(), x.size());
@@ -145,7 +136,7 @@ pub fn run(x: &impl Collectives, fabric: Fabric, cfg: &EchoConfig) -> Result<Ech
                         bytes += len as u64;
                         progressed = true;
                     }
-                    Err(e) if retryable(e.error) => break,
+                    Err(e) if e.error.is_retryable() => break,
                     Err(e) => return Err(fail(format!("call {k} to rank {p}: {}", e.error))),
                 }
             }
