@@ -233,11 +233,10 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
         // SAFETY: the queues were just created on this fabric for this context alone;
         // they stay alive (in the fabric, or in `verbs_queues`) until the node drops,
         // after the context (field order).
-        let ctx = Box::new(
+        let mut ctx = Box::new(
             unsafe { Context::<U, EPS, CALLS, REQS>::new(&queues) }
                 .map_err(rpc_err("Context::new", None))?,
         );
-        let mut node_ctx = ctx;
         let mut peers = Vec::with_capacity(ranks);
         let mut by_endpoint = vec![usize::MAX; EPS];
         for (peer, &want) in wanted.iter().enumerate() {
@@ -250,14 +249,14 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
             // region registered in the same PD and split into three disjoint parts; the
             // node keeps both alive until after the context (field order), and nothing
             // else in this process touches them.
-            let id = unsafe { node_ctx.create_endpoint(&sq, &mem, cfg.endpoint) }
+            let id = unsafe { ctx.create_endpoint(&sq, &mem, cfg.endpoint) }
                 .map_err(rpc_err("create_endpoint", Some(peer)))?;
             by_endpoint[usize::from(id.0)] = peer;
             peers.push(Some((id, objs)));
         }
         drop(mk_endpoint);
         Ok(Self {
-            ctx: node_ctx,
+            ctx,
             peers,
             by_endpoint,
             _verbs_queues: verbs_queues,
@@ -381,14 +380,6 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
         }
     }
 
-    /// The ranks this node has endpoints to.
-    pub fn peers(&self) -> impl Iterator<Item = usize> + '_ {
-        self.peers
-            .iter()
-            .enumerate()
-            .filter_map(|(p, e)| e.as_ref().map(|_| p))
-    }
-
     /// The rank an endpoint leads to.
     pub fn peer_of(&self, id: EndpointId) -> Option<usize> {
         self.by_endpoint
@@ -405,12 +396,6 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
     /// The fabric (for the sim engine's trace and faults).
     pub fn fabric(&self) -> &Fabric {
         &self.fabric
-    }
-
-    /// A context of this node and its endpoint map, as separate borrows (so a response
-    /// callback can look up peers while the context polls).
-    pub fn split(&mut self) -> (&mut Context<U, EPS, CALLS, REQS>, &[usize]) {
-        (&mut self.ctx, &self.by_endpoint)
     }
 
     /// This rank.
