@@ -109,6 +109,8 @@ pub fn run(x: &impl Collectives, fabric: Fabric, cfg: &EchoConfig) -> Result<Ech
     let mut expect_from = vec![0u32; ranks]; // next request expected, per peer
     let (mut responses, mut served, mut bytes) = (0u64, 0u64, 0u64);
     let mut buf = vec![0u8; cfg.max_payload.max(8)];
+    // What a response must hold, rebuilt per response without allocating.
+    let mut want = vec![0u8; cfg.max_payload.max(8)];
     let mut bad: Option<String> = None;
     let start = Instant::now();
 
@@ -145,8 +147,8 @@ pub fn run(x: &impl Collectives, fabric: Fabric, cfg: &EchoConfig) -> Result<Ech
             in_flight[p] -= 1;
             responses += 1;
             let len = size_of_call(k, cfg.max_payload);
-            let mut want = vec![0u8; len];
-            fill(rank, k, &mut want);
+            let want = &mut want[..len];
+            fill(rank, k, want);
             match r {
                 Ok(got) if got == &want[..] => {}
                 Ok(got) => {
