@@ -7,7 +7,7 @@ use copyrpc_core::ipc::spsc::Slot;
 use copyrpc_host::fabric::{self, verbs, FabricKind, FabricOptions};
 use copyrpc_host::shm::deleg::{DelegServer, ServerOptions};
 use copyrpc_host::shm::ipc::IpcServer;
-use copyrpc_host::shm::pid_alive;
+use copyrpc_host::shm::reap_dead_regions;
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -57,29 +57,18 @@ pub struct Servers {
     pub deleg: Option<DelegServer<Request, Response>>,
 }
 
-/// The pid in a region name `benchkv_<pid>_...` (as listed in `/dev/shm`).
-fn creator_pid(file_name: &str) -> Option<u32> {
-    file_name
-        .strip_prefix("benchkv_")?
-        .split('_')
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// Unlinks the regions of benchkv processes that died without cleaning up (killed by
 /// a signal or by `mpirun` tearing a failed job down): each holds up to megabytes of
 /// `/dev/shm` until reboot otherwise. Regions of live processes are left alone.
 /// Returns how many were removed.
+/// The pid in a region name `benchkv_<pid>_...` (as listed in `/dev/shm`).
+#[cfg(test)]
+fn creator_pid(file_name: &str) -> Option<u32> {
+    copyrpc_host::shm::region_creator(file_name, "benchkv_", '_')
+}
+
 pub fn reap_stale_regions(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| creator_pid(n).is_some_and(|pid| !pid_alive(pid)))
-        .filter(|n| std::fs::remove_file(dir.join(n)).is_ok())
-        .count()
+    reap_dead_regions(dir, "benchkv_", '_')
 }
 
 impl Servers {

@@ -513,21 +513,7 @@ impl SimFabric {
 /// crashed (or was killed by mpirun) cannot unlink its region, and nothing else would.
 /// Best effort: a region that cannot be read or unlinked is left alone.
 fn sweep_dead_regions() {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return;
-    };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(REGION_PREFIX)) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if !crate::shm::pid_alive(pid) {
-            let _ = ShmRegion::unlink(&format!("/{}", name.to_string_lossy()));
-        }
-    }
+    crate::shm::reap_dead_regions(std::path::Path::new("/dev/shm"), REGION_PREFIX, '-');
 }
 
 /// Region names are `/copyrpc-sim-<pid>-<instance>`.

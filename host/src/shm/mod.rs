@@ -224,6 +224,29 @@ impl Drop for ShmRegion {
     }
 }
 
+/// Unlinks the regions in `dir` (normally `/dev/shm`) named `<prefix><pid><sep>...`
+/// whose process `pid` is gone: a process killed by a signal (or by `mpirun` tearing a
+/// failed job down) cannot unlink its regions, and nothing else would until reboot.
+/// Regions of live processes and other names are left alone; one that cannot be removed
+/// is skipped. Returns how many were removed.
+pub fn reap_dead_regions(dir: &std::path::Path, prefix: &str, sep: char) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let creator =
+        |name: &str| -> Option<u32> { name.strip_prefix(prefix)?.split(sep).next()?.parse().ok() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| creator(n).is_some_and(|pid| !pid_alive(pid)))
+        .filter(|n| std::fs::remove_file(dir.join(n)).is_ok())
+        .count()
+}
+
+/// The pid in a region name `<prefix><pid><sep>...`, if the name has that shape.
+pub fn region_creator(name: &str, prefix: &str, sep: char) -> Option<u32> {
+    name.strip_prefix(prefix)?.split(sep).next()?.parse().ok()
+}
+
 /// True if process `pid` exists and is not a zombie. `kill(pid, 0)` alone counts a zombie
 /// (killed but not yet reaped by its parent) as alive, so `/proc/<pid>/stat` is checked too.
 pub fn pid_alive(pid: u32) -> bool {
