@@ -390,11 +390,15 @@ mod tests {
                 let c = c.decode().unwrap();
                 assert_eq!(c.opcode, CqeOpcode::RespWrImm);
                 assert_eq!(c.imm, Some(got.to_be_bytes()));
+                // Publish the consumer index before reposting: a repost lets the device
+                // write another CQE, and with SET_CI left stale through a long drain the
+                // CQEs beyond it could exceed the CQ and overrun it (the model reports
+                // that as a CQ error and writes no more).
+                rcq.update_ci();
                 srq.free(c.wqe_counter).unwrap();
                 srq.post_batch(1).unwrap();
                 got += 1;
             }
-            rcq.update_ci();
             std::thread::yield_now();
         }
         assert!(engine.steps() > 0);
