@@ -17,17 +17,21 @@ calls=$(( ${1:-64000} / 2 ))
 cargo build --quiet --release -p copyrpc-tests --bin copyrpc-instr
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-printf '%-6s %-8s %14s %14s %14s %14s %12s %12s\n' batch payload "A: call" "A: poll" "B: serve" "device" "A instr/msg" "B instr/msg"
+printf '%-6s %-8s %-7s %12s %12s %12s %12s %12s %12s\n' batch payload "B serves" "A: call" "A: poll" "B: serve" "device" "A instr/msg" "B instr/msg"
 for batch in 1 16 64; do
   for payload in 32 128; do
-    f="$out/cg.$batch.$payload"
-    valgrind --tool=callgrind --callgrind-out-file="$f" \
-      target/release/copyrpc-instr "$batch" $(( calls / batch )) "$payload" >/dev/null 2>&1
-    ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null)
-    cost() { grep -E "echo_rig::$1 \[" <<<"$ann" | head -1 | awk '{gsub(",", "", $1); print $1}'; }
-    a_call=$(cost core_call); a_poll=$(cost core_poll_caller); b=$(cost core_serve); d=$(cost device_step)
-    n=$(( (calls / batch) * batch ))   # calls made; each side handles 2n messages
-    printf '%-6s %-8s %14s %14s %14s %14s %12s %12s\n' "$batch" "${payload}B" "$a_call" "$a_poll" "$b" "$d" \
-      "$(( (a_call + a_poll) / (2 * n) ))" "$(( b / (2 * n) ))"
+    # B answers through recv + reply_with, or inside poll with poll_serve.
+    for mode in recv inpoll; do
+      f="$out/cg.$batch.$payload.$mode"
+      valgrind --tool=callgrind --callgrind-out-file="$f" \
+        target/release/copyrpc-instr "$batch" $(( calls / batch )) "$payload" "$mode" >/dev/null 2>&1
+      ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null)
+      cost() { grep -E "echo_rig::$1 \[" <<<"$ann" | head -1 | awk '{gsub(",", "", $1); print $1}'; }
+      a_call=$(cost core_call); a_poll=$(cost core_poll_caller); d=$(cost device_step)
+      if [ "$mode" = recv ]; then b=$(cost core_serve); else b=$(cost core_serve_in_poll); fi
+      n=$(( (calls / batch) * batch ))   # calls made; each side handles 2n messages
+      printf '%-6s %-8s %-7s %12s %12s %12s %12s %12s %12s\n' "$batch" "${payload}B" "$mode" "$a_call" "$a_poll" "$b" "$d" \
+        "$(( (a_call + a_poll) / (2 * n) ))" "$(( b / (2 * n) ))"
+    done
   done
 done

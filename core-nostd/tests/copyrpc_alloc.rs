@@ -77,7 +77,19 @@ fn steady_state_allocates_nothing() {
                 bytes += r.map_or(0, <[u8]>::len);
                 *done += 1;
             });
-            p.b.ctx.poll(|_, _| unreachable!());
+            // Alternate rounds answer inside poll_serve and through recv.
+            if sent.is_multiple_of(2) {
+                p.b.ctx.poll_serve(
+                    |_, _| unreachable!(),
+                    |r| {
+                        let len = r.data().len().min(r.max_reply_len());
+                        let res = r.reply_with(len, |q, o| o.copy_from_slice(&q[..o.len()]));
+                        assert!(res.is_ok(), "echo fits");
+                    },
+                );
+            } else {
+                p.b.ctx.poll(|_, _| unreachable!());
+            }
             serve_echo(&mut p.b.ctx);
             p.step();
         };
@@ -100,6 +112,7 @@ fn steady_state_allocates_nothing() {
             p.a.ctx.stats().wraps > wraps_before + 50,
             "wraps ran inside"
         );
+        assert!(p.b.ctx.stats().served_in_poll > 1_000, "poll_serve ran inside");
         assert_eq!(allocs, 0, "heap allocations in the steady-state loop");
     });
 }

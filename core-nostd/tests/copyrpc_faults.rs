@@ -1,5 +1,6 @@
 //! A thousand seeded random workloads, each with a fault injected at a random step (a QP
-//! failed on either side, the link cut, or the application failing an endpoint): every
+//! failed on either side, the link cut, or the application failing an endpoint), half of
+//! them answering requests inside `poll_serve` as well as through `recv`: every
 //! call ends in exactly one response or one error, none twice, none lost, and every run
 //! ends within a bounded number of steps.
 
@@ -21,10 +22,14 @@ struct Tally {
     ok: u64,
     failed: u64,
     refused: u64,
+    /// Requests answered inside `poll_serve`.
+    served: u64,
 }
 
-fn poll_side(ctx: &mut Ctx, out: &mut Outstanding, tally: &mut Tally) {
-    ctx.poll(|k, r| {
+/// Polls one side. With `serve`, through `poll_serve`, answering about half the
+/// requests in the handler and leaving the rest for `recv`.
+fn poll_side(ctx: &mut Ctx, out: &mut Outstanding, tally: &mut Tally, serve: Option<&mut Rng>) {
+    let on_response = |k, r: Result<&[u8], Error>| {
         let req = out
             .remove(&k)
             .unwrap_or_else(|| panic!("call {k:#x} completed twice or never made"));
@@ -41,7 +46,23 @@ fn poll_side(ctx: &mut Ctx, out: &mut Outstanding, tally: &mut Tally) {
                 tally.failed += 1;
             }
         }
-    });
+    };
+    match serve {
+        None => {
+            ctx.poll(on_response);
+        }
+        Some(rng) => {
+            ctx.poll_serve(on_response, |r| {
+                if rng.below(2) == 0 {
+                    let len = r.data().len().min(r.max_reply_len());
+                    let res = r.reply_with(len, |req, out| out.copy_from_slice(&req[..out.len()]));
+                    if let Err(e) = res {
+                        assert!(e.error == Error::EndpointFailed && e.incoming.is_none());
+                    }
+                }
+            });
+        }
+    }
 }
 
 fn answer(ctx: &mut Ctx, held: &mut Vec<RecvHandle>, rng: &mut Rng, all: bool) {
@@ -130,13 +151,27 @@ fn run(seed: u64, tally: &mut Tally) -> u64 {
             call_some(&mut p.a.ctx, 1, &mut na, &mut oa, &mut rng, tally);
             call_some(&mut p.b.ctx, 2, &mut nb, &mut ob, &mut rng, tally);
         }
-        poll_side(&mut p.a.ctx, &mut oa, tally);
-        poll_side(&mut p.b.ctx, &mut ob, tally);
+        // Odd seeds answer through `poll_serve` as well as `recv`.
+        let mut serve_rng = Rng(rng.next() | 1);
+        let serving = seed % 2 == 1;
+        poll_side(
+            &mut p.a.ctx,
+            &mut oa,
+            tally,
+            serving.then_some(&mut serve_rng),
+        );
+        poll_side(
+            &mut p.b.ctx,
+            &mut ob,
+            tally,
+            serving.then_some(&mut serve_rng),
+        );
         answer(&mut p.a.ctx, &mut ha, &mut rng, !calling);
         answer(&mut p.b.ctx, &mut hb, &mut rng, !calling);
         p.step();
         if !calling && oa.is_empty() && ob.is_empty() && ha.is_empty() && hb.is_empty() {
             assert_eq!(p.a.ctx.pending_calls() + p.b.ctx.pending_calls(), 0);
+            tally.served += p.a.ctx.stats().served_in_poll + p.b.ctx.stats().served_in_poll;
             return p.steps;
         }
         assert!(
@@ -158,10 +193,10 @@ fn every_call_ends_exactly_once_under_a_random_fault() {
             max_steps = max_steps.max(run(seed, &mut tally));
         }
         eprintln!(
-            "ok {} failed {} refused {} max steps {max_steps}",
-            tally.ok, tally.failed, tally.refused
+            "ok {} failed {} refused {} served in poll {} max steps {max_steps}",
+            tally.ok, tally.failed, tally.refused, tally.served
         );
-        // Both outcomes really happened across the runs.
-        assert!(tally.ok > 1000 && tally.failed > 100);
+        // Both outcomes really happened across the runs, and both ways of answering.
+        assert!(tally.ok > 1000 && tally.failed > 100 && tally.served > 1000);
     });
 }

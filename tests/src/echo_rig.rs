@@ -4,7 +4,8 @@
 //! is one of it.
 //!
 //! The core's work and the device model's work are kept in separate non-inlined
-//! functions: [`core_call`], [`core_poll_caller`], [`core_serve`] run only copyrpc and
+//! functions: [`core_call`], [`core_poll_caller`], [`core_serve`] (or
+//! [`core_serve_in_poll`]) run only copyrpc and
 //! the mlx5 driver side; [`device_step`] runs only the model. Callgrind's inclusive cost
 //! of the `core_*` functions is then driver + core with the model excluded.
 
@@ -36,11 +37,21 @@ pub fn pair() -> EchoPair {
     Pair::new(o)
 }
 
-/// Side A queues one call.
+/// Side A queues `n` calls (`k`, `k + 1`, ..). One frame for the batch, so the figure
+/// is the core's work per call, not the rig's call overhead.
 #[inline(never)]
-pub fn core_call(ctx: &mut Context<u64, 1, 256, 2048>, ep: EndpointId, payload: &[u8], k: u64) {
-    ctx.call_with_allowance(ep, payload, payload.len() as u32, k)
-        .unwrap_or_else(|e| panic!("call {k}: {:?}", e.error));
+pub fn core_call(
+    ctx: &mut Context<u64, 1, 256, 2048>,
+    ep: EndpointId,
+    payload: &[u8],
+    k: u64,
+    n: u32,
+) {
+    for i in k..k + u64::from(n) {
+        if let Err(e) = ctx.call_with_allowance(ep, payload, payload.len() as u32, i) {
+            panic!("call {i}: {:?}", e.error);
+        }
+    }
 }
 
 /// Side A polls: flushes its calls, takes responses; returns how many arrived.
@@ -52,6 +63,17 @@ pub fn core_poll_caller(ctx: &mut Context<u64, 1, 256, 2048>) -> u64 {
         got += 1;
     });
     got
+}
+
+/// How side B answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serve {
+    /// `poll`, then `recv` and `reply_with` for each queued request: the reply goes
+    /// out with the next poll.
+    Recv,
+    /// `poll_serve`, answering each request as it is parsed: the reply goes out with
+    /// the same poll.
+    InPoll,
 }
 
 /// Side B polls (takes requests, flushes earlier replies) and answers every request
@@ -69,6 +91,26 @@ pub fn core_serve(ctx: &mut Context<u64, 1, 256, 2048>) -> u64 {
     n
 }
 
+/// Side B with `poll_serve`: each request answered with its own bytes as it is parsed;
+/// returns how many it answered.
+#[inline(never)]
+pub fn core_serve_in_poll(ctx: &mut Context<u64, 1, 256, 2048>) -> u64 {
+    let mut n = 0;
+    ctx.poll_serve(
+        |_, _| unreachable!("B makes no calls"),
+        |r| {
+            let len = r.data().len();
+            if r.reply_with(len, |req, out| out.copy_from_slice(req))
+                .is_err()
+            {
+                panic!("an echo fits its allowance");
+            }
+            n += 1;
+        },
+    );
+    n
+}
+
 /// The device model's share: one step.
 #[inline(never)]
 pub fn device_step(p: &mut EchoPair) {
@@ -77,15 +119,16 @@ pub fn device_step(p: &mut EchoPair) {
 
 /// One round: A calls `batch` times, then both sides poll and the device steps until
 /// every response is back. Returns the steps it took.
-pub fn round(p: &mut EchoPair, batch: u32, payload: &[u8], first: u64) -> u64 {
+pub fn round(p: &mut EchoPair, batch: u32, payload: &[u8], first: u64, serve: Serve) -> u64 {
     let ep = p.a.eps[0];
-    for i in 0..u64::from(batch) {
-        core_call(&mut p.a.ctx, ep, payload, first + i);
-    }
+    core_call(&mut p.a.ctx, ep, payload, first, batch);
     let (mut got, mut steps) = (0u64, 0u64);
     while got < u64::from(batch) {
         got += core_poll_caller(&mut p.a.ctx);
-        core_serve(&mut p.b.ctx);
+        match serve {
+            Serve::Recv => core_serve(&mut p.b.ctx),
+            Serve::InPoll => core_serve_in_poll(&mut p.b.ctx),
+        };
         device_step(p);
         steps += 1;
         assert!(steps < 10_000, "echo round stalled\n{}", p.dump());

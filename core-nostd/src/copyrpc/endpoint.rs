@@ -96,6 +96,120 @@ pub(crate) enum ReplyFail {
     Failed(Error),
 }
 
+/// The part of an endpoint (`EpData`) a reply writes, borrowed field by field so the
+/// recv ring, where the request's bytes are, stays borrowable while the reply is built.
+macro_rules! reply_writer {
+    ($d:expr) => {
+        $crate::copyrpc::endpoint::ReplyWriter {
+            send: &mut $d.send,
+            send_mem: &mut $d.send_mem,
+            credit: &mut $d.credit,
+            ranges: &mut $d.ranges,
+            consumer: &$d.consumer,
+        }
+    };
+}
+pub(crate) use reply_writer;
+
+/// The send side of an endpoint, as a reply needs it (see [`reply_writer!`]).
+#[derive(Debug)]
+pub(crate) struct ReplyWriter<'a> {
+    pub(crate) send: &'a mut SendRing,
+    pub(crate) send_mem: &'a mut Dma,
+    pub(crate) credit: &'a mut CreditState,
+    pub(crate) ranges: &'a mut Fifo<FlushRange, RANGES>,
+    pub(crate) consumer: &'a RemoteConsumer,
+}
+
+/// What [`ReplyWriter::write`] did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Written {
+    /// The internal allowance the reply released.
+    pub(crate) released: u64,
+    /// Whether it opened a batch or wrapped (the endpoint then needs a flush).
+    pub(crate) opened: bool,
+}
+
+impl ReplyWriter<'_> {
+    /// Writes a reply of `len` bytes to call `call_id`, whose request carried
+    /// `blocks` allowance blocks, filled by `fill(out)`; releases the allowance.
+    /// [`ReplyFail::Refused`]: over the allowance, nothing changed.
+    #[inline]
+    pub(crate) fn write(
+        self,
+        call_id: u32,
+        blocks: u32,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Written, ReplyFail> {
+        let Ok(len32) = u32::try_from(len) else {
+            return Err(ReplyFail::Refused);
+        };
+        let padded = padded_message_size(len32);
+        // The allowance test and the release in one: refused before anything changes.
+        let released = match self.credit.release_on_reply(blocks, padded) {
+            Ok(allowance) => allowance,
+            Err(credit::CreditError::ReplyTooLarge) => return Err(ReplyFail::Refused),
+            Err(_) => return Err(ReplyFail::Failed(Error::EndpointFailed)),
+        };
+        // `plan`'s only refusal for an aligned size: too large for any lap. A reply
+        // within a granted reservation never is (R ≤ the cap < the ring); if it were,
+        // the endpoint fails, so the released reservation no longer matters.
+        if padded >= self.send.size().get() - FLOW_METADATA_SIZE {
+            return Err(ReplyFail::Failed(Error::ReplyTooLarge));
+        }
+        // No room check: the released allowance guarantees it (credit module docs).
+        debug_assert!(self.send.plan(padded).is_ok_and(|p| self
+            .credit
+            .has_room(self.consumer.in_flight(self.send.producer()), p.advance)));
+        let pos = if self.send.fits_open_batch(padded) {
+            self.send.append_to_open_batch(padded)
+        } else {
+            let reserved = self
+                .send
+                .reserve_message(padded)
+                .map_err(|_| ReplyFail::Failed(Error::EndpointFailed))?;
+            if let Some(w) = reserved.wrap {
+                queue_wrap_ranges(self.ranges, w).map_err(ReplyFail::Failed)?;
+            }
+            reserved.pos
+        };
+        let out_off = self.send.size().offset(pos) as usize;
+        let out = self.send_mem.bytes_mut(out_off, padded as usize);
+        // The padding is shorter than ALIGNMENT and ends the message: zero the last 32 B
+        // with one fixed-size store first; header and payload then overwrite their part.
+        let (_, last) = out.split_at_mut(out.len() - ALIGNMENT as usize);
+        if let Some(last) = last.first_chunk_mut::<{ ALIGNMENT as usize }>() {
+            *last = [0; ALIGNMENT as usize];
+        }
+        let (head, rest) = out.split_at_mut(HEADER_SIZE as usize);
+        HeaderRepr {
+            call_id: crate::wire::to_response_id(call_id),
+            piggyback: 0,
+            payload_len: len32,
+        }
+        .emit(&mut HeaderView::new_unchecked(head));
+        fill(&mut rest[..len]);
+        // The reply is its batch's only message exactly when it opened the batch (or
+        // wrapped, which leaves it alone in a new one).
+        Ok(Written {
+            released,
+            opened: self.send.batch_count() == 1,
+        })
+    }
+}
+
+/// Queues the ranges a wrap closed, in posting order.
+#[cold]
+fn queue_wrap_ranges(ranges: &mut Fifo<FlushRange, RANGES>, w: Wrap) -> Result<(), Error> {
+    for r in w.flushed.into_iter().chain(Some(w.marker)) {
+        // Unreachable while the invariant holds (see RANGES); failing the
+        // endpoint beats corrupting the stream if it ever did.
+        ranges.push(r).map_err(|_| Error::EndpointFailed)?;
+    }
+    Ok(())
+}
+
 /// An endpoint: its send queue and the rest.
 #[derive(Debug)]
 pub(crate) struct Endpoint<const REQS: usize> {
@@ -189,18 +303,8 @@ impl<const REQS: usize> EpData<REQS> {
     fn queue_wrap(&mut self, wrap: Option<Wrap>) -> Result<(), Error> {
         match wrap {
             None => Ok(()),
-            Some(w) => self.queue_wrap_ranges(w),
+            Some(w) => queue_wrap_ranges(&mut self.ranges, w),
         }
-    }
-
-    #[cold]
-    fn queue_wrap_ranges(&mut self, w: Wrap) -> Result<(), Error> {
-        for r in w.flushed.into_iter().chain(Some(w.marker)) {
-            // Unreachable while the invariant holds (see RANGES); failing the
-            // endpoint beats corrupting the stream if it ever did.
-            self.ranges.push(r).map_err(|_| Error::EndpointFailed)?;
-        }
-        Ok(())
     }
 
     /// Writes a request into the send ring, after every check that could refuse it.
@@ -262,9 +366,10 @@ impl<const REQS: usize> EpData<REQS> {
     }
 
     /// Writes a reply of `len` bytes to request `seq` (whose entry is `req`), filled by
-    /// `fill(request, out)`. Returns, as `write_call`, whether it opened a batch or
-    /// wrapped. [`ReplyFail::Refused`]: the reply exceeds the request's allowance and
-    /// nothing changed; [`ReplyFail::Failed`]: the caller fails the endpoint.
+    /// `fill(request, out)`, and releases the request. Returns, as `write_call`,
+    /// whether it opened a batch or wrapped. [`ReplyFail::Refused`]: the reply exceeds
+    /// the request's allowance and nothing changed; [`ReplyFail::Failed`]: the caller
+    /// fails the endpoint.
     #[inline]
     pub(crate) fn write_reply(
         &mut self,
@@ -273,60 +378,14 @@ impl<const REQS: usize> EpData<REQS> {
         len: usize,
         fill: impl FnOnce(&[u8], &mut [u8]),
     ) -> Result<bool, ReplyFail> {
-        let Ok(len32) = u32::try_from(len) else {
-            return Err(ReplyFail::Refused);
-        };
-        let padded = padded_message_size(len32);
-        // The allowance test and the release in one: refused before anything changes.
-        let allowance = match self.credit.release_on_reply(req.blocks, padded) {
-            Ok(allowance) => allowance,
-            Err(credit::CreditError::ReplyTooLarge) => return Err(ReplyFail::Refused),
-            Err(_) => return Err(ReplyFail::Failed(Error::EndpointFailed)),
-        };
-        // `plan`'s only refusal for an aligned size: too large for any lap. A reply
-        // within a granted reservation never is (R ≤ the cap < the ring); if it were,
-        // the endpoint fails, so the released reservation no longer matters.
-        if padded >= self.send.size().get() - FLOW_METADATA_SIZE {
-            return Err(ReplyFail::Failed(Error::ReplyTooLarge));
-        }
-        // No room check: the released allowance guarantees it (credit module docs).
-        debug_assert!(self
-            .send
-            .plan(padded)
-            .is_ok_and(|p| self.credit.has_room(self.in_flight(), p.advance)));
-        let pos = if self.send.fits_open_batch(padded) {
-            self.send.append_to_open_batch(padded)
-        } else {
-            let reserved = self
-                .send
-                .reserve_message(padded)
-                .map_err(|_| ReplyFail::Failed(Error::EndpointFailed))?;
-            self.queue_wrap(reserved.wrap).map_err(ReplyFail::Failed)?;
-            reserved.pos
-        };
-        let out_off = self.ring_off(pos);
         let in_off = self.recv.size().offset(req.start) as usize + HEADER_SIZE as usize;
         let request = self.recv_mem.bytes(in_off, req.len as usize);
-        let out = self.send_mem.bytes_mut(out_off, padded as usize);
-        // The padding is shorter than ALIGNMENT and ends the message: zero the last 32 B
-        // with one fixed-size store first; header and payload then overwrite their part.
-        let (_, last) = out.split_at_mut(out.len() - ALIGNMENT as usize);
-        if let Some(last) = last.first_chunk_mut::<{ ALIGNMENT as usize }>() {
-            *last = [0; ALIGNMENT as usize];
-        }
-        let (head, rest) = out.split_at_mut(HEADER_SIZE as usize);
-        HeaderRepr {
-            call_id: crate::wire::to_response_id(req.call_id),
-            piggyback: 0,
-            payload_len: len32,
-        }
-        .emit(&mut HeaderView::new_unchecked(head));
-        fill(request, &mut rest[..len]);
-        self.unreplied = self.unreplied.saturating_sub(allowance);
+        let allowance = reply_writer!(self).write(req.call_id, req.blocks, len, |out| {
+            fill(request, out);
+        })?;
+        self.unreplied = self.unreplied.saturating_sub(allowance.released);
         self.release_request(seq);
-        // The reply is its batch's only message exactly when it opened the batch (or
-        // wrapped, which leaves it alone in a new one).
-        Ok(self.send.batch_count() == 1)
+        Ok(allowance.opened)
     }
 
     /// Releases a request's ring bytes (after its reply, or when dropped unanswered).

@@ -19,6 +19,7 @@
 //! | `post` | what an endpoint posts (batches, READ fallback, raw ops) and the completions retiring it |
 //! | `poll` | [`Context::poll`] and completion handling |
 //! | `handle` | [`RecvHandle`]: zero-copy request bytes, `reply` once |
+//! | `serve` | [`Context::poll_serve`]: requests answered as they are parsed ([`Incoming`]) |
 //! | `requests` | per-endpoint received requests; the ring consumer waits for the oldest unanswered |
 //! | `pending` | the pending-call slab |
 //! | `qpn_map` | QPN → endpoint, fixed capacity, no hashing |
@@ -37,7 +38,8 @@
 //! 3. Exchange [`EndpointInfo`]s ([`Context::local_info`], [`EndpointInfo::to_bytes`])
 //!    out of band, move the QPs to RTS (the device's business), and call
 //!    [`Context::connect`] on both sides. No message follows: both start with credit.
-//! 4. Loop: `call`, `poll(|user_data, result| ..)`, `recv` and `reply`.
+//! 4. Loop: `call`, `poll(|user_data, result| ..)`, `recv` and `reply`; or
+//!    `poll_serve(.., |request| request.reply(..))` to answer requests as they arrive.
 //!
 //! # Memory
 //!
@@ -70,6 +72,7 @@ mod post;
 mod qpn_map;
 mod raw;
 mod requests;
+mod serve;
 mod stats;
 
 pub use config::EndpointConfig;
@@ -78,4 +81,5 @@ pub use error::{CallError, Error, ReplyError};
 pub use handle::RecvHandle;
 pub use info::EndpointInfo;
 pub use mem::Region;
+pub use serve::{Incoming, ServeError};
 pub use stats::Stats;

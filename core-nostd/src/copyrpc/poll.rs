@@ -2,10 +2,11 @@
 
 use mlx5_raw::layout::{Completion, CqeOpcode};
 
-use super::context::Context;
-use super::endpoint::{Endpoint, EpState};
+use super::context::{Context, EndpointId};
+use super::endpoint::{reply_writer, Endpoint, EpState};
 use super::pending::Pending;
 use super::requests::Link;
+use super::serve::{Incoming, Outcome};
 use super::stats::Stats;
 use super::Error;
 use crate::credit;
@@ -17,15 +18,20 @@ struct Violation;
 
 /// Processes one received batch of endpoint `ep`: metadata first (credit before the
 /// messages it makes room for), then each message in ring order; responses go to the
-/// callback, requests to the endpoint's request list. Returns the sequence range of
-/// the new requests.
-fn on_batch<U, const CALLS: usize, const REQS: usize>(
+/// callback, requests to `on_request` while `offer` holds (with `SERVE`; see `serve`)
+/// and to the endpoint's request list otherwise. Returns the sequence range of the
+/// requests listed.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn on_batch<U, const CALLS: usize, const REQS: usize, const SERVE: bool>(
     ep: u16,
     e: &mut Endpoint<REQS>,
     imm: [u8; 4],
     pending: &mut Pending<U, CALLS>,
     stats: &mut Stats,
     on_response: &mut impl FnMut(U, Result<&[u8], Error>),
+    mut offer: bool,
+    on_request: &mut impl FnMut(Incoming<'_>),
 ) -> Result<(u32, u32), Violation> {
     let d = &mut e.d;
     let span = d
@@ -49,6 +55,29 @@ fn on_batch<U, const CALLS: usize, const REQS: usize>(
                 None => stats.stray_responses += 1,
             }
         } else {
+            if SERVE && offer {
+                let mut outcome = Outcome::Left;
+                on_request(Incoming {
+                    ep: EndpointId(ep),
+                    call_id: m.call_id,
+                    blocks: m.piggyback,
+                    data: m.payload,
+                    writer: reply_writer!(d),
+                    outcome: &mut outcome,
+                });
+                match outcome {
+                    Outcome::Replied => {
+                        stats.served_in_poll += 1;
+                        pos += m.padded_len();
+                        continue;
+                    }
+                    // The rest of the batch fails with the endpoint; its pending calls
+                    // complete through the fail-drain, once each.
+                    Outcome::Failed => return Err(Violation),
+                    // Later requests queue behind it (arrival order).
+                    Outcome::Left => offer = false,
+                }
+            }
             // Linked to the next sequence number; `link_requests` ends the chain at
             // the batch's last request.
             let seq = d.requests.tail();
@@ -84,7 +113,17 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     ///
     /// Each step is bounded (at most one CQ's worth of completions per CQ), so `poll`
     /// always returns. Returns the number of completions handled.
-    pub fn poll(&mut self, mut on_response: impl FnMut(U, Result<&[u8], Error>)) -> usize {
+    pub fn poll(&mut self, on_response: impl FnMut(U, Result<&[u8], Error>)) -> usize {
+        self.poll_inner::<false>(on_response, |_| {})
+    }
+
+    /// [`poll`](Self::poll), and with `SERVE` [`poll_serve`](Self::poll_serve).
+    #[inline]
+    pub(crate) fn poll_inner<const SERVE: bool>(
+        &mut self,
+        mut on_response: impl FnMut(U, Result<&[u8], Error>),
+        mut on_request: impl FnMut(Incoming<'_>),
+    ) -> usize {
         let mut handled = 0;
         for _ in 0..self.recv_cq.cqe_cnt() {
             let Some(cqe) = self.recv_cq.poll() else {
@@ -93,7 +132,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             let c = cqe.decode();
             handled += 1;
             if let Ok(c) = c {
-                self.on_recv_completion(&c, &mut on_response);
+                self.on_recv_completion::<SERVE>(&c, &mut on_response, &mut on_request);
             }
         }
         self.recv_cq.update_ci();
@@ -164,10 +203,12 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
     }
 
-    fn on_recv_completion(
+    #[inline]
+    fn on_recv_completion<const SERVE: bool>(
         &mut self,
         c: &Completion,
         on_response: &mut impl FnMut(U, Result<&[u8], Error>),
+        on_request: &mut impl FnMut(Incoming<'_>),
     ) {
         // The SRQ WQE this completion consumed is the one its wqe_counter names,
         // whatever order the WQEs were posted in.
@@ -192,7 +233,18 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         e.d.idle_polls = 0;
         // Credit, consumer and pending calls change: the next flush decides anew.
         self.dirty.set(ep);
-        match on_batch(ep, e, imm, &mut self.pending, &mut self.stats, on_response) {
+        // Offered only while nothing waits in the receive queue (arrival order).
+        let offer = self.rq_head.is_none();
+        match on_batch::<U, CALLS, REQS, SERVE>(
+            ep,
+            e,
+            imm,
+            &mut self.pending,
+            &mut self.stats,
+            on_response,
+            offer,
+            on_request,
+        ) {
             Ok((first, end)) => self.link_requests(ep, first, end),
             Err(Violation) => self.fail(ep),
         }

@@ -23,6 +23,9 @@ pub struct Stats {
     pub srq_freed: u64,
     /// SRQ WQEs posted after the initial fill.
     pub srq_reposted: u64,
+    /// Requests answered by a [`poll_serve`](super::Context::poll_serve) handler as
+    /// they were parsed (never queued for `recv`).
+    pub served_in_poll: u64,
     /// Responses matching no pending call (dropped).
     pub stray_responses: u64,
     /// Completions naming no endpoint of this context.

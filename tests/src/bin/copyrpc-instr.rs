@@ -1,13 +1,24 @@
-//! `copyrpc-instr BATCH ROUNDS [PAYLOAD]`: the stepped echo of `copyrpc_tests::echo_rig`
-//! for instruction counting under callgrind (`scripts/instr.sh` runs it and divides).
+//! `copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|inpoll]]`: the stepped echo of
+//! `copyrpc_tests::echo_rig` for instruction counting under callgrind
+//! (`scripts/instr.sh` runs it and divides). The last word picks how side B answers
+//! (`recv`: `recv` + `reply_with`, the default; `inpoll`: `poll_serve`).
 //! Prints the messages exchanged so the script can divide without guessing.
 
+use copyrpc_tests::echo_rig::Serve;
+
 fn main() {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let serve = match args.get(3).map(String::as_str) {
+        None | Some("recv") => Serve::Recv,
+        Some("inpoll") => Serve::InPoll,
+        Some(other) => panic!("unknown serve mode {other:?}: recv or inpoll"),
+    };
+    args.truncate(3);
+    let args: Vec<u64> = args
+        .iter()
         .map(|a| {
             a.parse()
-                .expect("usage: copyrpc-instr BATCH ROUNDS [PAYLOAD]")
+                .expect("usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|inpoll]]")
         })
         .collect();
     let (batch, rounds) = (args[0] as u32, args[1]);
@@ -19,7 +30,7 @@ fn main() {
             let mut p = copyrpc_tests::echo_rig::pair();
             let mut k = 0;
             for _ in 0..rounds {
-                copyrpc_tests::echo_rig::round(&mut p, batch, &payload, k);
+                copyrpc_tests::echo_rig::round(&mut p, batch, &payload, k, serve);
                 k += u64::from(batch);
             }
             // Requests plus responses, each handled once by each side.
