@@ -112,7 +112,10 @@ fn steady_state_allocates_nothing() {
             p.a.ctx.stats().wraps > wraps_before + 50,
             "wraps ran inside"
         );
-        assert!(p.b.ctx.stats().served_in_poll > 1_000, "poll_serve ran inside");
+        assert!(
+            p.b.ctx.stats().served_in_poll > 1_000,
+            "poll_serve ran inside"
+        );
         assert_eq!(allocs, 0, "heap allocations in the steady-state loop");
     });
 }
