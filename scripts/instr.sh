@@ -17,21 +17,38 @@ calls=$(( ${1:-64000} / 2 ))
 cargo build --quiet --release -p copyrpc-tests --bin copyrpc-instr
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-printf '%-6s %-8s %-7s %12s %12s %12s %12s %12s %12s\n' batch payload "B serves" "A: call" "A: poll" "B: serve" "device" "A instr/msg" "B instr/msg"
+printf '%-6s %-8s %-7s %-7s %12s %12s %12s %12s %12s %12s\n' batch payload "A calls" "B serves" "A: call" "A: poll" "B: serve" "device" "A instr/msg" "B instr/msg"
+row() { # batch payload pattern mode
+  local batch=$1 payload=$2 pattern=$3 mode=$4
+  local f="$out/cg.$batch.$payload.$pattern.$mode"
+  if ! valgrind --tool=callgrind --callgrind-out-file="$f" \
+    target/release/copyrpc-instr "$batch" $(( calls / batch )) "$payload" "$mode" "$pattern" >/dev/null 2>&1; then
+    echo "copyrpc-instr $batch $(( calls / batch )) $payload $mode $pattern failed" >&2
+    exit 1
+  fi
+  local ann
+  ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null)
+  cost() { grep -E "echo_rig::$1 \[" <<<"$ann" | head -1 | awk '{gsub(",", "", $1); print $1}'; }
+  local a_call a_poll b d n
+  a_call=$(cost core_call); a_poll=$(cost core_poll_caller); d=$(cost device_step)
+  if [ "$mode" = recv ]; then b=$(cost core_serve); else b=$(cost core_serve_in_poll); fi
+  n=$(( (calls / batch) * batch ))   # calls made; each side handles 2n messages
+  printf '%-6s %-8s %-7s %-7s %12s %12s %12s %12s %12s %12s\n' "$batch" "${payload}B" "$pattern" "$mode" \
+    "$a_call" "$a_poll" "$b" "$d" "$(( (a_call + a_poll) / (2 * n) ))" "$(( b / (2 * n) ))"
+}
 for batch in 1 16 64; do
   for payload in 32 128; do
-    # B answers through recv + reply_with, or inside poll with poll_serve.
-    for mode in recv inpoll; do
-      f="$out/cg.$batch.$payload.$mode"
-      valgrind --tool=callgrind --callgrind-out-file="$f" \
-        target/release/copyrpc-instr "$batch" $(( calls / batch )) "$payload" "$mode" >/dev/null 2>&1
-      ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null)
-      cost() { grep -E "echo_rig::$1 \[" <<<"$ann" | head -1 | awk '{gsub(",", "", $1); print $1}'; }
-      a_call=$(cost core_call); a_poll=$(cost core_poll_caller); d=$(cost device_step)
-      if [ "$mode" = recv ]; then b=$(cost core_serve); else b=$(cost core_serve_in_poll); fi
-      n=$(( (calls / batch) * batch ))   # calls made; each side handles 2n messages
-      printf '%-6s %-8s %-7s %12s %12s %12s %12s %12s %12s\n' "$batch" "${payload}B" "$mode" "$a_call" "$a_poll" "$b" "$d" \
-        "$(( (a_call + a_poll) / (2 * n) ))" "$(( b / (2 * n) ))"
+    # A in rounds (one batch in flight, wait for all) or a window of two batches;
+    # B answering through recv + reply_with, or inside poll with poll_serve.
+    for pattern in rounds window; do
+      for mode in recv inpoll; do
+        # A window at batch 1 is the rounds pattern; two batches of 64 calls of 128 B
+        # reserve more response allowance than the 64 KiB ring's cap (ring/4) grants.
+        if [ "$pattern" = window ] && { [ "$batch" = 1 ] || { [ "$batch" = 64 ] && [ "$payload" = 128 ]; }; }; then
+          continue
+        fi
+        row "$batch" "$payload" "$pattern" "$mode"
+      done
     done
   done
 done

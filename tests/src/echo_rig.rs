@@ -117,6 +117,68 @@ pub fn device_step(p: &mut EchoPair) {
     p.step();
 }
 
+/// How side A issues its calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// Rounds: `batch` calls, then poll until every response is back (one batch in
+    /// flight; the caller waits idle while the batch travels).
+    Rounds,
+    /// A window of two batches: whenever at most `batch` calls are pending, `batch` more
+    /// are queued, so each poll sends one batch while the previous one is answered.
+    Window,
+}
+
+/// Runs `calls` calls (a multiple of `batch`) in `pattern`, numbered from `first`.
+/// Returns the device steps it took.
+pub fn run(
+    p: &mut EchoPair,
+    batch: u32,
+    payload: &[u8],
+    first: u64,
+    calls: u64,
+    serve: Serve,
+    pattern: Pattern,
+) -> u64 {
+    match pattern {
+        Pattern::Rounds => (0..calls / u64::from(batch))
+            .map(|r| round(p, batch, payload, first + r * u64::from(batch), serve))
+            .sum(),
+        Pattern::Window => window(p, batch, payload, first, calls, serve),
+    }
+}
+
+/// [`Pattern::Window`].
+pub fn window(
+    p: &mut EchoPair,
+    batch: u32,
+    payload: &[u8],
+    first: u64,
+    calls: u64,
+    serve: Serve,
+) -> u64 {
+    let ep = p.a.eps[0];
+    let (mut sent, mut got, mut steps) = (0u64, 0u64, 0u64);
+    while got < calls {
+        if sent < calls && p.a.ctx.pending_calls() <= batch as usize {
+            core_call(&mut p.a.ctx, ep, payload, first + sent, batch);
+            sent += u64::from(batch);
+        }
+        got += core_poll_caller(&mut p.a.ctx);
+        match serve {
+            Serve::Recv => core_serve(&mut p.b.ctx),
+            Serve::InPoll => core_serve_in_poll(&mut p.b.ctx),
+        };
+        device_step(p);
+        steps += 1;
+        assert!(
+            steps < 10_000 + 4 * calls,
+            "echo window stalled\n{}",
+            p.dump()
+        );
+    }
+    steps
+}
+
 /// One round: A calls `batch` times, then both sides poll and the device steps until
 /// every response is back. Returns the steps it took.
 pub fn round(p: &mut EchoPair, batch: u32, payload: &[u8], first: u64, serve: Serve) -> u64 {

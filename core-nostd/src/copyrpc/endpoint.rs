@@ -331,14 +331,15 @@ impl<const REQS: usize> EpData<REQS> {
         let advance = if append {
             padded
         } else {
+            // Only a message that opens a batch can wrap, queueing up to two ranges.
+            if self.ranges.len() + 2 > RANGES {
+                return Err(Error::RingFull);
+            }
             self.send
                 .plan(padded)
                 .map_err(|_| Error::PayloadTooLarge)?
                 .advance
         };
-        if self.ranges.len() + 2 > RANGES {
-            return Err(Error::RingFull);
-        }
         if !self.credit.has_room(self.in_flight(), advance) {
             self.want_read = true;
             return Err(Error::RingFull);

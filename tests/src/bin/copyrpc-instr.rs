@@ -1,10 +1,11 @@
-//! `copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|inpoll]]`: the stepped echo of
-//! `copyrpc_tests::echo_rig` for instruction counting under callgrind
-//! (`scripts/instr.sh` runs it and divides). The last word picks how side B answers
-//! (`recv`: `recv` + `reply_with`, the default; `inpoll`: `poll_serve`).
+//! `copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|inpoll [rounds|window]]]`: the stepped echo
+//! of `copyrpc_tests::echo_rig` (BATCH x ROUNDS calls) for instruction counting under
+//! callgrind (`scripts/instr.sh` runs it and divides). The words pick how side B answers
+//! (`recv`: `recv` + `reply_with`, the default; `inpoll`: `poll_serve`) and how side A
+//! calls (`rounds`, the default, or a `window` of two batches).
 //! Prints the messages exchanged so the script can divide without guessing.
 
-use copyrpc_tests::echo_rig::Serve;
+use copyrpc_tests::echo_rig::{Pattern, Serve};
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
@@ -13,12 +14,17 @@ fn main() {
         Some("inpoll") => Serve::InPoll,
         Some(other) => panic!("unknown serve mode {other:?}: recv or inpoll"),
     };
+    let pattern = match args.get(4).map(String::as_str) {
+        None | Some("rounds") => Pattern::Rounds,
+        Some("window") => Pattern::Window,
+        Some(other) => panic!("unknown pattern {other:?}: rounds or window"),
+    };
     args.truncate(3);
     let args: Vec<u64> = args
         .iter()
         .map(|a| {
             a.parse()
-                .expect("usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|inpoll]]")
+                .expect("usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|inpoll [rounds|window]]]")
         })
         .collect();
     let (batch, rounds) = (args[0] as u32, args[1]);
@@ -28,11 +34,8 @@ fn main() {
         .stack_size(256 << 20)
         .spawn(move || {
             let mut p = copyrpc_tests::echo_rig::pair();
-            let mut k = 0;
-            for _ in 0..rounds {
-                copyrpc_tests::echo_rig::round(&mut p, batch, &payload, k, serve);
-                k += u64::from(batch);
-            }
+            let k = rounds * u64::from(batch);
+            copyrpc_tests::echo_rig::run(&mut p, batch, &payload, 0, k, serve, pattern);
             // Requests plus responses, each handled once by each side.
             println!("calls={k} messages={}", 2 * k);
         })
