@@ -233,11 +233,9 @@ pub fn reap_dead_regions(dir: &std::path::Path, prefix: &str, sep: char) -> usiz
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
-    let creator =
-        |name: &str| -> Option<u32> { name.strip_prefix(prefix)?.split(sep).next()?.parse().ok() };
     entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| creator(n).is_some_and(|pid| !pid_alive(pid)))
+        .filter(|n| region_creator(n, prefix, sep).is_some_and(|pid| !pid_alive(pid)))
         .filter(|n| std::fs::remove_file(dir.join(n)).is_ok())
         .count()
 }
