@@ -1,18 +1,8 @@
-//! Answering requests inside `poll`, as they are parsed (run to completion).
-//!
-//! [`Context::poll_serve`] offers each request to a handler the moment its batch is
-//! parsed, with the request bytes in place in the recv ring and the reply written
-//! straight into the send ring, so the same poll's flush sends it. A request answered
-//! there never enters the receive queue: no handle, no lookup, no queue links, and the
-//! consumer passes it at the end of its batch. That is the cheap path for handlers that
-//! answer at once (an echo, a key-value GET); one that needs time leaves the request,
-//! which is then queued for [`Context::recv`] like any other.
-//!
-//! Order: requests are offered in arrival order. While the receive queue holds
-//! requests (left by an earlier handler, or by plain [`Context::poll`]), new ones
-//! queue behind them instead of being offered, and once a handler leaves a request
-//! the rest of its batch queues too; so `recv` still hands out what is queued in
-//! arrival order, and no request overtakes one that was left.
+//! Answering requests inside `poll`, as they are parsed (run to completion): see
+//! [`Context::poll_serve`] for what it promises. Here: the [`Incoming`] a handler gets,
+//! which lends the request bytes (recv ring) and the endpoint's send side
+//! ([`ReplyWriter`]) for the length of one handler call, and records whether the
+//! request was answered so `on_batch` (in `poll`) can skip queueing it.
 
 use super::context::{Context, EndpointId};
 use super::endpoint::{ReplyFail, ReplyWriter};
@@ -153,8 +143,17 @@ impl<'a> Incoming<'a> {
 
 impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {
     /// [`poll`](Self::poll), offering each request to `on_request` as it is parsed
-    /// (see the [module docs](self)): answered there, its reply goes out with this
-    /// poll's flush; left unanswered, it is queued for [`recv`](Self::recv).
+    /// (run to completion): answered there, through [`Incoming::reply`] or
+    /// [`Incoming::reply_with`], its reply is written straight into the send ring and
+    /// goes out with this poll's flush, and the request never enters the receive queue
+    /// (no handle, no queue links: the cheap path for handlers that answer at once).
+    /// Dropped unanswered, it is queued for [`recv`](Self::recv).
+    ///
+    /// Requests are offered in arrival order. While the receive queue holds requests
+    /// (left by an earlier handler, or received by plain `poll`), new ones queue behind
+    /// them instead of being offered, and once the handler leaves a request the rest of
+    /// that poll's requests queue too; so `recv` still hands out what is queued in
+    /// arrival order, and no request overtakes one that was left.
     pub fn poll_serve(
         &mut self,
         on_response: impl FnMut(U, Result<&[u8], Error>),
