@@ -103,9 +103,12 @@ miri_unsafe() {
   # module forbids unsafe) nor the mlx5dv.h cross-check (it runs a C compiler).
   MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p mlx5-raw \
     --lib --test sq --test cq --test srq
-  # The shm protocols' slot cells and region casts (their unit tests use tiny regions).
+  # The shm protocols' slot cells and region casts (their unit tests use tiny regions),
+  # and copyrpc's in-place construction (the pending table's, and a whole context's).
   MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p core-nostd \
-    --lib -- deleg ipc flux
+    --lib -- deleg ipc flux pending
+  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p core-nostd \
+    --test copyrpc_rules -- a_large_context_is_built_in_place
 }
 
 step "setup (installs what is missing)"      scripts/setup.sh
@@ -117,7 +120,7 @@ step "no_std crates: bare-metal builds"       bare_builds
 step "freestanding link + run (x86_64, aarch64/qemu)" linker/freestanding/check.sh
 step "no_std crates' tests on aarch64 (qemu)"  aarch64_tests
 step "loom models (core-nostd/tests/loom_*)"   loom_models
-step "miri: mlx5-raw, core-nostd shm protocols" miri_unsafe
+step "miri: mlx5-raw, core-nostd shm protocols, Context::init" miri_unsafe
 step "benches: each run once (criterion --test)" cargo test --quiet --benches --workspace
 step "fuzz: build + bounded runs"             fuzz_all
 step "rustdoc -D warnings (no_std crates)"    env RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps -p core-nostd -p mlx5-raw

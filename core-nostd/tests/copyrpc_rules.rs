@@ -1,7 +1,8 @@
 //! The failure modes an earlier implementation of this design had, each pinned here
 //! (the compile-time ones are `compile_fail` doctests on `RecvHandle`): oversize replies
 //! are refused, requests are served in arrival order, moving the context is sound, SRQ
-//! WQEs are retired by the `wqe_counter` each completion reports.
+//! WQEs are retired by the `wqe_counter` each completion reports. And a context of MiBs
+//! is built in place (`Context::init`), not on the stack.
 
 mod copyrpc_common;
 
@@ -217,4 +218,66 @@ fn a_call_left_unanswered_is_probed_every_interval_and_idle_polls_post_nothing()
         assert!(s.batches_posted <= posted + 1, "at most one credit batch");
         assert_eq!(s.reads_posted, reads);
     });
+}
+
+#[test]
+fn a_large_context_is_built_in_place_on_a_small_stack() {
+    use copyrpc_core::copyrpc::{Context, Queues};
+    use mlx5_raw::{CqDesc, SrqDesc};
+    // 64 endpoints x 512 request entries (16 KiB each) and 4096 pending calls: over
+    // 1 MiB of context. `Context::init` into a heap slot never passes it through this
+    // thread's 256 KiB stack; built by value (`Context::new`) it would overflow it and
+    // abort the test binary. The queues are plain zeroed memory, as a fresh CQ and SRQ
+    // are; nothing is posted to them.
+    type Big = Context<u64, 64, 4096, 512>;
+    assert!(std::mem::size_of::<Big>() > 1 << 20);
+    std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(|| {
+            let (srq_cnt, cqe_cnt) = (64u32, 128u32);
+            let mut srq = vec![0u64; srq_cnt as usize * 64 / 8];
+            let mut scq = vec![0u64; cqe_cnt as usize * 64 / 8];
+            let mut rcq = vec![0u64; cqe_cnt as usize * 64 / 8];
+            let mut dbrecs = vec![0u32; 48];
+            let dbrec = dbrecs.as_mut_ptr();
+            let cq = |buf: &mut Vec<u64>, db: usize, cqn: u32| CqDesc {
+                buf: buf.as_mut_ptr().cast(),
+                cqe_cnt,
+                cqe_size: 64,
+                dbrec: dbrec.wrapping_add(db),
+                cqn,
+            };
+            let queues = Queues {
+                srq: SrqDesc {
+                    buf: srq.as_mut_ptr().cast(),
+                    stride: 64,
+                    wqe_cnt: srq_cnt,
+                    dbrec: dbrec.wrapping_add(32),
+                    head: 0,
+                    tail: srq_cnt - 1,
+                    srqn: 1,
+                },
+                srq_lkey: 7,
+                send_cq: cq(&mut scq, 0, 2),
+                recv_cq: cq(&mut rcq, 16, 3),
+            };
+            let mut slot = Box::<Big>::new_uninit();
+            // SAFETY: the buffers are fresh, zeroed, outlive the context (dropped after
+            // it, below), and nothing else (no device) touches them.
+            let ctx = unsafe { Context::init(&mut slot, &queues) }.unwrap();
+            assert_eq!(ctx.pending_calls(), 0);
+            assert_eq!(
+                ctx.poll(|_, _| unreachable!()),
+                0,
+                "empty queues, empty poll"
+            );
+            assert!(ctx.recv().is_none());
+            // SAFETY: `init` returned Ok.
+            let ctx = unsafe { slot.assume_init() };
+            drop(ctx);
+            drop((srq, scq, rcq, dbrecs));
+        })
+        .unwrap()
+        .join()
+        .unwrap();
 }

@@ -13,9 +13,8 @@ fn run_threads(ranks: usize, cfg: &EchoConfig) -> Vec<EchoReport> {
         .into_iter()
         .map(|x| {
             let cfg = cfg.clone();
-            // The context's inline tables are built on the stack (see `RpcNode`).
+            // Default-sized stacks: the node builds its context in place on the heap.
             std::thread::Builder::new()
-                .stack_size(16 << 20)
                 .spawn(move || {
                     let f = SimFabric::open(&SimOptions {
                         region_bytes: 64 << 20,
@@ -96,7 +95,6 @@ fn peers_split_over_two_contexts_of_one_fabric() {
         .into_iter()
         .map(|x| {
             std::thread::Builder::new()
-                .stack_size(16 << 20)
                 .spawn(move || {
                     let me = x.rank();
                     let fabric = Arc::new(Fabric::Sim(Box::new(

@@ -121,32 +121,25 @@ pub fn connect_all(
     let (rank, ranks) = (x.rank(), x.size());
     let fabric = Arc::new(fabric);
     let cfg = RpcConfig::for_ring(RING_BYTES);
-    // A context's tables are inline (EPS x REQS request entries, CALLS pending calls)
-    // and built on the stack before they are boxed: build them on a thread with a stack
-    // sized for that, not on whatever thread called us. MPI stays on this thread.
-    let build = || -> Result<Vec<Option<RpcNode<u64, EPS, CALLS, REQS>>>, String> {
-        let mut nodes = Vec::with_capacity(peers_of.len());
-        for peers in peers_of {
-            nodes.push(if peers.is_empty() {
-                None
-            } else {
-                Some(
-                    RpcNode::for_peers(Arc::clone(&fabric), rank, ranks, peers, &cfg)
-                        .map_err(|e| e.to_string())?,
+    // One node per daemon that holds endpoints (each context is built in place on the
+    // heap, so this thread's stack size does not matter).
+    let mut nodes = Vec::with_capacity(peers_of.len());
+    for peers in peers_of {
+        nodes.push(if peers.is_empty() {
+            None
+        } else {
+            Some(
+                RpcNode::<u64, EPS, CALLS, REQS>::for_peers(
+                    Arc::clone(&fabric),
+                    rank,
+                    ranks,
+                    peers,
+                    &cfg,
                 )
-            });
-        }
-        Ok(nodes)
-    };
-    let mut nodes = std::thread::scope(|s| {
-        std::thread::Builder::new()
-            .name("copyrpc-setup".into())
-            .stack_size(64 << 20)
-            .spawn_scoped(s, build)
-            .map_err(|e| format!("spawning the copyrpc setup thread: {e}"))?
-            .join()
-            .map_err(|_| "the copyrpc setup thread panicked".to_string())?
-    })?;
+                .map_err(|e| e.to_string())?,
+            )
+        });
+    }
     let mut table = vec![PeerRecord::new_zeroed(); ranks];
     for n in nodes.iter().flatten() {
         n.fill_records(&mut table).map_err(|e| e.to_string())?;

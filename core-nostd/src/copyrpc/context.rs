@@ -1,6 +1,8 @@
 //! The context: shared queues, the endpoint table, pending calls, the receive queue.
 #![allow(unsafe_code)]
 
+use core::mem::MaybeUninit;
+
 use mlx5_raw::{Cq, CqDesc, SqDesc, Srq, SrqDesc};
 
 use super::config::EndpointConfig;
@@ -111,14 +113,40 @@ unsafe impl<U: Send, const EPS: usize, const CALLS: usize, const REQS: usize> Se
 impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {
     /// Takes over the shared queues and fills the SRQ.
     ///
+    /// The context's tables are inline (`EPS` endpoints of `REQS` request entries,
+    /// `CALLS` pending calls), so the value can be large; [`init`](Self::init) builds it
+    /// in place (say, in `Box::new_uninit()`) instead of on the stack.
+    ///
     /// # Safety
     ///
     /// The contracts of [`Srq::new`], [`Cq::new`] (for both CQs) hold for `queues`, for
     /// as long as the context lives; no QP uses these queues except the endpoints'.
     pub unsafe fn new(queues: &Queues) -> Result<Self, Error> {
+        let mut slot = MaybeUninit::uninit();
+        // SAFETY: forwarded from this function's contract; `init` returned Ok, so every
+        // field of `slot` is written.
+        unsafe {
+            Self::init(&mut slot, queues)?;
+            Ok(slot.assume_init())
+        }
+    }
+
+    /// [`new`](Self::new), built in `slot` field by field and element by element, so a
+    /// large context never passes through the stack: with `Box::new_uninit()`, a thread
+    /// of any stack size can create one. Returns the context in `slot`; on an error,
+    /// `slot` is left uninitialised (and nothing needs dropping).
+    ///
+    /// # Safety
+    ///
+    /// As [`new`](Self::new).
+    pub unsafe fn init<'s>(
+        slot: &'s mut MaybeUninit<Self>,
+        queues: &Queues,
+    ) -> Result<&'s mut Self, Error> {
         if EPS > 256 || EPS == 0 || CALLS == 0 || !REQS.is_power_of_two() {
             return Err(Error::BadConfig);
         }
+        // Every step that can fail comes before the first write into `slot`.
         // SAFETY: forwarded from this function's contract.
         let mut srq =
             unsafe { Srq::new(&queues.srq, queues.srq_lkey) }.map_err(|_| Error::BadQueue)?;
@@ -131,18 +159,43 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
         srq.post_batch(srq.capacity())
             .map_err(|_| Error::BadQueue)?;
-        Ok(Self {
-            srq,
-            send_cq,
-            recv_cq,
-            map: QpnMap::new(),
-            eps: [const { None }; EPS],
-            pending: Pending::new(),
-            rq_head: Link::NONE,
-            rq_tail: Link::NONE,
-            dirty: Dirty::NONE,
-            stats: Stats::default(),
-        })
+        // Every field is written below; adding one without writing it fails to compile.
+        let _: fn(&Self) = |c| {
+            let Self {
+                srq: _,
+                send_cq: _,
+                recv_cq: _,
+                map: _,
+                eps: _,
+                pending: _,
+                rq_head: _,
+                rq_tail: _,
+                dirty: _,
+                stats: _,
+            } = c;
+        };
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` comes from a `&mut MaybeUninit<Self>`, so it is valid for writes
+        // of `Self` and aligned, and so is each field pointer derived from it (array
+        // fields for all their elements). Each field is written exactly once, none is
+        // read before, and none held a value that needed dropping. After the last
+        // write every field is initialised, so `assume_init_mut` is sound.
+        unsafe {
+            (&raw mut (*p).srq).write(srq);
+            (&raw mut (*p).send_cq).write(send_cq);
+            (&raw mut (*p).recv_cq).write(recv_cq);
+            (&raw mut (*p).map).write(QpnMap::new());
+            let eps = (&raw mut (*p).eps).cast::<Option<Endpoint<REQS>>>();
+            for i in 0..EPS {
+                eps.add(i).write(None);
+            }
+            Pending::init_at(&raw mut (*p).pending);
+            (&raw mut (*p).rq_head).write(Link::NONE);
+            (&raw mut (*p).rq_tail).write(Link::NONE);
+            (&raw mut (*p).dirty).write(Dirty::NONE);
+            (&raw mut (*p).stats).write(Stats::default());
+            Ok(slot.assume_init_mut())
+        }
     }
 
     /// Adds an endpoint over a QP (in RESET, or connected but never posted to) created

@@ -1,4 +1,5 @@
 //! Pending calls: a fixed-capacity slab whose slot index is the call id on the wire.
+#![allow(unsafe_code)]
 
 /// One pending call: the endpoint it went out on and the caller's data.
 #[derive(Debug)]
@@ -20,18 +21,48 @@ pub(crate) struct Pending<U, const N: usize> {
 }
 
 impl<U, const N: usize> Pending<U, N> {
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
-        assert!(N <= crate::wire::MAX_CALL_ID as usize);
-        let mut next_free = [0u32; N];
-        for (i, n) in next_free.iter_mut().enumerate() {
-            *n = i as u32 + 1;
+        let mut t = core::mem::MaybeUninit::uninit();
+        // SAFETY: `t` is valid for writes of `Self` and aligned; `init_at` writes every
+        // field.
+        unsafe {
+            Self::init_at(t.as_mut_ptr());
+            t.assume_init()
         }
-        Self {
-            slots: [const { None }; N],
-            next_free,
-            free_head: 0,
-            len: 0,
-            per_ep: [0; 256],
+    }
+
+    /// Writes an empty table at `p`, element by element, so that a large table is never
+    /// built on the stack first (`Context::init`).
+    ///
+    /// # Safety
+    ///
+    /// `p` is valid for writes of `Self` and aligned. What it held is overwritten, not
+    /// dropped.
+    pub(crate) unsafe fn init_at(p: *mut Self) {
+        assert!(N <= crate::wire::MAX_CALL_ID as usize);
+        // Every field is written below; adding one without writing it fails to compile.
+        let _: fn(&Self) = |t| {
+            let Self {
+                slots: _,
+                next_free: _,
+                free_head: _,
+                len: _,
+                per_ep: _,
+            } = t;
+        };
+        // SAFETY: `p` is valid and aligned for `Self` (contract), so each field pointer
+        // is valid and aligned for its field, and an array field for its `N` elements.
+        unsafe {
+            let slots = (&raw mut (*p).slots).cast::<Option<Slot<U>>>();
+            let next_free = (&raw mut (*p).next_free).cast::<u32>();
+            for i in 0..N {
+                slots.add(i).write(None);
+                next_free.add(i).write(i as u32 + 1);
+            }
+            (&raw mut (*p).free_head).write(0);
+            (&raw mut (*p).len).write(0);
+            (&raw mut (*p).per_ep).write([0; 256]);
         }
     }
 

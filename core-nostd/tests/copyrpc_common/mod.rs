@@ -166,15 +166,20 @@ fn side<const E: usize, const C: usize, const R: usize>(
                 },
             )
             .unwrap();
-        let ctx = Box::new(
-            Context::new(&Queues {
+        // Built in place on the heap (the context can be MiBs: see copyrpc_rules'
+        // small-stack test).
+        let mut ctx = Box::<Context<u64, E, C, R>>::new_uninit();
+        Context::init(
+            &mut ctx,
+            &Queues {
                 srq: srqd,
                 srq_lkey: keys.lkey,
                 send_cq: scqd,
                 recv_cq: rcqd,
-            })
-            .unwrap(),
-        );
+            },
+        )
+        .unwrap();
+        let ctx = ctx.assume_init();
         let mut sqds = Vec::new();
         for i in 0..o.endpoints {
             let mut attr = QpAttr::new(scqd.cqn, rcqd.cqn, Some(srqd.srqn));
@@ -348,8 +353,8 @@ impl Rng {
     }
 }
 
-/// Runs `f` on a thread with a large stack (the contexts and the device are big values
-/// built before they are boxed).
+/// Runs `f` on a thread with a large stack (the device model is a big value built
+/// before it is boxed; the contexts are built in place).
 pub fn big_stack(f: impl FnOnce() + Send + 'static) {
     std::thread::Builder::new()
         .stack_size(256 << 20)

@@ -95,10 +95,9 @@ struct VerbsQueues {
 
 /// One rank's copyrpc context with an endpoint per peer rank. See the module docs.
 ///
-/// The context's tables are inline (`EPS × REQS` request entries, `CALLS` pending calls)
-/// and are built on the stack before being boxed: hundreds of KiB for the echo's sizes.
-/// Threads that create a node should ask for a stack of a few MiB
-/// (`std::thread::Builder::stack_size`), more in debug builds, which copy it.
+/// The context's tables are inline (`EPS × REQS` request entries, `CALLS` pending calls),
+/// hundreds of KiB to MiBs; the node builds it in place on the heap (`Context::init`),
+/// so any thread can create one.
 ///
 /// Field order is drop order: the context (which holds the driver's view of queues and
 /// rings) goes first, then the QPs and regions, then the queues, then the fabric.
@@ -230,13 +229,14 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
                 (queues, Box::new(mk))
             }
         };
+        // Built in place on the heap: the context can be MiBs (`Context::init`).
+        let mut slot = Box::<Context<U, EPS, CALLS, REQS>>::new_uninit();
         // SAFETY: the queues were just created on this fabric for this context alone;
         // they stay alive (in the fabric, or in `verbs_queues`) until the node drops,
         // after the context (field order).
-        let mut ctx = Box::new(
-            unsafe { Context::<U, EPS, CALLS, REQS>::new(&queues) }
-                .map_err(rpc_err("Context::new", None))?,
-        );
+        unsafe { Context::init(&mut slot, &queues) }.map_err(rpc_err("Context::init", None))?;
+        // SAFETY: `init` returned Ok, so every field is written.
+        let mut ctx = unsafe { slot.assume_init() };
         let mut peers = Vec::with_capacity(ranks);
         let mut by_endpoint = vec![usize::MAX; EPS];
         for (peer, &want) in wanted.iter().enumerate() {

@@ -29,7 +29,7 @@ fn main() {
         .collect();
     let (batch, rounds) = (args[0] as u32, args[1]);
     let payload = vec![0x5a; args.get(2).copied().unwrap_or(32) as usize];
-    // The contexts are large values built on the stack before they are boxed.
+    // The device model is a large value built on the stack before it is boxed.
     std::thread::Builder::new()
         .stack_size(256 << 20)
         .spawn(move || {
