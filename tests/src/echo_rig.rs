@@ -147,6 +147,18 @@ pub fn run(
     }
 }
 
+/// One turn of both sides: A polls, B answers (as `serve` says), the device steps.
+/// Returns the responses A took.
+fn turn(p: &mut EchoPair, serve: Serve) -> u64 {
+    let got = core_poll_caller(&mut p.a.ctx);
+    match serve {
+        Serve::Recv => core_serve(&mut p.b.ctx),
+        Serve::InPoll => core_serve_in_poll(&mut p.b.ctx),
+    };
+    device_step(p);
+    got
+}
+
 /// [`Pattern::Window`].
 pub fn window(
     p: &mut EchoPair,
@@ -163,12 +175,7 @@ pub fn window(
             core_call(&mut p.a.ctx, ep, payload, first + sent, batch);
             sent += u64::from(batch);
         }
-        got += core_poll_caller(&mut p.a.ctx);
-        match serve {
-            Serve::Recv => core_serve(&mut p.b.ctx),
-            Serve::InPoll => core_serve_in_poll(&mut p.b.ctx),
-        };
-        device_step(p);
+        got += turn(p, serve);
         steps += 1;
         assert!(
             steps < 10_000 + 4 * calls,
@@ -186,12 +193,7 @@ pub fn round(p: &mut EchoPair, batch: u32, payload: &[u8], first: u64, serve: Se
     core_call(&mut p.a.ctx, ep, payload, first, batch);
     let (mut got, mut steps) = (0u64, 0u64);
     while got < u64::from(batch) {
-        got += core_poll_caller(&mut p.a.ctx);
-        match serve {
-            Serve::Recv => core_serve(&mut p.b.ctx),
-            Serve::InPoll => core_serve_in_poll(&mut p.b.ctx),
-        };
-        device_step(p);
+        got += turn(p, serve);
         steps += 1;
         assert!(steps < 10_000, "echo round stalled\n{}", p.dump());
     }
