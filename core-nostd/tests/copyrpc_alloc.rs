@@ -3,52 +3,10 @@
 //! through the device model, wraps and credit batches included.
 
 mod copyrpc_common;
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "../../mlx5-raw/tests/counting_alloc/mod.rs"]
+mod counting_alloc;
 
 use copyrpc_common::{big_stack, serve_echo, Opts, Pair};
-
-struct Counting;
-
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-thread_local! {
-    static WATCH: Cell<bool> = const { Cell::new(false) };
-}
-
-fn watched() -> bool {
-    WATCH.try_with(Cell::get).unwrap_or(false)
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if watched() {
-            // Relaxed: read after the watched section on the same thread.
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract is `GlobalAlloc::alloc`'s.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract is `GlobalAlloc::dealloc`'s.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if watched() {
-            // Relaxed: as in `alloc`.
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract is `GlobalAlloc::realloc`'s.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 #[test]
 fn steady_state_allocates_nothing() {
@@ -100,12 +58,12 @@ fn steady_state_allocates_nothing() {
         }
         let wraps_before = p.a.ctx.stats().wraps;
         let done_before = done;
-        WATCH.with(|w| w.set(true));
+        counting_alloc::watch(true);
         for _ in 0..5_000 {
             round(&mut p, &mut sent, &mut done);
         }
-        WATCH.with(|w| w.set(false));
-        let allocs = ALLOCS.load(Ordering::Relaxed);
+        counting_alloc::watch(false);
+        let allocs = counting_alloc::take();
         eprintln!("{} responses, {bytes} bytes", done - done_before);
         assert!(done - done_before > 2_000, "the loop did real work");
         assert!(

@@ -4,56 +4,13 @@
 //! `alloc`, so it cannot allocate; this shows it at run time, driver included.)
 
 mod common;
+mod counting_alloc;
 mod sim_common;
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mlx5_raw::layout::FmCeSe;
 use mlx5_raw::sim::{Trace, TraceEvent, TraceKind, TraceSink};
 use mlx5_raw::{Payload, Remote};
 use sim_common::{Opts, Rig};
-
-struct Counting;
-
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-thread_local! {
-    static WATCH: Cell<bool> = const { Cell::new(false) };
-}
-
-fn watched() -> bool {
-    WATCH.try_with(Cell::get).unwrap_or(false)
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if watched() {
-            // Relaxed: a counter read after the watched section on the same thread.
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract is `GlobalAlloc::alloc`'s.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract is `GlobalAlloc::dealloc`'s.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if watched() {
-            // Relaxed: as in `alloc`.
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract is `GlobalAlloc::realloc`'s.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 /// The trace ring, and a count of RNR waits (to show the RNR path ran).
 struct Tee {
@@ -84,10 +41,10 @@ fn the_data_path_allocates_nothing() {
     };
     let mut polled = 0u32;
 
-    WATCH.with(|w| w.set(true));
+    counting_alloc::watch(true);
     // Self-check: a watched allocation is counted.
     drop(std::hint::black_box(Box::new(1u8)));
-    assert_eq!(ALLOCS.swap(0, Ordering::Relaxed), 1);
+    assert_eq!(counting_alloc::take(), 1);
     for i in 0..500u32 {
         let mut b = r.a.sq.batch();
         b.rdma_write_imm(
@@ -147,13 +104,9 @@ fn the_data_path_allocates_nothing() {
         }
         r.a.scq.update_ci();
     }
-    WATCH.with(|w| w.set(false));
+    counting_alloc::watch(false);
 
-    assert_eq!(
-        ALLOCS.load(Ordering::Relaxed),
-        0,
-        "allocations in the data path"
-    );
+    assert_eq!(counting_alloc::take(), 0, "allocations in the data path");
     assert!(polled >= 1000);
     assert!(trace.ring.total() > 1000);
     assert!(trace.rnr >= 10, "RNR waits: {}", trace.rnr);
