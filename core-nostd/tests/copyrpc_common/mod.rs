@@ -3,7 +3,13 @@
 
 #![allow(dead_code)]
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+// The device-memory buffers and data patterns of mlx5-raw's tests.
+#[path = "../../../mlx5-raw/tests/common/mod.rs"]
+mod dma;
+
+// Not every test of the crate uses every item.
+#[allow(unused_imports)]
+pub use dma::{pattern, DmaBuf};
 
 use copyrpc_core::copyrpc::{
     CallError, Context, EndpointConfig, EndpointId, EndpointMem, Error, Queues, Region,
@@ -15,43 +21,6 @@ use mlx5_raw::sim::{
 
 /// Room for 64 endpoints a side.
 pub type Dev = Device<130, 4, 2, 4>;
-
-/// A zeroed, 4 KiB-aligned heap buffer, used only through raw pointers (the device
-/// and the context access it; the test never holds a reference into it).
-pub struct DmaBuf {
-    ptr: *mut u8,
-    layout: Layout,
-}
-
-impl DmaBuf {
-    pub fn new(len: usize) -> Self {
-        let layout = Layout::from_size_align(len.max(64), 4096).unwrap();
-        // SAFETY: non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        assert!(!ptr.is_null());
-        Self { ptr, layout }
-    }
-
-    pub fn ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-
-    pub fn at(&self, off: usize) -> *mut u8 {
-        assert!(off <= self.layout.size());
-        self.ptr.wrapping_add(off)
-    }
-
-    pub fn len(&self) -> usize {
-        self.layout.size()
-    }
-}
-
-impl Drop for DmaBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr, self.layout) };
-    }
-}
 
 /// Rig settings.
 #[derive(Clone, Copy)]
@@ -322,19 +291,6 @@ pub fn serve_echo<const E: usize, const C: usize, const R: usize>(
         n += 1;
     }
     n
-}
-
-/// A deterministic byte pattern (xorshift).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A small deterministic RNG.

@@ -1,13 +1,15 @@
 //! Test memory standing in for device-shared buffers: heap allocations used only through
 //! raw pointers (so that the driver's raw accesses and the test's never alias a Rust
-//! reference), read back with plain or atomic loads.
+//! reference), read back with plain or atomic loads; and test data patterns. Also
+//! included by path in core-nostd's copyrpc test rig.
 
 #![allow(dead_code)]
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-/// A zeroed, 64-byte-aligned heap buffer.
+/// A zeroed, 4 KiB-aligned heap buffer (so 64-aligned for every queue placed at its
+/// start).
 pub struct DmaBuf {
     ptr: *mut u8,
     layout: Layout,
@@ -20,7 +22,7 @@ unsafe impl Sync for DmaBuf {}
 
 impl DmaBuf {
     pub fn new(len: usize) -> Self {
-        let layout = Layout::from_size_align(len.max(64), 64).unwrap();
+        let layout = Layout::from_size_align(len.max(64), 4096).unwrap();
         // SAFETY: non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         assert!(!ptr.is_null());
@@ -35,6 +37,12 @@ impl DmaBuf {
 
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
+    }
+
+    /// Byte `off` (at most the length), as a raw pointer.
+    pub fn at(&self, off: usize) -> *mut u8 {
+        assert!(off <= self.len());
+        self.ptr.wrapping_add(off)
     }
 
     pub fn ptr32(&self) -> *mut u32 {
@@ -87,6 +95,19 @@ impl Drop for DmaBuf {
         // SAFETY: allocated in `new` with this layout.
         unsafe { dealloc(self.ptr, self.layout) };
     }
+}
+
+/// A deterministic byte pattern (xorshift).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }
 
 /// Bytes of a hex string like "00 12 34 09" (whitespace ignored).

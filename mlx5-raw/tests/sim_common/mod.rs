@@ -13,6 +13,9 @@ use mlx5_raw::sim::{
 use mlx5_raw::{Cq, Remote, Sge, Sq, SqConfig, Srq};
 use zerocopy::IntoBytes;
 
+// Not every test of the crate uses every item.
+#[allow(unused_imports)]
+pub use crate::common::pattern;
 use crate::common::DmaBuf;
 
 pub type Dev = Device<4, 8, 4, 32>;
@@ -332,17 +335,4 @@ impl Rig {
         write!(s, "{}", self.trace).unwrap();
         s
     }
-}
-
-/// A deterministic byte pattern.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
