@@ -8,23 +8,14 @@
 use std::path::Path;
 use std::process::Output;
 
-use copyrpc_host::exchange::launch::run_local;
+use copyrpc_host::exchange::launch::{run_local, run_local_ok};
 
 const EXE: &str = env!("CARGO_BIN_EXE_copyrpc-echo");
 const TIMEOUT_S: u32 = 120;
 
 /// `mpirun -np <np> copyrpc-echo <args>`, which must succeed.
 fn run(np: usize, args: &[&str]) -> Output {
-    let out =
-        run_local(Some(np), Path::new(EXE), args, TIMEOUT_S).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success(),
-        "-np {np} {args:?} failed ({})\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    run_local_ok(Some(np), Path::new(EXE), args, TIMEOUT_S).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Every rank printed one `ok` line with the counts `calls` per peer imply.

@@ -46,3 +46,25 @@ pub fn run_local(
         _ => Ok(out),
     }
 }
+
+/// [`run_local`] for a job that must succeed: a non-zero exit is an error too, with the
+/// job's output in it.
+pub fn run_local_ok(
+    np: Option<usize>,
+    program: &Path,
+    args: &[&str],
+    timeout_s: u32,
+) -> Result<Output, String> {
+    let out = run_local(np, program, args, timeout_s)?;
+    if out.status.success() {
+        return Ok(out);
+    }
+    Err(format!(
+        "{} {args:?} on {} rank(s) failed ({})\nstdout:\n{}\nstderr:\n{}",
+        program.display(),
+        np.unwrap_or(1),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
