@@ -136,7 +136,7 @@ impl ReplyWriter<'_> {
     /// [`ReplyFail::Refused`]: over the allowance, nothing changed.
     #[inline]
     pub(crate) fn write(
-        self,
+        &mut self,
         call_id: u32,
         blocks: u32,
         len: usize,

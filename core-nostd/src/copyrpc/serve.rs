@@ -80,58 +80,26 @@ impl<'a> Incoming<'a> {
 
     /// Answers with `len` bytes written in place by `fill(request, response)`.
     pub fn reply_with(
-        self,
+        mut self,
         len: usize,
         fill: impl FnOnce(&[u8], &mut [u8]),
     ) -> Result<(), ServeError<'a>> {
-        let Self {
-            ep,
-            call_id,
-            blocks,
-            data,
-            writer,
-            outcome,
-        } = self;
-        // A refusal must hand the request back, so the writer is re-borrowed for the
-        // attempt: `write` consumes what it is given.
-        let ReplyWriter {
-            send,
-            send_mem,
-            credit,
-            ranges,
-            consumer,
-        } = writer;
-        let attempt = ReplyWriter {
-            send: &mut *send,
-            send_mem: &mut *send_mem,
-            credit: &mut *credit,
-            ranges: &mut *ranges,
-            consumer,
-        };
-        match attempt.write(call_id, blocks, len, |out| fill(data, out)) {
+        let data = self.data;
+        match self
+            .writer
+            .write(self.call_id, self.blocks, len, |out| fill(data, out))
+        {
             Ok(_) => {
-                *outcome = Outcome::Replied;
+                *self.outcome = Outcome::Replied;
                 Ok(())
             }
+            // Over the allowance: nothing changed, the request comes back.
             Err(ReplyFail::Refused) => Err(ServeError {
                 error: Error::ReplyTooLarge,
-                incoming: Some(Incoming {
-                    ep,
-                    call_id,
-                    blocks,
-                    data,
-                    writer: ReplyWriter {
-                        send,
-                        send_mem,
-                        credit,
-                        ranges,
-                        consumer,
-                    },
-                    outcome,
-                }),
+                incoming: Some(self),
             }),
             Err(ReplyFail::Failed(error)) => {
-                *outcome = Outcome::Failed;
+                *self.outcome = Outcome::Failed;
                 Err(ServeError {
                     error,
                     incoming: None,
