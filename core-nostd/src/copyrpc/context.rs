@@ -338,12 +338,12 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 user_data,
             });
         };
-        match e.d.write_call(call_id, payload, response_allowance) {
+        match e.d.write_call(call_id.get(), payload, response_allowance) {
             Ok(opened) => {
                 if opened {
                     self.dirty.set(id.0);
                 }
-                Ok(self.pending.insert_free(id.0, user_data))
+                Ok(self.pending.insert_free(call_id, id.0, user_data))
             }
             Err(error) => {
                 // A refusal may have armed a READ of the peer's consumer.

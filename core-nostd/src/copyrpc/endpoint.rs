@@ -65,6 +65,11 @@ pub(crate) struct EpData<const REQS: usize> {
     pub(crate) recv: RecvRing,
     pub(crate) consumer: RemoteConsumer,
     pub(crate) credit: CreditState,
+    /// A lower bound of `credit.call_limit(consumer.position())`: where a call's write
+    /// may end. Refreshed when a grant lowers the exact limit (`post_range`) and when it
+    /// refuses a call; between those the exact limit only rises, so testing against
+    /// this copy never admits a call `has_room` would refuse.
+    pub(crate) call_limit: u64,
     pub(crate) peer: Peer,
     /// Wrap ranges waiting for send-queue room, in posting order.
     pub(crate) ranges: Fifo<FlushRange, RANGES>,
@@ -237,6 +242,7 @@ impl<const REQS: usize> EpData<REQS> {
             recv: RecvRing::new(size),
             consumer: RemoteConsumer::new(0),
             credit: CreditState::connect(0, size, size, 0),
+            call_limit: 0,
             peer: Peer {
                 recv: Remote { addr: 0, rkey: 0 },
                 consumer: Remote { addr: 0, rkey: 0 },
@@ -274,6 +280,7 @@ impl<const REQS: usize> EpData<REQS> {
             remote,
             info.initial_credit,
         );
+        self.refresh_call_limit();
         self.peer = Peer {
             recv: Remote {
                 addr: info.recv_ring_addr,
@@ -287,6 +294,27 @@ impl<const REQS: usize> EpData<REQS> {
         self.ctrl.store_consumer(0);
         self.state = EpState::Connected;
         Ok(())
+    }
+
+    /// Recomputes [`call_limit`](Self::call_limit) from the current counters.
+    #[inline]
+    pub(crate) fn refresh_call_limit(&mut self) {
+        self.call_limit = self.credit.call_limit(self.consumer.position());
+    }
+
+    /// `credit.has_room(in_flight, advance)`, tested against the cached limit first.
+    #[inline]
+    fn call_has_room(&mut self, advance: u64) -> bool {
+        let end = self.send.producer().saturating_add(advance);
+        if end > self.call_limit {
+            self.refresh_call_limit();
+            if end > self.call_limit {
+                debug_assert!(!self.credit.has_room(self.in_flight(), advance));
+                return false;
+            }
+        }
+        debug_assert!(self.credit.has_room(self.in_flight(), advance));
+        true
     }
 
     #[inline]
@@ -340,7 +368,7 @@ impl<const REQS: usize> EpData<REQS> {
                 .map_err(|_| Error::PayloadTooLarge)?
                 .advance
         };
-        if !self.credit.has_room(self.in_flight(), advance) {
+        if !self.call_has_room(advance) {
             self.want_read = true;
             return Err(Error::RingFull);
         }

@@ -8,6 +8,19 @@ struct Slot<U> {
     user_data: U,
 }
 
+/// The id the next insert takes, as [`Pending::free_id`] found it: below `N`, so the
+/// insert indexes with it without testing again (the test that made it dominates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FreeId(u32);
+
+impl FreeId {
+    /// The call id on the wire.
+    #[inline]
+    pub(crate) const fn get(self) -> u32 {
+        self.0
+    }
+}
+
 /// `N` slots with an intrusive free list; insert, remove and lookup are O(1).
 #[derive(Debug)]
 pub(crate) struct Pending<U, const N: usize> {
@@ -78,22 +91,23 @@ impl<U, const N: usize> Pending<U, N> {
     #[cfg(test)]
     pub(crate) fn insert(&mut self, ep: u16, user_data: U) -> Result<u32, U> {
         match self.free_id() {
-            Some(_) => Ok(self.insert_free(ep, user_data)),
+            Some(id) => Ok(self.insert_free(id, ep, user_data)),
             None => Err(user_data),
         }
     }
 
     /// The id the next [`insert_free`](Self::insert_free) will use; `None` when full.
     #[inline]
-    pub(crate) fn free_id(&self) -> Option<u32> {
-        ((self.free_head as usize) < N).then_some(self.free_head)
+    pub(crate) fn free_id(&self) -> Option<FreeId> {
+        ((self.free_head as usize) < N).then_some(FreeId(self.free_head))
     }
 
-    /// Stores `user_data` under [`free_id`](Self::free_id) and returns that id. Panics
-    /// (index out of bounds) if the table is full: check `free_id` first.
+    /// Stores `user_data` under `id`, which [`free_id`](Self::free_id) returned with
+    /// nothing inserted since, and returns it.
     #[inline]
-    pub(crate) fn insert_free(&mut self, ep: u16, user_data: U) -> u32 {
-        let id = self.free_head;
+    pub(crate) fn insert_free(&mut self, id: FreeId, ep: u16, user_data: U) -> u32 {
+        debug_assert_eq!(id.0, self.free_head, "a stale FreeId");
+        let id = id.0;
         let slot = &mut self.slots[id as usize];
         debug_assert!(slot.is_none());
         *slot = Some(Slot { ep, user_data });

@@ -26,6 +26,10 @@ impl<const REQS: usize> EpData<REQS> {
             credit_grant: self.credit.grant_for_batch(in_flight),
             message_count: r.message_count,
         };
+        if meta.credit_grant != 0 {
+            // R grew, so the exact call limit fell below the cached one.
+            self.refresh_call_limit();
+        }
         let meta_off = self.ring_off(r.meta_pos);
         meta.emit(&mut FlowMetaView::new_unchecked(
             self.send_mem

@@ -96,6 +96,27 @@ impl CreditState {
         )
     }
 
+    /// The highest send-ring producer position a write may end at: with the peer's
+    /// consumer known at `consumer`, `has_room(producer - consumer, advance)` holds
+    /// exactly when `producer + advance <= call_limit(consumer)`.
+    ///
+    /// `has_room` asks `in_flight + advance + 2R <= C`; with `in_flight = producer -
+    /// consumer` that is `producer + advance <= consumer + C - 2R`. The limit only grows
+    /// with the consumer and falls only when `R` grows (a grant), so a copy taken earlier
+    /// stays a safe (lower) bound until the next grant: the caller can compare against a
+    /// cached limit and recompute only when the cache refuses.
+    #[inline]
+    pub const fn call_limit(&self, consumer: u64) -> u64 {
+        let Some(reserved) = self.resp_reservation.checked_mul(2) else {
+            return 0;
+        };
+        // 0 when 2R exceeds consumer + C: no advance fits (every advance is > 0, and
+        // `has_room` refuses too, because in_flight + advance + 2R > C).
+        consumer
+            .saturating_add(self.remote_ring_size)
+            .saturating_sub(reserved)
+    }
+
     /// Deducts the cost of a call that allows `response_allowance` response bytes.
     /// Check ring room first, so a refused call leaves the balance untouched.
     pub fn try_reserve_for_call(
@@ -226,6 +247,30 @@ mod tests {
             Err(CreditError::ReservationUnderflow)
         );
         assert_eq!(s.resp_reservation(), 256);
+    }
+
+    #[test]
+    fn call_limit_admits_exactly_what_has_room_admits() {
+        for (cap, ring) in [(4096, 1024), (256, 4096), (64, 64 << 10)] {
+            let mut s = CreditState::connect(cap, size(ring), size(ring), 0);
+            for grant_in_flight in [0, 32, ring / 2] {
+                s.grant_for_batch(grant_in_flight);
+                for consumer in [0, 96, 1 << 40] {
+                    let limit = s.call_limit(consumer);
+                    for in_flight in [0, 32, ring / 4, ring] {
+                        let producer = consumer + in_flight;
+                        for advance in [32, 64, ring / 2, ring, 2 * ring] {
+                            assert_eq!(
+                                s.has_room(in_flight, advance),
+                                producer + advance <= limit,
+                                "cap {cap} ring {ring} consumer {consumer} \
+                                 in_flight {in_flight} advance {advance}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
