@@ -18,6 +18,8 @@ cargo build --quiet --release -p copyrpc-tests --bin copyrpc-instr
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 printf '%-6s %-8s %-7s %-7s %12s %12s %12s %12s %12s %12s\n' batch payload "A calls" "B serves" "A: call" "A: poll" "B: serve" "device" "A instr/msg" "B instr/msg"
+# Instructions per message, to one decimal: each side handles 2n messages.
+per_msg() { awk -v c="$1" -v n="$2" 'BEGIN { printf "%.1f", c / (2 * n) }'; }
 row() { # batch payload pattern mode
   local batch=$1 payload=$2 pattern=$3 mode=$4
   local f="$out/cg.$batch.$payload.$pattern.$mode"
@@ -34,7 +36,7 @@ row() { # batch payload pattern mode
   if [ "$mode" = recv ]; then b=$(cost core_serve); else b=$(cost core_serve_in_poll); fi
   n=$(( (calls / batch) * batch ))   # calls made; each side handles 2n messages
   printf '%-6s %-8s %-7s %-7s %12s %12s %12s %12s %12s %12s\n' "$batch" "${payload}B" "$pattern" "$mode" \
-    "$a_call" "$a_poll" "$b" "$d" "$(( (a_call + a_poll) / (2 * n) ))" "$(( b / (2 * n) ))"
+    "$a_call" "$a_poll" "$b" "$d" "$(per_msg $(( a_call + a_poll )) "$n")" "$(per_msg "$b" "$n")"
 }
 for batch in 1 16 64; do
   for payload in 32 128; do

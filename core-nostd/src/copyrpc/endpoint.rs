@@ -179,8 +179,9 @@ impl ReplyWriter<'_> {
             }
             reserved.pos
         };
-        let out_off = self.send.size().offset(pos) as usize;
-        let out = self.send_mem.bytes_mut(out_off, padded as usize);
+        let out = self
+            .send_mem
+            .ring_bytes_mut(self.send.size(), pos, padded as usize);
         // The padding is shorter than ALIGNMENT and ends the message: zero the last 32 B
         // with one fixed-size store first; header and payload then overwrite their part.
         let (_, last) = out.split_at_mut(out.len() - ALIGNMENT as usize);
@@ -376,18 +377,21 @@ impl<const REQS: usize> EpData<REQS> {
             .credit
             .try_reserve_for_call(response_allowance)
             .map_err(|_| Error::InsufficientCredit)?;
-        let pos = if append {
-            self.send.append_to_open_batch(padded)
+        let size = self.send.size();
+        // The slice is taken in each branch, next to the reservation that bounds it,
+        // so the append path's bounds test folds into `fits_open_batch`'s.
+        let buf = if append {
+            let pos = self.send.append_to_open_batch(padded);
+            self.send_mem.ring_bytes_mut(size, pos, padded as usize)
         } else {
             let reserved = self
                 .send
                 .reserve_message(padded)
                 .map_err(|_| Error::PayloadTooLarge)?;
             self.queue_wrap(reserved.wrap)?;
-            reserved.pos
+            self.send_mem
+                .ring_bytes_mut(size, reserved.pos, padded as usize)
         };
-        let off = self.ring_off(pos);
-        let buf = self.send_mem.bytes_mut(off, padded as usize);
         emit_message(buf, call_id, paid.allowance_blocks, payload)
             .map_err(|_| Error::PayloadTooLarge)?;
         // Alone in its batch exactly when it opened it (or wrapped into a new one).

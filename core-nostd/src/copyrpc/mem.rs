@@ -23,6 +23,8 @@
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use crate::ring::RingSize;
+
 /// A registered memory range, as `ibv_reg_mr` (or the device model's `reg_mr`)
 /// describes it.
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +116,30 @@ impl Dma {
         // every other borrow through this value, and the device does not access
         // unposted send-ring bytes (module docs).
         unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) }
+    }
+}
+
+impl Dma {
+    /// Bytes `[off, off + len)` of a ring of `size` bytes laid at the start of the
+    /// region, where `off` is `pos`'s offset in the ring. Panics if the ring does not fit
+    /// the region or the range runs past the ring's end.
+    ///
+    /// The same test as [`bytes_mut`](Self::bytes_mut), put in the ring's terms: a
+    /// caller that has just checked `len < size.room_to_lap_end(pos)` (every send-ring
+    /// reservation does) repeats that test here, so the compiler drops it, and only
+    /// "the ring fits the region" is left to test.
+    #[inline]
+    pub(crate) fn ring_bytes_mut(&mut self, size: RingSize, pos: u64, len: usize) -> &mut [u8] {
+        let off = size.offset(pos);
+        assert!(
+            size.get() <= self.len as u64 && len as u64 <= size.room_to_lap_end(pos),
+            "access outside the ring"
+        );
+        // SAFETY: `off + len <= size <= self.len` (asserted; `off < size` by
+        // `offset`), so the range is in bounds, and valid for writes (`new` contract);
+        // `&mut self` excludes every other borrow through this value, and the device
+        // does not access unposted send-ring bytes (module docs).
+        unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off as usize), len) }
     }
 }
 
