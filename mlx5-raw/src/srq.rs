@@ -4,7 +4,7 @@
 //! ```text
 //!   WQE i = buf + i * stride: [ next seg (16 B): next_wqe_index BE16 at +2 ][ data segs ]
 //!   free list: head → … → tail; head == tail means full (tail is the spare sentinel)
-//!   post:   idx = head; head = next[idx]; write idx's data segment      (counter += 1)
+//!   post:   idx = head; head = next[idx]                                (counter += 1)
 //!   free:   next[tail] = idx; tail = idx          (completion order, `mlx5_free_srq_wqe`)
 //!   doorbell (after a batch): [dbrec] = be32(counter), counter = WQEs ever posted mod 2^16
 //! ```
@@ -15,7 +15,11 @@
 //!
 //! copyrpc receives only RDMA WRITE with immediate, which scatters nothing, so every
 //! WQE gets one zero-length data segment (then the `MLX5_INVALID_LKEY` terminator when
-//! the stride leaves room for more).
+//! the stride leaves room for more). Those segments are the same for every post, so
+//! they are written once, when the queue is taken over, and a post only moves the free
+//! list. That relies on the device never writing a receive WQE: the HCA reads WQEs and
+//! reports completions in CQEs only (rdma-core's SRQ code likewise never reads back a
+//! posted WQE's scatter list, and `mlx5_free_srq_wqe` rewrites only the link).
 
 use core::ptr::NonNull;
 
@@ -88,7 +92,6 @@ pub struct Srq {
     /// Data segments per WQE: `(stride - 16) / 16`.
     max_gs: u32,
     srqn: u32,
-    lkey: u32,
     /// Next WQE to post; range `0 .. wqe_cnt`.
     head: u16,
     /// The sentinel (last WQE of the free list); range `0 .. wqe_cnt`.
@@ -155,7 +158,6 @@ impl Srq {
             wqe_cnt: desc.wqe_cnt,
             max_gs: (desc.stride - 16) / 16,
             srqn: desc.srqn,
-            lkey,
             head: 0,
             tail: (desc.wqe_cnt - 1) as u16,
             counter: 0,
@@ -171,6 +173,11 @@ impl Srq {
                 (i + 1) as u16
             };
             srq.set_next(i as u16, next);
+            let off = srq.wqe_off(i as u16) + DATA_OFF;
+            srq.ring.write(off, DataSeg::new(0, lkey, 0).as_bytes());
+            if srq.max_gs > 1 {
+                srq.ring.write(off + 16, DataSeg::TERMINATOR.as_bytes());
+            }
         }
         Ok(srq)
     }
@@ -200,12 +207,7 @@ impl Srq {
         if u32::from(next) >= self.wqe_cnt {
             return Err(SrqPostError::CorruptLink { index: idx, next });
         }
-        let off = self.wqe_off(idx) + DATA_OFF;
-        self.ring
-            .write(off, DataSeg::new(0, self.lkey, 0).as_bytes());
-        if self.max_gs > 1 {
-            self.ring.write(off + 16, DataSeg::TERMINATOR.as_bytes());
-        }
+        // The data segments were written by `new` and never change (module docs).
         self.head = next;
         self.counter = self.counter.wrapping_add(1);
         self.outstanding += 1;
