@@ -144,6 +144,27 @@ impl RingMem {
         unsafe { AtomicU8::from_ptr(self.at(off)) }.store(v, Ordering::Relaxed);
     }
 
+    /// The `len` bytes at ring offset `off` (taken modulo the length) as one slice, or
+    /// `None` when they run past the end of the ring.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned slice lives, the device must not access these bytes:
+    /// the caller owns them under the queue protocol (for an SQ: WQE building blocks
+    /// past the producer index, which no doorbell record has published yet).
+    #[inline]
+    pub(crate) unsafe fn span_mut(&mut self, off: usize, len: usize) -> Option<&mut [u8]> {
+        let off = off & (self.len - 1);
+        if len > self.len - off {
+            return None;
+        }
+        // SAFETY: `off + len <= self.len`, so the span lies inside the ring, valid for
+        // reads and writes (`new` contract); `&mut self` excludes every other Rust access
+        // through this value, and the caller guarantees the device leaves the bytes alone
+        // while the slice lives.
+        Some(unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) })
+    }
+
     /// A shared view of the 64 bytes at `off`.
     ///
     /// Panics if `off` is not 64-aligned or the ring is smaller than 64 bytes.

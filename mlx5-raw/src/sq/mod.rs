@@ -57,7 +57,7 @@ use crate::layout::{
 use crate::mem::{DbRec, Mmio, RingMem};
 
 pub use batch::SqBatch;
-use cursor::WqeCursor;
+use cursor::{SpanCursor, WqeCursor, WqeSink};
 use types::Repr;
 pub use types::{Payload, PostError, Posted, Remote, RetireError, Sge, SqConfig, SqInitError};
 
@@ -78,6 +78,32 @@ struct Plan<'a> {
     tail_sge: Option<DataSeg>,
     gather: &'a [Sge],
     ds: usize,
+}
+
+/// Writes a WQE as `plan` lays it out: ctrl, raddr, inline data, data segments.
+#[inline]
+fn write_wqe(cur: &mut impl WqeSink, ctrl: &CtrlSeg, remote: Option<Remote>, plan: &Plan<'_>) {
+    cur.seg(ctrl);
+    if let Some(r) = remote {
+        cur.seg(&RaddrSeg::new(r.addr, r.rkey));
+    }
+    if !plan.inline.is_empty() {
+        // Zero the inline segment's last 16 bytes first (one fixed-size store
+        // instead of a variable-length fill): the header and data written next
+        // overwrite their part, leaving the padding to the 16-byte boundary zero.
+        let inline_end = (cur.off() + 4 + plan.inline.len()).next_multiple_of(SEND_WQE_DS);
+        cur.zero16_at(inline_end - SEND_WQE_DS);
+        cur.put(InlineSegHdr::new(plan.inline.len() as u32).as_bytes());
+        cur.put(plan.inline);
+        cur.skip_to(inline_end);
+    }
+    if let Some(d) = &plan.tail_sge {
+        cur.seg(d);
+    }
+    for s in plan.gather.iter().filter(|s| s.len != 0) {
+        cur.seg(&DataSeg::new(s.len, s.lkey, s.addr));
+    }
+    debug_assert_eq!(cur.off(), plan.ds * SEND_WQE_DS);
 }
 
 /// A send queue over raw queue memory. See the module docs.
@@ -375,31 +401,20 @@ impl Sq {
         let wqe_index = self.pi as u16;
         let ds = plan.ds as u8;
 
+        let ctrl = CtrlSeg::new(opcode, wqe_index, self.qpn, ds, fm_ce_se, imm);
         let start = self.ring_off(self.pi);
-        let mut cur = WqeCursor::new(&mut self.ring, start);
-        cur.seg(&CtrlSeg::new(
-            opcode, wqe_index, self.qpn, ds, fm_ce_se, imm,
-        ));
-        if let Some(r) = remote {
-            cur.seg(&RaddrSeg::new(r.addr, r.rkey));
+        // SAFETY: the WQE's blocks start at the producer index, past every WQE a doorbell
+        // record published, so the device does not read them until this batch's
+        // doorbell, after the span is dropped.
+        match unsafe { self.ring.span_mut(start, plan.ds * SEND_WQE_DS) } {
+            Some(span) => write_wqe(&mut SpanCursor::new(span), &ctrl, remote, &plan),
+            None => write_wqe(
+                &mut WqeCursor::new(&mut self.ring, start),
+                &ctrl,
+                remote,
+                &plan,
+            ),
         }
-        if !plan.inline.is_empty() {
-            // Zero the inline segment's last 16 bytes first (one fixed-size store
-            // instead of a variable-length fill): the header and data written next
-            // overwrite their part, leaving the padding to the 16-byte boundary zero.
-            let inline_end = (cur.off + 4 + plan.inline.len()).next_multiple_of(SEND_WQE_DS);
-            cur.zero16_at(inline_end - SEND_WQE_DS);
-            cur.put(InlineSegHdr::new(plan.inline.len() as u32).as_bytes());
-            cur.put(plan.inline);
-            cur.skip_to(inline_end);
-        }
-        if let Some(d) = &plan.tail_sge {
-            cur.seg(d);
-        }
-        for s in plan.gather.iter().filter(|s| s.len != 0) {
-            cur.seg(&DataSeg::new(s.len, s.lkey, s.addr));
-        }
-        debug_assert_eq!(cur.off, plan.ds * SEND_WQE_DS);
 
         self.pi += u64::from(bbs);
         if signaled {
