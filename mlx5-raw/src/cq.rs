@@ -52,7 +52,7 @@ use crate::layout::{
     decode_cqe, Completion, Cqe64, CqeDecodeError, CqeOpcode, CQE_INVALID, CQE_INVALID_OP_OWN,
     CQE_OWNER_MASK, CQ_CI_MASK, CQ_SET_CI,
 };
-use crate::mem::{DbRec, RingMem};
+use crate::mem::{DbRec, RingByte, RingMem};
 
 /// Why [`Cq::new`] rejected a description.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +83,11 @@ pub struct Cq {
     /// Ring offset of the `op_own` byte of slot `ci`: `cqe64_off(ci) + 63`, kept with
     /// `ci` so an empty poll reads it instead of recomputing it.
     ci_own: usize,
+    /// That byte, loadable without masking its offset again.
+    own: RingByte,
+    /// The owner bit that makes slot `ci` the software's on this lap: `(ci & cqe_cnt)
+    /// != 0`, as `CQE_OWNER_MASK` or 0.
+    sw_owner: u8,
     /// Value of `ci` last written to `[SET_CI]`.
     db_ci: u32,
 }
@@ -138,6 +143,7 @@ impl Cq {
                 DbRec::new(set_ci),
             )
         };
+        let ring_byte0 = ring.byte(0);
         let mut cq = Self {
             ring,
             dbrec,
@@ -146,9 +152,11 @@ impl Cq {
             cqn: desc.cqn,
             ci: 0,
             ci_own: 0,
+            own: ring_byte0,
+            sw_owner: 0,
             db_ci: 0,
         };
-        cq.ci_own = cq.cqe64_off(0) + 63;
+        cq.seek(0);
         for slot in 0..cq.cqe_cnt {
             let off = cq.cqe64_off(slot) + 63;
             // Relaxed: no CQE exists yet (constructor contract); the first consumer-index
@@ -164,6 +172,19 @@ impl Cq {
         slot * self.cqe_size as usize + (self.cqe_size as usize - 64)
     }
 
+    /// Points the poller at slot `ci`.
+    #[inline]
+    fn seek(&mut self, ci: u32) {
+        self.ci = ci;
+        self.ci_own = self.cqe64_off(ci) + 63;
+        self.own = self.ring.byte(self.ci_own);
+        self.sw_owner = if ci & self.cqe_cnt != 0 {
+            CQE_OWNER_MASK
+        } else {
+            0
+        };
+    }
+
     /// Takes the next CQE if the device has written it, advancing the consumer index
     /// (the doorbell record is written later, by [`update_ci`](Self::update_ci)).
     #[inline]
@@ -173,16 +194,13 @@ impl Cq {
         let off = self.ci_own - 63;
         // A-CQE (pairs with the device's `op_own` write; in the software model its
         // Release store after the CQE body): the owner check.
-        let op_own = self.ring.load_u8_acquire(self.ci_own);
-        let hw_owner = (op_own & CQE_OWNER_MASK) != 0;
-        let lap_parity = (ci & self.cqe_cnt) != 0;
-        if op_own >> 4 == CQE_INVALID || hw_owner != lap_parity {
+        let op_own = self.own.load_acquire();
+        if op_own >> 4 == CQE_INVALID || op_own & CQE_OWNER_MASK != self.sw_owner {
             return None;
         }
         // Body after owner: "read the CQE body only after the owner check" (cq.c).
         barrier::from_device();
-        self.ci = ci.wrapping_add(1);
-        self.ci_own = self.cqe64_off(self.ci) + 63;
+        self.seek(ci.wrapping_add(1));
         // SAFETY: the slot is the software's: its owner byte was observed (Acquire) for
         // this lap, and the device does not write it again until `[SET_CI]` passes `ci`,
         // which only `update_ci(&mut self)` writes — impossible while the returned

@@ -9,7 +9,7 @@
 //!
 //! Access discipline (the crate docs list the pairings):
 //! * ring bytes (WQEs, SRQ WQEs, CQE bodies) are plain memory; the single-byte `op_own`
-//!   of a CQE is read and written only through [`RingMem::load_u8_acquire`] /
+//!   of a CQE is read and written only through [`RingByte::load_acquire`] /
 //!   [`RingMem::store_u8_relaxed`] (`AtomicU8::from_ptr`) while the device may access it;
 //! * a doorbell record word is only stored, atomically, with Release ([`DbRec`]);
 //! * the MMIO window is only written, with volatile stores ([`Mmio`]).
@@ -130,17 +130,19 @@ impl RingMem {
         a
     }
 
-    /// Atomic Acquire load of the byte at `off` (a CQE `op_own`).
-    pub(crate) fn load_u8_acquire(&self, off: usize) -> u8 {
-        // SAFETY: `at` stays inside the ring, valid for atomic byte accesses (`new`);
-        // AtomicU8 has alignment 1. Other accesses to this byte while the device may
-        // write it are atomic too (this module is the only accessor).
-        unsafe { AtomicU8::from_ptr(self.at(off)) }.load(Ordering::Acquire)
+    /// A handle on the byte at `off` (taken modulo the length) that loads it without
+    /// masking the offset again: a poller keeps the one it tests on every poll.
+    #[inline]
+    pub(crate) fn byte(&self, off: usize) -> RingByte {
+        // `at` reduces the offset into the ring, so the pointer is in bounds.
+        RingByte(NonNull::new(self.at(off)).unwrap_or(self.base))
     }
 
     /// Atomic Relaxed store of the byte at `off` (stamping `op_own` of a fresh CQ).
     pub(crate) fn store_u8_relaxed(&mut self, off: usize, v: u8) {
-        // SAFETY: as in `load_u8_acquire`.
+        // SAFETY: `at` stays inside the ring, valid for atomic byte accesses (`new`);
+        // AtomicU8 has alignment 1. Other accesses to this byte while the device may
+        // write it are atomic too (this module is the only accessor).
         unsafe { AtomicU8::from_ptr(self.at(off)) }.store(v, Ordering::Relaxed);
     }
 
@@ -183,6 +185,24 @@ impl RingMem {
         // `[off & (len-1), +64)` lies inside the ring; `[u8; 64]` has alignment 1; the
         // caller guarantees no write to it while the reference lives.
         unsafe { &*self.at(off).cast::<[u8; 64]>() }
+    }
+}
+
+/// One byte of a [`RingMem`], from [`RingMem::byte`]. Valid for as long as the ring it
+/// came from: a driver keeps both in the same struct and never lets the handle out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RingByte(NonNull<u8>);
+
+impl RingByte {
+    /// Atomic Acquire load (of a CQE's `op_own`).
+    #[inline]
+    pub(crate) fn load_acquire(self) -> u8 {
+        // SAFETY: the pointer came from `RingMem::at`, so it lies inside a ring that is
+        // valid for atomic byte accesses for as long as it lives (`RingMem::new`
+        // contract), and the ring outlives the handle (type docs). AtomicU8 has
+        // alignment 1; other accesses to this byte while the device may write it are
+        // atomic too (this module is the only accessor).
+        unsafe { AtomicU8::from_ptr(self.0.as_ptr()) }.load(Ordering::Acquire)
     }
 }
 
