@@ -170,3 +170,30 @@ fn ring_reuses_slots_safely() {
         producer.join().unwrap();
     });
 }
+
+/// Two clients connect at once to a region with room for exactly two: both get an id,
+/// and not the same one. (A client used to scan only the ids counted when it looked;
+/// the other client could take the one it had reserved meanwhile, and it then reported
+/// `NoFreeClientId` with a free id left.)
+#[test]
+fn concurrent_connects_both_get_an_id() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 2,
+            depth: 1,
+        });
+        let p2 = parts.clone();
+        let other = thread::spawn(move || {
+            let mut sm: Vec<SlabEntry<u64>> = (0..1).map(|_| SlabEntry::new()).collect();
+            let c = Client::connect(p2.region(), 2, Slab::new(&mut sm)).expect("second client");
+            let id = c.id();
+            std::mem::forget(c);
+            id
+        });
+        let mut sm: Vec<SlabEntry<u64>> = (0..1).map(|_| SlabEntry::new()).collect();
+        let c = Client::connect(parts.region(), 1, Slab::new(&mut sm)).expect("first client");
+        let id = c.id();
+        std::mem::forget(c);
+        assert_ne!(id, other.join().unwrap(), "two clients on one id");
+    });
+}

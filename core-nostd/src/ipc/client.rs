@@ -53,48 +53,64 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
                 Err(cur) => n = cur,
             }
         }
-        // Relaxed: bounds the scan only.
-        let seen = h.next_client_id.load(Ordering::Relaxed).min(max);
-        for id in 0..seen {
-            let e = region.client_entry(id);
-            // Relaxed: re-checked by the CAS.
-            let word = e.state.load(Ordering::Relaxed);
-            let (st, epoch) = ClientState::unpack(word);
-            if st != ClientState::Free {
-                continue;
+        // Scan every id handed out so far. Another client may take the id this one just
+        // reserved (it scans from 0 too), but then it reserved one of its own first, so
+        // the count has grown: scan again up to the new count. Each pass that finds
+        // nothing saw the count grow, so this ends within `max` passes. For the reload to
+        // see that growth, seeing an id taken must happen after its taker's reservation:
+        // A6/R6 below.
+        let mut from = 0;
+        loop {
+            // Relaxed: bounds the scan only.
+            let seen = h.next_client_id.load(Ordering::Relaxed).min(max);
+            if seen == from {
+                break;
             }
-            let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
-            // A4 (pairs with R4 in Server::retire): the server's drain of this id's rings
-            // and its last replies happen before we take them over.
-            if e.state
-                .compare_exchange(
-                    word,
-                    ClientState::Active.pack(epoch),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-            {
-                // Relaxed: for the server's host (liveness).
-                e.owner.store(owner, Ordering::Relaxed);
-                // SAFETY: A4 orders the server's drain of our request ring and its last
-                // reply to the previous owner before this; the server pushes to us only
-                // after we send a request, and we are the id's only user now.
-                unsafe {
-                    // Start where the server's drain left the request ring, not where a
-                    // previous owner that died may have failed to record its position.
-                    region.req_ctl[id as usize].adopt_producer();
-                    // Drop responses published for the previous owner.
-                    region.resp_ctl[id as usize].adopt_consumer(&region.resp_slots(id));
+            for id in 0..seen {
+                let e = region.client_entry(id);
+                // A6 (pairs with R6 of the client that took the id): its reservation of
+                // an id, made before, is visible to the next reload of the count.
+                let word = e.state.load(Ordering::Acquire);
+                let (st, epoch) = ClientState::unpack(word);
+                if st != ClientState::Free {
+                    continue;
                 }
-                return Ok(Self {
-                    region,
-                    id,
-                    epoch,
-                    slab,
-                    closed: false,
-                });
+                let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
+                // A4 (pairs with R4 in Server::retire): the server's drain of this id's rings
+                // and its last replies happen before we take them over. R6 (pairs with A6
+                // in another client's scan): our reservation above is visible to whoever
+                // sees the id taken. A6 on failure: as the load above.
+                if e.state
+                    .compare_exchange(
+                        word,
+                        ClientState::Active.pack(epoch),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    // Relaxed: for the server's host (liveness).
+                    e.owner.store(owner, Ordering::Relaxed);
+                    // SAFETY: A4 orders the server's drain of our request ring and its last
+                    // reply to the previous owner before this; the server pushes to us only
+                    // after we send a request, and we are the id's only user now.
+                    unsafe {
+                        // Start where the server's drain left the request ring, not where a
+                        // previous owner that died may have failed to record its position.
+                        region.req_ctl[id as usize].adopt_producer();
+                        // Drop responses published for the previous owner.
+                        region.resp_ctl[id as usize].adopt_consumer(&region.resp_slots(id));
+                    }
+                    return Ok(Self {
+                        region,
+                        id,
+                        epoch,
+                        slab,
+                        closed: false,
+                    });
+                }
             }
+            from = seen;
         }
         Err(IpcConnectError::NoFreeClientId)
     }
