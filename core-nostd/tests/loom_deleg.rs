@@ -232,3 +232,27 @@ fn closed_id_is_reused() {
         clients.join().unwrap();
     });
 }
+
+/// Two clients connect at once to a region with room for exactly two: both get an id,
+/// and not the same one (the same guarantee as ipc's model of it).
+#[test]
+fn concurrent_connects_both_get_an_id() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 2,
+            ring_depth: 2,
+            resp_depth: 1,
+        });
+        let p2 = parts.clone();
+        let other = thread::spawn(move || {
+            let c = Client::connect(p2.region(), 2).expect("second client");
+            let id = c.id();
+            std::mem::forget(c);
+            id
+        });
+        let c = Client::connect(parts.region(), 1).expect("first client");
+        let id = c.id();
+        std::mem::forget(c);
+        assert_ne!(id, other.join().unwrap(), "two clients on one id");
+    });
+}

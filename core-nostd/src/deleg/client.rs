@@ -62,32 +62,46 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
                 Err(cur) => n = cur,
             }
         }
-        let seen = h.next_client_id.load(Ordering::Relaxed).min(max);
-        for id in 0..seen {
-            if let Some(c) = Self::try_take(region, id, owner) {
-                return Ok(c);
+        // Every id handed out so far, again while the count grows: another client may
+        // have taken the id reserved above, and an id past the count first loaded may be
+        // free. Each pass that finds nothing saw the count grow, so this ends within
+        // `max` passes; A6/R6 (in `try_take`) make a reload see a taker's reservation.
+        let mut from = 0;
+        loop {
+            // Relaxed: bounds the scan only.
+            let seen = h.next_client_id.load(Ordering::Relaxed).min(max);
+            if seen == from {
+                return Err(ConnectError::NoFreeClientId);
             }
+            for id in 0..seen {
+                if let Some(c) = Self::try_take(region, id, owner) {
+                    return Ok(c);
+                }
+            }
+            from = seen;
         }
-        Err(ConnectError::NoFreeClientId)
     }
 
     fn try_take(region: Region<'a, Req, Resp>, id: u32, owner: u32) -> Option<Self> {
         let e = region.client_entry(id);
-        // Relaxed: the CAS below re-checks.
-        let word = e.state.load(Ordering::Relaxed);
+        // A6 (pairs with R6 of the client that took the id): its reservation of an id,
+        // made before, is visible to our next reload of the count.
+        let word = e.state.load(Ordering::Acquire);
         let (state, epoch) = ClientState::unpack(word);
         if state != ClientState::Free {
             return None;
         }
         let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
         // A4 (pairs with R4 in Server::process_retirements): the server's last writes to
-        // this id's response slots happen before we clear them below.
+        // this id's response slots happen before we clear them below. R6 (pairs with A6
+        // in another client's scan): our reservation is visible to whoever sees the id
+        // taken. A6 on failure: as the load above.
         e.state
             .compare_exchange(
                 word,
                 ClientState::Active.pack(epoch),
+                Ordering::AcqRel,
                 Ordering::Acquire,
-                Ordering::Relaxed,
             )
             .ok()?;
         // Relaxed: the client table is read by the server's host for liveness only.
