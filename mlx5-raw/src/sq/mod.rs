@@ -33,8 +33,9 @@
 //! ```
 //!
 //! A WQE may span up to 8 WQEBBs (512 bytes, reference §1.1) and may run past the end of
-//! the ring; every byte goes through one wrap-aware cursor (`WqeCursor`), so segment
-//! code never tests for the end of the queue.
+//! the ring. Segment code writes through one cursor (`WqeCursor`) and never tests for
+//! the end of the queue: a WQE that fits before the end is written as one slice, and
+//! only one that straddles it goes through the wrap-aware ring writes.
 //!
 //! Completions: a requester CQE carries the `wqe_index` of the completed WQE's first BB;
 //! that WQE and everything before it are done ([`Sq::retire`]). The WQE's size is read
@@ -57,7 +58,7 @@ use crate::layout::{
 use crate::mem::{DbRec, Mmio, RingMem};
 
 pub use batch::SqBatch;
-use cursor::{SpanCursor, WqeCursor, WqeSink};
+use cursor::{Span, WqeCursor, WqeDest, Wrapping};
 use types::Repr;
 pub use types::{Payload, PostError, Posted, Remote, RetireError, Sge, SqConfig, SqInitError};
 
@@ -82,7 +83,12 @@ struct Plan<'a> {
 
 /// Writes a WQE as `plan` lays it out: ctrl, raddr, inline data, data segments.
 #[inline]
-fn write_wqe(cur: &mut impl WqeSink, ctrl: &CtrlSeg, remote: Option<Remote>, plan: &Plan<'_>) {
+fn write_wqe<D: WqeDest>(
+    cur: &mut WqeCursor<D>,
+    ctrl: &CtrlSeg,
+    remote: Option<Remote>,
+    plan: &Plan<'_>,
+) {
     cur.seg(ctrl);
     if let Some(r) = remote {
         cur.seg(&RaddrSeg::new(r.addr, r.rkey));
@@ -91,7 +97,7 @@ fn write_wqe(cur: &mut impl WqeSink, ctrl: &CtrlSeg, remote: Option<Remote>, pla
         // Zero the inline segment's last 16 bytes first (one fixed-size store
         // instead of a variable-length fill): the header and data written next
         // overwrite their part, leaving the padding to the 16-byte boundary zero.
-        let inline_end = (cur.off() + 4 + plan.inline.len()).next_multiple_of(SEND_WQE_DS);
+        let inline_end = (cur.off + 4 + plan.inline.len()).next_multiple_of(SEND_WQE_DS);
         cur.zero16_at(inline_end - SEND_WQE_DS);
         cur.put(InlineSegHdr::new(plan.inline.len() as u32).as_bytes());
         cur.put(plan.inline);
@@ -103,7 +109,7 @@ fn write_wqe(cur: &mut impl WqeSink, ctrl: &CtrlSeg, remote: Option<Remote>, pla
     for s in plan.gather.iter().filter(|s| s.len != 0) {
         cur.seg(&DataSeg::new(s.len, s.lkey, s.addr));
     }
-    debug_assert_eq!(cur.off(), plan.ds * SEND_WQE_DS);
+    debug_assert_eq!(cur.off, plan.ds * SEND_WQE_DS);
 }
 
 /// A send queue over raw queue memory. See the module docs.
@@ -407,13 +413,14 @@ impl Sq {
         // record published, so the device does not read them until this batch's
         // doorbell, after the span is dropped.
         match unsafe { self.ring.span_mut(start, plan.ds * SEND_WQE_DS) } {
-            Some(span) => write_wqe(&mut SpanCursor::new(span), &ctrl, remote, &plan),
-            None => write_wqe(
-                &mut WqeCursor::new(&mut self.ring, start),
-                &ctrl,
-                remote,
-                &plan,
-            ),
+            Some(span) => write_wqe(&mut WqeCursor::new(Span(span)), &ctrl, remote, &plan),
+            None => {
+                let dest = Wrapping {
+                    ring: &mut self.ring,
+                    start,
+                };
+                write_wqe(&mut WqeCursor::new(dest), &ctrl, remote, &plan);
+            }
         }
 
         self.pi += u64::from(bbs);
