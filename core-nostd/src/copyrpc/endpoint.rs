@@ -379,7 +379,7 @@ impl<const REQS: usize> EpData<REQS> {
             .map_err(|_| Error::InsufficientCredit)?;
         let size = self.send.size();
         // The slice is taken in each branch, next to the reservation that bounds it,
-        // so the append path's bounds test folds into `fits_open_batch`'s.
+        // so the append path tests it on the size and position it has just used.
         let buf = if append {
             let pos = self.send.append_to_open_batch(padded);
             self.send_mem.ring_bytes_mut(size, pos, padded as usize)

@@ -125,9 +125,9 @@ impl Dma {
     /// the region or the range runs past the ring's end.
     ///
     /// The same test as [`bytes_mut`](Self::bytes_mut), put in the ring's terms: a
-    /// caller that has just checked `len < size.room_to_lap_end(pos)` (every send-ring
-    /// reservation does) repeats that test here, so the compiler drops it, and only
-    /// "the ring fits the region" is left to test.
+    /// caller that has just reserved the range (`len < size.room_to_lap_end(pos)`)
+    /// computes it from the ring size and position it already holds in registers,
+    /// instead of reloading them to form an offset and test it against the region.
     #[inline]
     pub(crate) fn ring_bytes_mut(&mut self, size: RingSize, pos: u64, len: usize) -> &mut [u8] {
         let off = size.offset(pos);
