@@ -117,9 +117,7 @@ impl Dma {
         // unposted send-ring bytes (module docs).
         unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) }
     }
-}
 
-impl Dma {
     /// Bytes `[off, off + len)` of a ring of `size` bytes laid at the start of the
     /// region, where `off` is `pos`'s offset in the ring. Panics if the ring does not fit
     /// the region or the range runs past the ring's end.
