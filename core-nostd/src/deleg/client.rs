@@ -1,6 +1,6 @@
 //! The client side: connect, call (reserve + commit), poll responses, close.
 
-use super::layout::{check_payload_align, Claim, ClientState, Region};
+use super::layout::{check_payload_align, claim_client_id, Claim, ClientState, Region};
 use super::{CallError, ConnectError, Payload};
 use crate::sync::{spin_loop, Ordering};
 
@@ -42,44 +42,11 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         if !h.server_alive.load(Ordering::Relaxed) {
             return Err(ConnectError::ServerDisconnected);
         }
-        let max = region.cfg.max_clients;
-        // Fresh ids first, as the seed does, but never past max_clients (CAS, not fetch_add).
-        // Relaxed: the counter only hands out numbers; the entry's CAS below synchronises.
-        let mut n = h.next_client_id.load(Ordering::Relaxed);
-        while n < max {
-            match h.next_client_id.compare_exchange_weak(
-                n,
-                n + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    if let Some(c) = Self::try_take(region, n, owner) {
-                        return Ok(c);
-                    }
-                    break;
-                }
-                Err(cur) => n = cur,
-            }
-        }
-        // Every id handed out so far, again while the count grows: another client may
-        // have taken the id reserved above, and an id past the count first loaded may be
-        // free. Each pass that finds nothing saw the count grow, so this ends within
-        // `max` passes; A6/R6 (in `try_take`) make a reload see a taker's reservation.
-        let mut from = 0;
-        loop {
-            // Relaxed: bounds the scan only.
-            let seen = h.next_client_id.load(Ordering::Relaxed).min(max);
-            if seen == from {
-                return Err(ConnectError::NoFreeClientId);
-            }
-            for id in 0..seen {
-                if let Some(c) = Self::try_take(region, id, owner) {
-                    return Ok(c);
-                }
-            }
-            from = seen;
-        }
+        // Fresh ids first, as the seed does, but never past max_clients.
+        claim_client_id(&h.next_client_id, region.cfg.max_clients, true, |id| {
+            Self::try_take(region, id, owner)
+        })
+        .ok_or(ConnectError::NoFreeClientId)
     }
 
     fn try_take(region: Region<'a, Req, Resp>, id: u32, owner: u32) -> Option<Self> {

@@ -176,6 +176,52 @@ impl ClientState {
     }
 }
 
+/// Client-id assignment, shared by delegationrpc and ipc: reserves a never-used id if
+/// any is left (a CAS on `next_client_id`, never past `max`), offers it to `take` first
+/// when `fresh_first` (delegationrpc, as the seed does), then offers every id handed out
+/// so far, lowest first, until `take` accepts one.
+///
+/// The scan repeats while the count grows: another client may have taken the id reserved
+/// here (it scans from 0 too), but it reserved one of its own first, so the count grew;
+/// and an id past the count first loaded may be free. Each pass that finds nothing saw
+/// the count grow, so this ends within `max` passes. For a reload to see that growth,
+/// `take` must Acquire what it reads of an entry and take it with a Release (A6/R6 in
+/// the callers).
+pub(crate) fn claim_client_id<T>(
+    next_client_id: &AtomicU32,
+    max: u32,
+    fresh_first: bool,
+    mut take: impl FnMut(u32) -> Option<T>,
+) -> Option<T> {
+    // Relaxed: the counter only hands out numbers; the entry's CAS in `take` synchronises.
+    let mut n = next_client_id.load(Ordering::Relaxed);
+    while n < max {
+        match next_client_id.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {
+                if fresh_first {
+                    if let Some(t) = take(n) {
+                        return Some(t);
+                    }
+                }
+                break;
+            }
+            Err(cur) => n = cur,
+        }
+    }
+    let mut from = 0;
+    loop {
+        // Relaxed: bounds the scan only.
+        let seen = next_client_id.load(Ordering::Relaxed).min(max);
+        if seen == from {
+            return None;
+        }
+        if let Some(t) = (0..seen).find_map(&mut take) {
+            return Some(t);
+        }
+        from = seen;
+    }
+}
+
 #[cfg(not(loom))]
 mod asserts {
     use super::*;

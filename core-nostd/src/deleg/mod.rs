@@ -123,6 +123,7 @@ mod server;
 mod tests;
 
 pub use client::{Client, Reservation};
+pub(crate) use layout::claim_client_id;
 pub use layout::{
     req_slot_size, resp_slot_size, ClientEntry, ClientState, Config, Header, Offsets, Region,
     ReqSlot, RespSlot, RingControl, CLIENT_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_CLIENTS, MAX_DEPTH,

@@ -7,7 +7,7 @@
 
 use super::layout::Region;
 use super::{IpcCallError, IpcConnectError};
-use crate::deleg::{ClientState, Payload};
+use crate::deleg::{claim_client_id, ClientState, Payload};
 use crate::flux::{Msg, Slab, Token};
 use crate::sync::Ordering;
 
@@ -22,7 +22,8 @@ pub struct Client<'a, 's, Req: Payload, Resp: Payload, U> {
 }
 
 impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
-    /// Registers (a never-used id first, then a freed one with its epoch bumped). `slab`
+    /// Registers under the lowest free id, after reserving a never-used one (if any is
+    /// left) so that there is one to find; a freed id gets its epoch bumped. `slab`
     /// holds the user data of calls in flight; at most `min(slab capacity, depth)` calls
     /// are in flight.
     pub fn connect(
@@ -38,81 +39,52 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
         if slab.capacity() == 0 {
             return Err(IpcConnectError::EmptySlab);
         }
-        let max = region.cfg.max_clients;
-        // Relaxed: hands out numbers; the entry CAS synchronises.
-        // Reserve one never-used id (if any is left) so the scan below covers it.
-        let mut n = h.next_client_id.load(Ordering::Relaxed);
-        while n < max {
-            match h.next_client_id.compare_exchange_weak(
-                n,
-                n + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(cur) => n = cur,
+        // The lowest free id: the fresh one reserved is only offered in its turn.
+        let (id, epoch) = claim_client_id(&h.next_client_id, region.cfg.max_clients, false, |id| {
+            let e = region.client_entry(id);
+            // A6 (pairs with R6 of the client that took the id): its reservation of an
+            // id, made before, is visible to the next reload of the count.
+            let word = e.state.load(Ordering::Acquire);
+            let (st, epoch) = ClientState::unpack(word);
+            if st != ClientState::Free {
+                return None;
             }
+            let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
+            // A4 (pairs with R4 in Server::retire): the server's drain of this id's rings
+            // and its last replies happen before we take them over. R6 (pairs with A6 in
+            // another client's scan): our reservation is visible to whoever sees the id
+            // taken. A6 on failure: as the load above.
+            e.state
+                .compare_exchange(
+                    word,
+                    ClientState::Active.pack(epoch),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .ok()?;
+            Some((id, epoch))
+        })
+        .ok_or(IpcConnectError::NoFreeClientId)?;
+        let e = region.client_entry(id);
+        // Relaxed: for the server's host (liveness).
+        e.owner.store(owner, Ordering::Relaxed);
+        // SAFETY: A4 orders the server's drain of our request ring and its last reply to
+        // the previous owner before this; the server pushes to us only after we send a
+        // request, and we are the id's only user now.
+        unsafe {
+            // Start where the server's drain left the request ring, not where a previous
+            // owner that died may have failed to record its position.
+            region.req_ctl[id as usize].adopt_producer();
+            // Drop responses published for the previous owner.
+            region.resp_ctl[id as usize].adopt_consumer(&region.resp_slots(id));
         }
-        // Scan every id handed out so far. Another client may take the id this one just
-        // reserved (it scans from 0 too), but then it reserved one of its own first, so
-        // the count has grown: scan again up to the new count. Each pass that finds
-        // nothing saw the count grow, so this ends within `max` passes. For the reload to
-        // see that growth, seeing an id taken must happen after its taker's reservation:
-        // A6/R6 below.
-        let mut from = 0;
-        loop {
-            // Relaxed: bounds the scan only.
-            let seen = h.next_client_id.load(Ordering::Relaxed).min(max);
-            if seen == from {
-                break;
-            }
-            for id in 0..seen {
-                let e = region.client_entry(id);
-                // A6 (pairs with R6 of the client that took the id): its reservation of
-                // an id, made before, is visible to the next reload of the count.
-                let word = e.state.load(Ordering::Acquire);
-                let (st, epoch) = ClientState::unpack(word);
-                if st != ClientState::Free {
-                    continue;
-                }
-                let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
-                // A4 (pairs with R4 in Server::retire): the server's drain of this id's rings
-                // and its last replies happen before we take them over. R6 (pairs with A6
-                // in another client's scan): our reservation above is visible to whoever
-                // sees the id taken. A6 on failure: as the load above.
-                if e.state
-                    .compare_exchange(
-                        word,
-                        ClientState::Active.pack(epoch),
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_ok()
-                {
-                    // Relaxed: for the server's host (liveness).
-                    e.owner.store(owner, Ordering::Relaxed);
-                    // SAFETY: A4 orders the server's drain of our request ring and its last
-                    // reply to the previous owner before this; the server pushes to us only
-                    // after we send a request, and we are the id's only user now.
-                    unsafe {
-                        // Start where the server's drain left the request ring, not where a
-                        // previous owner that died may have failed to record its position.
-                        region.req_ctl[id as usize].adopt_producer();
-                        // Drop responses published for the previous owner.
-                        region.resp_ctl[id as usize].adopt_consumer(&region.resp_slots(id));
-                    }
-                    return Ok(Self {
-                        region,
-                        id,
-                        epoch,
-                        slab,
-                        closed: false,
-                    });
-                }
-            }
-            from = seen;
-        }
-        Err(IpcConnectError::NoFreeClientId)
+        Ok(Self {
+            region,
+            id,
+            epoch,
+            slab,
+            closed: false,
+        })
     }
 
     /// This client's id.
