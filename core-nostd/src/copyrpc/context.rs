@@ -10,7 +10,7 @@ use super::endpoint::{Endpoint, EpData, EpState, CONSUMER_WORD, CONTROL_BYTES};
 use super::mem::{Control, Dma, Region};
 use super::pending::Pending;
 use super::qpn_map::QpnMap;
-use super::requests::{Link, ReqState};
+use super::requests::{Link, Tag};
 use super::stats::Stats;
 use super::{CallError, EndpointInfo, Error, RecvHandle};
 use crate::credit;
@@ -359,16 +359,16 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         loop {
             let (ep, seq) = self.rq_head.get()?;
             let e = self.eps[usize::from(ep)].as_mut()?;
-            let r = e.d.requests.get_mut(seq)?;
+            let r = e.d.requests.queued_mut(seq);
             self.rq_head = r.next;
             if self.rq_head.is_none() {
                 self.rq_tail = Link::NONE;
             }
             if matches!(e.d.state, EpState::Failed { .. }) {
-                e.d.release_request(seq);
+                e.d.requests.release(seq);
                 continue;
             }
-            r.state = ReqState::Delivered;
+            r.tag = Tag::delivered(seq);
             return Some(RecvHandle {
                 ep: EndpointId(ep),
                 seq,

@@ -76,8 +76,9 @@ pub(crate) struct EpData<const REQS: usize> {
     pub(crate) requests: Requests<REQS>,
     /// Recv-ring position parsed up to (end of the last batch processed).
     pub(crate) parsed: u64,
-    /// Internal allowances of requests received and not answered.
-    pub(crate) unreplied: u64,
+    /// A reply popped the oldest request while others are held: the consumer may move,
+    /// at the next flush (`advance_consumer`), once for all the replies since.
+    pub(crate) consumer_behind: bool,
     /// Free-running SQ position of the READ in flight, and whether it is a probe.
     pub(crate) read: Option<u64>,
     /// A call found the ring full: read the peer's consumer at the next flush.
@@ -126,18 +127,10 @@ pub(crate) struct ReplyWriter<'a> {
     pub(crate) consumer: &'a RemoteConsumer,
 }
 
-/// What [`ReplyWriter::write`] did.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Written {
-    /// The internal allowance the reply released.
-    pub(crate) released: u64,
-    /// Whether it opened a batch or wrapped (the endpoint then needs a flush).
-    pub(crate) opened: bool,
-}
-
 impl ReplyWriter<'_> {
     /// Writes a reply of `len` bytes to call `call_id`, whose request carried
     /// `blocks` allowance blocks, filled by `fill(out)`; releases the allowance.
+    /// Returns whether it opened a batch or wrapped (the endpoint then needs a flush).
     /// [`ReplyFail::Refused`]: over the allowance, nothing changed.
     #[inline]
     pub(crate) fn write(
@@ -146,17 +139,17 @@ impl ReplyWriter<'_> {
         blocks: u32,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
-    ) -> Result<Written, ReplyFail> {
+    ) -> Result<bool, ReplyFail> {
         let Ok(len32) = u32::try_from(len) else {
             return Err(ReplyFail::Refused);
         };
         let padded = padded_message_size(len32);
         // The allowance test and the release in one: refused before anything changes.
-        let released = match self.credit.release_on_reply(blocks, padded) {
-            Ok(allowance) => allowance,
+        match self.credit.release_on_reply(blocks, padded) {
+            Ok(_) => {}
             Err(credit::CreditError::ReplyTooLarge) => return Err(ReplyFail::Refused),
             Err(_) => return Err(ReplyFail::Failed(Error::EndpointFailed)),
-        };
+        }
         // `plan`'s only refusal for an aligned size: too large for any lap. A reply
         // within a granted reservation never is (R ≤ the cap < the ring); if it were,
         // the endpoint fails, so the released reservation no longer matters.
@@ -198,10 +191,7 @@ impl ReplyWriter<'_> {
         fill(&mut rest[..len]);
         // The reply is its batch's only message exactly when it opened the batch (or
         // wrapped, which leaves it alone in a new one).
-        Ok(Written {
-            released,
-            opened: self.send.batch_count() == 1,
-        })
+        Ok(self.send.batch_count() == 1)
     }
 }
 
@@ -251,7 +241,7 @@ impl<const REQS: usize> EpData<REQS> {
             ranges: Fifo::new(),
             requests: Requests::new(),
             parsed: 0,
-            unreplied: 0,
+            consumer_behind: false,
             read: None,
             want_read: false,
             idle_polls: 0,
@@ -403,6 +393,11 @@ impl<const REQS: usize> EpData<REQS> {
     /// whether it opened a batch or wrapped. [`ReplyFail::Refused`]: the reply exceeds
     /// the request's allowance and nothing changed; [`ReplyFail::Failed`]: the caller
     /// fails the endpoint.
+    ///
+    /// The consumer moves here only when this reply answers the last request held;
+    /// otherwise the flush that sends the reply moves it first (`consumer_behind`), once
+    /// for all the replies it carries. A reply always leaves something to flush, so that
+    /// flush comes.
     #[inline]
     pub(crate) fn write_reply(
         &mut self,
@@ -413,26 +408,26 @@ impl<const REQS: usize> EpData<REQS> {
     ) -> Result<bool, ReplyFail> {
         let in_off = self.recv.size().offset(req.start) as usize + HEADER_SIZE as usize;
         let request = self.recv_mem.bytes(in_off, req.len as usize);
-        let allowance = reply_writer!(self).write(req.call_id, req.blocks, len, |out| {
+        let opened = reply_writer!(self).write(req.call_id, req.blocks, len, |out| {
             fill(request, out);
         })?;
-        self.unreplied = self.unreplied.saturating_sub(allowance.released);
-        self.release_request(seq);
-        Ok(allowance.opened)
-    }
-
-    /// Releases a request's ring bytes (after its reply, or when dropped unanswered).
-    #[inline]
-    pub(crate) fn release_request(&mut self, seq: u32) {
-        // While the front stays, so does the consumer's target: the last
-        // `advance_consumer` (after parsing, or an earlier release) already reached it.
         if self.requests.release(seq) {
-            self.advance_consumer();
+            if self.requests.len() == 0 {
+                // Caught up: the consumer and its export move now, so a peer that READs
+                // it sees every answered byte free even before this side polls again.
+                self.advance_consumer();
+            } else {
+                self.consumer_behind = true;
+            }
         }
+        Ok(opened)
     }
 
     /// Moves the consumer to the oldest unanswered request (or everything parsed) and
-    /// exports it for the peer's READs.
+    /// exports it for the peer's READs. Run after each parsed batch, by the reply that
+    /// answers the last request held, and by the flush after other replies
+    /// (`consumer_behind`). The export is never ahead of the ring's own consumer, which
+    /// the size check of an arriving batch relies on.
     #[inline]
     pub(crate) fn advance_consumer(&mut self) {
         let target = self.requests.oldest_start().unwrap_or(self.parsed);
@@ -455,8 +450,13 @@ impl<const REQS: usize> EpData<REQS> {
         let max = self.credit.max_resp_reservation();
         // R is the peer's balance plus grants in transit plus our unanswered
         // allowances; with nothing in transit this is the peer's balance exactly.
-        let peer_balance = r.saturating_sub(self.unreplied);
-        if peer_balance >= max / 2 || max.saturating_sub(r) < 2 * ALIGNMENT {
+        if max.saturating_sub(r) < 2 * ALIGNMENT {
+            return false;
+        }
+        let (requests, blocks) = self.requests.unanswered();
+        let unreplied = credit::internal_allowance_sum(u64::from(requests), blocks);
+        let peer_balance = r.saturating_sub(unreplied);
+        if peer_balance >= max / 2 {
             return false;
         }
         let grant = credit::grant(self.in_flight(), r, max, self.credit.remote_ring_size());

@@ -1,8 +1,7 @@
 //! A received request, answered at most once.
 
 use super::context::{Context, EndpointId};
-use super::endpoint::{Endpoint, EpState, ReplyFail};
-use super::requests::{Req, ReqState};
+use super::endpoint::{EpState, ReplyFail};
 use super::{Error, ReplyError};
 use crate::credit;
 use crate::wire::{FLOW_METADATA_SIZE, HEADER_SIZE};
@@ -66,7 +65,7 @@ impl RecvHandle {
     ) -> usize {
         ctx.ep(self.ep)
             .ok()
-            .and_then(|e| e.d.requests.get(self.seq))
+            .and_then(|e| e.d.requests.delivered(self.seq))
             .map_or(0, |r| {
                 let allowance = credit::internal_allowance_for_blocks(r.blocks);
                 (allowance - FLOW_METADATA_SIZE - HEADER_SIZE) as usize
@@ -97,17 +96,15 @@ impl RecvHandle {
 }
 
 impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {
-    /// The handle's request, if it is one of ours and still delivered (not answered).
-    #[inline]
-    fn live(&self, h: &RecvHandle) -> Option<(&Endpoint<REQS>, Req)> {
-        let e = self.ep(h.ep).ok()?;
-        let r = *e.d.requests.get(h.seq)?;
-        (r.call_id == h.call_id && r.state == ReqState::Delivered).then_some((e, r))
-    }
-
     #[inline]
     pub(crate) fn request_bytes(&self, h: &RecvHandle) -> &[u8] {
-        let Some((e, r)) = self.live(h) else {
+        // A delivered entry's bytes stay unconsumed until its release, which retags it:
+        // the tag alone makes reading them sound, whoever made the handle.
+        let Some((e, r)) = self
+            .ep(h.ep)
+            .ok()
+            .and_then(|e| Some((e, e.d.requests.delivered(h.seq)?)))
+        else {
             return &[];
         };
         let off = e.d.recv.size().offset(r.start) as usize + HEADER_SIZE as usize;
@@ -125,8 +122,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         // One lookup of the endpoint and the request (`live`'s test, on `&mut`).
         let found = self.eps.get_mut(usize::from(h.ep.0)).and_then(|e| {
             let e = e.as_mut()?;
-            let r = *e.d.requests.get(h.seq)?;
-            (r.call_id == h.call_id && r.state == ReqState::Delivered).then_some((e, r))
+            let r = *e.d.requests.delivered(h.seq)?;
+            (r.call_id == h.call_id).then_some((e, r))
         });
         let Some((e, req)) = found else {
             return Err(ReplyError {
@@ -136,7 +133,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         };
         if matches!(e.d.state, EpState::Failed { .. }) {
             // A failed endpoint flushes nothing: no change for poll to see.
-            e.d.release_request(h.seq);
+            e.d.requests.release(h.seq);
             return Err(ReplyError {
                 error: Error::EndpointFailed,
                 handle: None,
@@ -156,7 +153,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             }),
             Err(ReplyFail::Failed(error)) => {
                 e.d.state = EpState::Failed { drained: false };
-                e.d.release_request(h.seq);
+                e.d.requests.release(h.seq);
                 self.stats.endpoints_failed += 1;
                 self.dirty.set(h.ep.0);
                 Err(ReplyError {

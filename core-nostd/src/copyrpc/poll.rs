@@ -9,7 +9,6 @@ use super::requests::Link;
 use super::serve::{Incoming, Outcome};
 use super::stats::Stats;
 use super::Error;
-use crate::credit;
 use crate::wire::{decode_imm, from_response_id, parse_batch, Imm, FLOW_METADATA_SIZE};
 
 /// Why a received batch broke the protocol; the endpoint fails.
@@ -90,9 +89,6 @@ fn on_batch<U, const CALLS: usize, const REQS: usize, const SERVE: bool>(
                     Link::to(ep, seq.wrapping_add(1)),
                 )
                 .ok_or(Violation)?;
-            d.unreplied = d
-                .unreplied
-                .saturating_add(credit::internal_allowance_for_blocks(m.piggyback));
         }
         pos += m.padded_len();
     }

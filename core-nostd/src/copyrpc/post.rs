@@ -107,6 +107,9 @@ impl<const REQS: usize> Endpoint<REQS> {
             && !d.wants_credit_batch()
             && !d.want_read
         {
+            // A reply since the last flush left a batch open (or wrap ranges), so the
+            // consumer it may have moved is caught up in `post_due`, not needed here.
+            debug_assert!(!d.consumer_behind);
             // A batch opened without messages would not show in `batch_count`: keep
             // visiting then (`post_due` never leaves one, this is belt and braces).
             let counting = d.cfg.probe_interval != 0 && pending > 0;
@@ -122,6 +125,12 @@ impl<const REQS: usize> Endpoint<REQS> {
     #[inline(never)]
     fn post_due(&mut self, probe: bool, stats: &mut Stats) -> Result<bool, PostError> {
         let d = &mut self.d;
+        // Before any batch's credit return is computed: replies since the last flush
+        // may have moved the consumer.
+        if d.consumer_behind {
+            d.consumer_behind = false;
+            d.advance_consumer();
+        }
         let need = d.batch_bbs;
         let base = self.sq.producer_counter();
         let mut used: u64 = 0;

@@ -10,15 +10,25 @@
 //! peer can fill that peer's ring and wait forever: copy out what must outlive the
 //! exchange, and answer.
 
-/// Where a request is in its life.
+/// Where a request is in its life, and for a delivered one its sequence number, in one
+/// word: checking a handle against its entry is one compare
+/// ([`Requests::delivered`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReqState {
+pub(crate) struct Tag(u64);
+
+impl Tag {
     /// Parsed, waiting in the context's receive queue.
-    Queued,
-    /// Handed out by `recv`; its handle is alive.
-    Delivered,
-    /// Answered (or dropped with its failed endpoint): its bytes may be reused.
-    Done,
+    pub(crate) const QUEUED: Self = Self(0);
+    /// Answered (or dropped with its failed endpoint), or popped: its bytes may be
+    /// reused, and no handle matches it.
+    pub(crate) const DONE: Self = Self(u64::MAX);
+
+    /// Handed out by `recv` as request `seq`; its handle is alive. Bit 32 keeps it
+    /// apart from `QUEUED` (and `DONE` has bits above 32 set).
+    #[inline]
+    pub(crate) const fn delivered(seq: u32) -> Self {
+        Self(1 << 32 | seq as u64)
+    }
 }
 
 /// A link in the context-wide receive queue: (endpoint index, request sequence), or
@@ -58,7 +68,7 @@ pub(crate) struct Req {
     /// The header's allowance blocks, as the caller paid for them.
     pub(crate) blocks: u32,
     pub(crate) len: u32,
-    pub(crate) state: ReqState,
+    pub(crate) tag: Tag,
     /// The next request in the context's receive queue.
     pub(crate) next: Link,
 }
@@ -68,7 +78,7 @@ const EMPTY: Req = Req {
     call_id: 0,
     blocks: 0,
     len: 0,
-    state: ReqState::Done,
+    tag: Tag::DONE,
     next: Link::NONE,
 };
 
@@ -83,6 +93,9 @@ pub(crate) struct Requests<const N: usize> {
     /// Entries behind the front marked done (answered out of order), not yet popped:
     /// while there are none, popping the front pops only it.
     done_behind: u32,
+    /// Allowance blocks of the unanswered requests (listed and not released), for
+    /// [`unanswered`](Self::unanswered).
+    blocks: u64,
 }
 
 impl<const N: usize> Requests<N> {
@@ -93,6 +106,7 @@ impl<const N: usize> Requests<N> {
             head: 0,
             tail: 0,
             done_behind: 0,
+            blocks: 0,
         }
     }
 
@@ -121,22 +135,25 @@ impl<const N: usize> Requests<N> {
             call_id,
             blocks,
             len,
-            state: ReqState::Queued,
+            tag: Tag::QUEUED,
             next,
         };
         self.tail = seq.wrapping_add(1);
+        self.blocks += u64::from(blocks);
         Some(seq)
     }
 
+    /// Request `seq`, which the receive queue names: queue links only name queued,
+    /// live requests, so the entry is found by masking without the `live` test.
     #[inline]
-    pub(crate) fn get(&self, seq: u32) -> Option<&Req> {
-        if self.live(seq) {
-            Some(&self.entries[seq as usize & (N - 1)])
-        } else {
-            None
-        }
+    pub(crate) fn queued_mut(&mut self, seq: u32) -> &mut Req {
+        debug_assert!(self.live(seq));
+        let e = &mut self.entries[seq as usize & (N - 1)];
+        debug_assert_eq!(e.tag, Tag::QUEUED);
+        e
     }
 
+    /// Request `seq` if it is live (for linking a batch's last request).
     #[inline]
     pub(crate) fn get_mut(&mut self, seq: u32) -> Option<&mut Req> {
         if self.live(seq) {
@@ -146,26 +163,36 @@ impl<const N: usize> Requests<N> {
         }
     }
 
+    /// Request `seq` if it is delivered and not answered: exactly when its entry holds
+    /// `seq`'s delivered tag, because a delivered entry is never popped (so never
+    /// reused) before `release` sets its tag to `DONE`.
+    #[inline]
+    pub(crate) fn delivered(&self, seq: u32) -> Option<&Req> {
+        let e = &self.entries[seq as usize & (N - 1)];
+        (e.tag == Tag::delivered(seq)).then_some(e)
+    }
+
     /// Marks `seq` answered and pops every answered request at the front. Returns
-    /// whether the front moved (only then can the consumer advance).
+    /// whether the front moved (only then can the consumer advance). Every released
+    /// entry, popped or not, is tagged `DONE`, so no handle matches it any more.
+    ///
+    /// `seq` must be live and not released yet: a delivered request (its handle, which
+    /// a release consumes, was checked) or a queued one `recv` drops.
     #[inline]
     pub(crate) fn release(&mut self, seq: u32) -> bool {
-        if !self.live(seq) {
-            return false;
-        }
+        debug_assert!(self.live(seq));
         let e = &mut self.entries[seq as usize & (N - 1)];
+        debug_assert_ne!(e.tag, Tag::DONE, "released twice");
+        e.tag = Tag::DONE;
+        self.blocks -= u64::from(e.blocks);
         if seq != self.head {
-            if e.state != ReqState::Done {
-                e.state = ReqState::Done;
-                self.done_behind += 1;
-            }
+            self.done_behind += 1;
             return false;
         }
-        // The front is popped at once: its state is never read again.
         self.head = seq.wrapping_add(1);
         while self.done_behind > 0
             && self.head != self.tail
-            && self.entries[self.head as usize & (N - 1)].state == ReqState::Done
+            && self.entries[self.head as usize & (N - 1)].tag == Tag::DONE
         {
             self.head = self.head.wrapping_add(1);
             self.done_behind -= 1;
@@ -188,7 +215,18 @@ impl<const N: usize> Requests<N> {
         self.tail
     }
 
-    /// Requests not yet answered.
+    /// How many requests are unanswered (listed and not released), and their
+    /// allowance blocks.
+    #[inline]
+    pub(crate) fn unanswered(&self) -> (u32, u64) {
+        (
+            self.tail.wrapping_sub(self.head) - self.done_behind,
+            self.blocks,
+        )
+    }
+
+    /// Requests listed and not popped (answered ones behind the oldest unanswered one
+    /// included).
     pub(crate) fn len(&self) -> u32 {
         self.tail.wrapping_sub(self.head)
     }
@@ -212,7 +250,7 @@ mod tests {
         );
         r.release(a);
         assert_eq!(r.oldest_start(), Some(96));
-        assert!(r.get(b).is_none(), "popped");
+        assert!(!r.live(b), "popped");
         r.push(128, 4, 0, 0, Link::NONE).unwrap();
         r.push(160, 5, 0, 0, Link::NONE).unwrap();
         r.push(192, 6, 0, 0, Link::NONE).unwrap();
@@ -222,20 +260,51 @@ mod tests {
     }
 
     #[test]
-    fn answers_behind_the_front_pop_with_it_in_any_order_and_only_once() {
+    fn answers_behind_the_front_pop_with_it_in_any_order() {
         let mut r: Requests<8> = Requests::new();
         let s: Vec<u32> = (0..5)
-            .map(|i| r.push(32 * i, i as u32, 0, 0, Link::NONE).unwrap())
+            .map(|i| {
+                r.push(32 * i, i as u32, i as u32 + 1, 0, Link::NONE)
+                    .unwrap()
+            })
             .collect();
+        assert_eq!(r.unanswered(), (5, 1 + 2 + 3 + 4 + 5));
         assert!(!r.release(s[3]));
-        assert!(!r.release(s[3]), "a second release changes nothing");
         assert!(!r.release(s[1]));
+        assert_eq!(
+            r.unanswered(),
+            (3, 1 + 3 + 5),
+            "answered, though not popped"
+        );
         assert!(r.release(s[0]), "pops 0 and 1, stops at 2");
         assert_eq!((r.len(), r.oldest_start()), (3, Some(64)));
         assert!(r.release(s[2]), "pops 2 and 3");
         assert_eq!((r.len(), r.oldest_start()), (1, Some(128)));
         assert!(r.release(s[4]));
         assert_eq!((r.len(), r.oldest_start()), (0, None));
-        assert!(!r.release(s[3]), "popped: not live");
+        assert_eq!(r.unanswered(), (0, 0));
+    }
+
+    #[test]
+    fn only_the_delivered_sequence_number_matches_and_release_unmatches_it() {
+        let mut r: Requests<2> = Requests::new();
+        let a = r.push(0, 7, 0, 0, Link::NONE).unwrap();
+        assert!(r.delivered(a).is_none(), "queued, not delivered");
+        r.queued_mut(a).tag = Tag::delivered(a);
+        assert_eq!(r.delivered(a).map(|e| e.call_id), Some(7));
+        // The same slot one lap on (N = 2), and the slot next to it: no match.
+        assert!(r.delivered(a.wrapping_add(2)).is_none());
+        assert!(r.delivered(a.wrapping_add(1)).is_none());
+        let b = r.push(32, 8, 0, 0, Link::NONE).unwrap();
+        r.queued_mut(b).tag = Tag::delivered(b);
+        // Answered out of order: unmatched at once, though not popped yet.
+        assert!(!r.release(b));
+        assert!(r.delivered(b).is_none());
+        assert!(r.release(a), "pops both");
+        assert!(r.delivered(a).is_none(), "popped: its tag is DONE");
+        // Reusing a's slot queues a new request there; the old number still fails.
+        let c = r.push(64, 9, 0, 0, Link::NONE).unwrap();
+        assert_eq!(c & 1, a & 1);
+        assert!(r.delivered(a).is_none() && r.delivered(c).is_none());
     }
 }

@@ -169,6 +169,14 @@ pub const fn internal_allowance_for_blocks(blocks: u32) -> u64 {
     blocks as u64 * ALIGNMENT + ALIGNMENT + FLOW_METADATA_SIZE
 }
 
+/// The sum of [`internal_allowance_for_blocks`] over `requests` headers whose blocks
+/// add up to `blocks`: the closed form is linear, so a running count and sum give it
+/// without adding allowances one by one.
+#[inline]
+pub const fn internal_allowance_sum(requests: u64, blocks: u64) -> u64 {
+    blocks * ALIGNMENT + requests * (ALIGNMENT + FLOW_METADATA_SIZE)
+}
+
 /// Whether a reply of padded size `reply_padded` (plus its metadata) fits in
 /// `internal_allowance`.
 #[inline]
@@ -218,6 +226,19 @@ pub const fn initial_peer_credit_balance(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowance_sum_is_the_sum_of_the_allowances() {
+        let blocks = [0u32, 1, 7, 128, 4095, u32::MAX];
+        let mut sum = 0;
+        let mut blocks_sum = 0;
+        for (i, &b) in blocks.iter().enumerate() {
+            sum += internal_allowance_for_blocks(b);
+            blocks_sum += u64::from(b);
+            assert_eq!(internal_allowance_sum(i as u64 + 1, blocks_sum), sum);
+        }
+        assert_eq!(internal_allowance_sum(0, 0), 0);
+    }
 
     #[test]
     fn allowance_blocks_is_div_ceil() {
