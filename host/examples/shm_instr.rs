@@ -1,0 +1,108 @@
+//! Instructions per call of delegationrpc and Flux, on one thread and stepped: a window
+//! of 32 calls, then the server answers them all, then the client polls. Nothing spins,
+//! so callgrind's inclusive cost of each `d_*` / `f_*` function, divided by the calls,
+//! is that side's work per call (docs/PERFORMANCE.md, issue 5's reading):
+//!
+//! ```sh
+//! cargo build --release -p host --example shm_instr
+//! valgrind --tool=callgrind --callgrind-out-file=cg.shm target/release/examples/shm_instr 1000
+//! callgrind_annotate --inclusive=yes cg.shm | grep -E 'shm_instr::(d|f)_'
+//! ```
+//!
+//! It says how much each protocol executes, not how long its cache lines take to move
+//! between cores, which is what the two-thread bench (`benches/shm.rs`) measures.
+use std::hint::black_box;
+
+use copyrpc_host::core::deleg;
+use copyrpc_host::core::flux::{Mesh, Msg, NodeCtl, PairCtl, Slab, SlabEntry};
+use copyrpc_host::core::ipc::spsc::Slot;
+use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
+
+type P = [u64; 2];
+const W: u64 = 32;
+
+#[inline(never)]
+fn d_call(c: &mut DelegClient<P, P>, k: u64) {
+    for i in 0..W {
+        c.call(&[k + i, 0]).unwrap();
+    }
+}
+#[inline(never)]
+fn d_serve(s: &mut DelegServer<P, P>) -> u64 {
+    let mut n = 0;
+    if s.poll() > 0 {
+        while let Some(e) = s.recv() {
+            let p = e.payload;
+            s.reply(e.token, &p).unwrap();
+            n += 1;
+        }
+        s.advance_tail();
+    }
+    n
+}
+#[inline(never)]
+fn d_poll(c: &mut DelegClient<P, P>) -> u64 {
+    c.poll(|s, r| {
+        black_box((s, r));
+    }) as u64
+}
+
+type FluxNode = copyrpc_host::core::flux::Node<'static, 'static, P, u64>;
+#[inline(never)]
+fn f_call(a: &mut FluxNode, k: u64) {
+    for i in 0..W {
+        a.call(1, [k + i, 0], k + i).unwrap();
+    }
+}
+#[inline(never)]
+fn f_serve(b: &mut FluxNode) -> u64 {
+    let mut n = 0;
+    while let Some(h) = b.try_recv() {
+        let p = h.payload;
+        b.reply(h, p).unwrap();
+        n += 1;
+    }
+    n
+}
+#[inline(never)]
+fn f_poll(a: &mut FluxNode) -> u64 {
+    a.poll(|u, r| {
+        black_box((u, r));
+    }) as u64
+}
+
+fn main() {
+    let rounds: u64 = std::env::args().nth(1).map_or(1000, |s| s.parse().unwrap());
+    let name = format!("/shm-instr-{}", std::process::id());
+    let cfg = deleg::Config {
+        max_clients: 1,
+        ring_depth: 64,
+        resp_depth: 32,
+    };
+    let opts = ServerOptions {
+        replace_stale: true,
+        ..ServerOptions::default()
+    };
+    let mut s = DelegServer::<P, P>::create(&name, cfg, opts).unwrap();
+    let mut c = DelegClient::<P, P>::connect(&name).unwrap();
+    for r in 0..rounds {
+        d_call(&mut c, r * W);
+        assert_eq!(d_serve(&mut s), W);
+        assert_eq!(d_poll(&mut c), W);
+    }
+    const CAP: usize = 64;
+    let slots = Mesh::<P>::slots_needed(2, CAP);
+    let pairs: &'static [PairCtl] = Vec::leak((0..4).map(|_| PairCtl::new()).collect());
+    let req: &'static [Slot<Msg<P>>] = Vec::leak((0..slots).map(|_| Slot::new()).collect());
+    let resp: &'static [Slot<Msg<P>>] = Vec::leak((0..slots).map(|_| Slot::new()).collect());
+    let nodes: &'static [NodeCtl] = Vec::leak((0..2).map(|_| NodeCtl::new()).collect());
+    let mesh = Mesh::new(2, CAP, pairs, req, resp, nodes).unwrap();
+    let slab = || Slab::new(Vec::leak((0..CAP).map(|_| SlabEntry::new()).collect()));
+    let (mut a, mut b) = (mesh.node(0, slab()).unwrap(), mesh.node(1, slab()).unwrap());
+    for r in 0..rounds {
+        f_call(&mut a, r * W);
+        assert_eq!(f_serve(&mut b), W);
+        assert_eq!(f_poll(&mut a), W);
+    }
+    println!("ok {rounds}");
+}
