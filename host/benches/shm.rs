@@ -9,7 +9,8 @@
 //!   `rtrb` (two rtrb rings), `deleg`, `flux`, `crossbeam_channel`, `array_queue`.
 //! - `window32/*`: throughput with 32 calls in flight, request and response both ways:
 //!   `deleg` vs `array_queue` (crossbeam ArrayQueue pair), `flux` vs `crossbeam_channel`,
-//!   `ipc` vs `rtrb`.
+//!   `ipc` vs `rtrb`; and `array_queue_line`, `flux_line`: the same two with each message
+//!   padded to a 64-byte line, the density delegationrpc's seed layout has.
 //!
 //! Every waiting loop, in every bench, runs [`idle`] (the spin-wait hint) when it found
 //! nothing, the same for our protocols and the baselines.
@@ -317,9 +318,9 @@ fn deleg_echo(server: &mut DelegServer<P, P>, stop: &AtomicBool) {
     }
 }
 
-fn aq_echo(
-    req: &crossbeam_queue::ArrayQueue<P>,
-    resp: &crossbeam_queue::ArrayQueue<P>,
+fn aq_echo<T: Copy>(
+    req: &crossbeam_queue::ArrayQueue<T>,
+    resp: &crossbeam_queue::ArrayQueue<T>,
     stop: &AtomicBool,
 ) {
     while !stop.load(Ordering::Relaxed) {
@@ -334,22 +335,28 @@ fn aq_echo(
     }
 }
 
-type FluxNode = copyrpc_host::core::flux::Node<'static, 'static, P, u64>;
+type FluxNode<T> = copyrpc_host::core::flux::Node<'static, 'static, T, u64>;
+
+/// A `P` padded to one 64-byte cache line: the density delegationrpc's seed layout
+/// imposes (one message per line), given to the baselines in `window32/*_line`.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct LineP(P);
 
 /// Two Flux nodes over leaked memory (the bench process ends soon after).
-fn flux_pair() -> (FluxNode, FluxNode) {
+fn flux_pair<T: Copy + Send>() -> (FluxNode<T>, FluxNode<T>) {
     const CAP: usize = 64;
-    let slots = Mesh::<P>::slots_needed(2, CAP);
+    let slots = Mesh::<T>::slots_needed(2, CAP);
     let pairs: &'static [PairCtl] = Vec::leak((0..4).map(|_| PairCtl::new()).collect());
-    let req: &'static [Slot<Msg<P>>] = Vec::leak((0..slots).map(|_| Slot::new()).collect());
-    let resp: &'static [Slot<Msg<P>>] = Vec::leak((0..slots).map(|_| Slot::new()).collect());
+    let req: &'static [Slot<Msg<T>>] = Vec::leak((0..slots).map(|_| Slot::new()).collect());
+    let resp: &'static [Slot<Msg<T>>] = Vec::leak((0..slots).map(|_| Slot::new()).collect());
     let nodes: &'static [NodeCtl] = Vec::leak((0..2).map(|_| NodeCtl::new()).collect());
     let mesh = Mesh::new(2, CAP, pairs, req, resp, nodes).unwrap();
     let slab = || Slab::new(Vec::leak((0..CAP).map(|_| SlabEntry::new()).collect()));
     (mesh.node(0, slab()).unwrap(), mesh.node(1, slab()).unwrap())
 }
 
-fn flux_echo(node: &mut FluxNode, stop: &AtomicBool) {
+fn flux_echo<T: Copy + Send>(node: &mut FluxNode<T>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         let mut any = false;
         while let Some(h) = node.try_recv() {
@@ -361,6 +368,69 @@ fn flux_echo(node: &mut FluxNode, stop: &AtomicBool) {
             idle();
         }
     }
+}
+
+/// `window32/<name>`: an ArrayQueue pair carrying `msg(i)`.
+fn window_array_queue<T: Copy + Send + 'static>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    msg: fn(u64) -> T,
+) {
+    let req = Arc::new(crossbeam_queue::ArrayQueue::<T>::new(64));
+    let resp = Arc::new(crossbeam_queue::ArrayQueue::<T>::new(64));
+    let (rq, rs) = (req.clone(), resp.clone());
+    let _peer = Peer::spawn(move |stop| aq_echo(&rq, &rs, stop));
+    g.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let t = Instant::now();
+            let (mut sent, mut done) = (0u64, 0u64);
+            while done < iters {
+                while sent < iters && sent - done < WINDOW {
+                    assert!(req.push(msg(sent)).is_ok(), "the window fits the queue");
+                    sent += 1;
+                }
+                let before = done;
+                while let Some(r) = resp.pop() {
+                    black_box(r);
+                    done += 1;
+                }
+                if done == before {
+                    idle();
+                }
+            }
+            t.elapsed()
+        })
+    });
+}
+
+/// `window32/<name>`: two Flux nodes carrying `msg(i)`.
+fn window_flux<T: Copy + Send + 'static>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    msg: fn(u64) -> T,
+) {
+    let (mut a, mut bnode) = flux_pair::<T>();
+    let _peer = Peer::spawn(move |stop| flux_echo(&mut bnode, stop));
+    g.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let t = Instant::now();
+            let (mut sent, mut done) = (0u64, 0u64);
+            while done < iters {
+                while sent < iters && (a.in_flight() as u64) < WINDOW {
+                    a.call(1, msg(sent), sent).unwrap();
+                    sent += 1;
+                }
+                let n = a.poll(|u, r| {
+                    black_box((u, r));
+                }) as u64;
+                done += n;
+                if n == 0 {
+                    idle();
+                }
+            }
+            t.elapsed()
+        })
+    });
 }
 
 fn window32(c: &mut Criterion) {
@@ -403,58 +473,13 @@ fn window32(c: &mut Criterion) {
         });
     }
 
-    {
-        let req = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(64));
-        let resp = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(64));
-        let (rq, rs) = (req.clone(), resp.clone());
-        let _peer = Peer::spawn(move |stop| aq_echo(&rq, &rs, stop));
-        g.bench_function("array_queue", |b| {
-            b.iter_custom(|iters| {
-                let t = Instant::now();
-                let (mut sent, mut done) = (0u64, 0u64);
-                while done < iters {
-                    while sent < iters && sent - done < WINDOW {
-                        req.push([sent, 0]).unwrap();
-                        sent += 1;
-                    }
-                    let before = done;
-                    while let Some(r) = resp.pop() {
-                        black_box(r);
-                        done += 1;
-                    }
-                    if done == before {
-                        idle();
-                    }
-                }
-                t.elapsed()
-            })
-        });
-    }
+    window_array_queue(&mut g, "array_queue", |i| [i, 0]);
+    // The same queues with every message padded to its own cache line, as the seed's
+    // delegationrpc layout has it: the comparison at equal density (docs/PERFORMANCE.md).
+    window_array_queue(&mut g, "array_queue_line", |i| LineP([i, 0]));
 
-    {
-        let (mut a, mut bnode) = flux_pair();
-        let _peer = Peer::spawn(move |stop| flux_echo(&mut bnode, stop));
-        g.bench_function("flux", |b| {
-            b.iter_custom(|iters| {
-                let t = Instant::now();
-                let (mut sent, mut done) = (0u64, 0u64);
-                while done < iters {
-                    while sent < iters && (a.in_flight() as u64) < WINDOW {
-                        a.call(1, [sent, 0], sent).unwrap();
-                        sent += 1;
-                    }
-                    let n = a.poll(|u, r| {
-                        black_box((u, r));
-                    }) as u64;
-                    done += n;
-                    if n == 0 {
-                        idle();
-                    }
-                }
-                t.elapsed()
-            })
-        });
-    }
+    window_flux(&mut g, "flux", |i| [i, 0]);
+    window_flux(&mut g, "flux_line", |i| LineP([i, 0]));
 
     {
         let (req_tx, req_rx) = crossbeam_channel::bounded::<P>(64);
