@@ -380,25 +380,22 @@ fn window_array_queue<T: Copy + Send + 'static>(
     let resp = Arc::new(crossbeam_queue::ArrayQueue::<T>::new(64));
     let (rq, rs) = (req.clone(), resp.clone());
     let _peer = Peer::spawn(move |stop| aq_echo(&rq, &rs, stop));
+    let mut queues = (req, resp);
     g.bench_function(name, |b| {
         b.iter_custom(|iters| {
-            let t = Instant::now();
-            let (mut sent, mut done) = (0u64, 0u64);
-            while done < iters {
-                while sent < iters && sent - done < WINDOW {
-                    assert!(req.push(msg(sent)).is_ok(), "the window fits the queue");
-                    sent += 1;
-                }
-                let before = done;
-                while let Some(r) = resp.pop() {
-                    black_box(r);
-                    done += 1;
-                }
-                if done == before {
-                    idle();
-                }
-            }
-            t.elapsed()
+            window_run(
+                iters,
+                &mut queues,
+                |(req, _), i| assert!(req.push(msg(i)).is_ok(), "the window fits the queue"),
+                |(_, resp)| {
+                    let mut n = 0;
+                    while let Some(r) = resp.pop() {
+                        black_box(r);
+                        n += 1;
+                    }
+                    n
+                },
+            )
         })
     });
 }
@@ -413,24 +410,43 @@ fn window_flux<T: Copy + Send + 'static>(
     let _peer = Peer::spawn(move |stop| flux_echo(&mut bnode, stop));
     g.bench_function(name, |b| {
         b.iter_custom(|iters| {
-            let t = Instant::now();
-            let (mut sent, mut done) = (0u64, 0u64);
-            while done < iters {
-                while sent < iters && (a.in_flight() as u64) < WINDOW {
-                    a.call(1, msg(sent), sent).unwrap();
-                    sent += 1;
-                }
-                let n = a.poll(|u, r| {
-                    black_box((u, r));
-                }) as u64;
-                done += n;
-                if n == 0 {
-                    idle();
-                }
-            }
-            t.elapsed()
+            window_run(
+                iters,
+                &mut a,
+                |a, i| a.call(1, msg(i), i).unwrap(),
+                |a| {
+                    a.poll(|u, r| {
+                        black_box((u, r));
+                    }) as u64
+                },
+            )
         })
     });
+}
+
+/// One `window32` measurement over `iters` calls: keeps [`WINDOW`] calls in flight
+/// (`call(s, i)` sends call `i`) and `drain(s)` takes every answer that has arrived,
+/// returning how many; [`idle`] when none had.
+fn window_run<S>(
+    iters: u64,
+    s: &mut S,
+    call: impl Fn(&mut S, u64),
+    drain: impl Fn(&mut S) -> u64,
+) -> Duration {
+    let t = Instant::now();
+    let (mut sent, mut done) = (0u64, 0u64);
+    while done < iters {
+        while sent < iters && sent - done < WINDOW {
+            call(s, sent);
+            sent += 1;
+        }
+        let n = drain(s);
+        done += n;
+        if n == 0 {
+            idle();
+        }
+    }
+    t.elapsed()
 }
 
 fn window32(c: &mut Criterion) {
@@ -453,22 +469,18 @@ fn window32(c: &mut Criterion) {
         let _peer = Peer::spawn(move |stop| deleg_echo(&mut server, stop));
         g.bench_function("deleg", |b| {
             b.iter_custom(|iters| {
-                let t = Instant::now();
-                let (mut sent, mut done) = (0u64, 0u64);
-                while done < iters {
-                    while sent < iters && u64::from(client.in_flight()) < WINDOW {
-                        client.call(&[sent, 0]).unwrap();
-                        sent += 1;
-                    }
-                    let n = client.poll(|s, r| {
-                        black_box((s, r));
-                    }) as u64;
-                    done += n;
-                    if n == 0 {
-                        idle();
-                    }
-                }
-                t.elapsed()
+                window_run(
+                    iters,
+                    &mut client,
+                    |c, i| {
+                        c.call(&[i, 0]).unwrap();
+                    },
+                    |c| {
+                        c.poll(|s, r| {
+                            black_box((s, r));
+                        }) as u64
+                    },
+                )
             })
         });
     }
@@ -496,25 +508,22 @@ fn window32(c: &mut Criterion) {
                 }
             }
         });
+        let mut ends = (req_tx, resp_rx);
         g.bench_function("crossbeam_channel", |b| {
             b.iter_custom(|iters| {
-                let t = Instant::now();
-                let (mut sent, mut done) = (0u64, 0u64);
-                while done < iters {
-                    while sent < iters && sent - done < WINDOW {
-                        req_tx.send([sent, 0]).unwrap();
-                        sent += 1;
-                    }
-                    let before = done;
-                    while let Ok(r) = resp_rx.try_recv() {
-                        black_box(r);
-                        done += 1;
-                    }
-                    if done == before {
-                        idle();
-                    }
-                }
-                t.elapsed()
+                window_run(
+                    iters,
+                    &mut ends,
+                    |(tx, _), i| tx.send([i, 0]).unwrap(),
+                    |(_, rx)| {
+                        let mut n = 0;
+                        while let Ok(r) = rx.try_recv() {
+                            black_box(r);
+                            n += 1;
+                        }
+                        n
+                    },
+                )
             })
         });
     }
@@ -541,29 +550,25 @@ fn window32(c: &mut Criterion) {
         });
         g.bench_function("ipc", |b| {
             b.iter_custom(|iters| {
-                let t = Instant::now();
-                let (mut sent, mut done) = (0u64, 0u64);
-                while done < iters {
-                    while sent < iters && (client.in_flight() as u64) < WINDOW {
-                        client.call(&[sent, 0], sent).unwrap();
-                        sent += 1;
-                    }
-                    let n = client.poll(|u, r| {
-                        black_box((u, r));
-                    }) as u64;
-                    done += n;
-                    if n == 0 {
-                        idle();
-                    }
-                }
-                t.elapsed()
+                window_run(
+                    iters,
+                    &mut client,
+                    |c, i| {
+                        c.call(&[i, 0], i).unwrap();
+                    },
+                    |c| {
+                        c.poll(|u, r| {
+                            black_box((u, r));
+                        }) as u64
+                    },
+                )
             })
         });
     }
 
     {
-        let (mut req_p, mut req_c) = rtrb::RingBuffer::<P>::new(64);
-        let (mut resp_p, mut resp_c) = rtrb::RingBuffer::<P>::new(64);
+        let (req_p, mut req_c) = rtrb::RingBuffer::<P>::new(64);
+        let (mut resp_p, resp_c) = rtrb::RingBuffer::<P>::new(64);
         let _peer = Peer::spawn(move |stop| {
             while !stop.load(Ordering::Relaxed) {
                 let mut any = false;
@@ -578,25 +583,22 @@ fn window32(c: &mut Criterion) {
                 }
             }
         });
+        let mut ends = (req_p, resp_c);
         g.bench_function("rtrb", |b| {
             b.iter_custom(|iters| {
-                let t = Instant::now();
-                let (mut sent, mut done) = (0u64, 0u64);
-                while done < iters {
-                    while sent < iters && sent - done < WINDOW {
-                        req_p.push([sent, 0]).unwrap();
-                        sent += 1;
-                    }
-                    let before = done;
-                    while let Ok(r) = resp_c.pop() {
-                        black_box(r);
-                        done += 1;
-                    }
-                    if done == before {
-                        idle();
-                    }
-                }
-                t.elapsed()
+                window_run(
+                    iters,
+                    &mut ends,
+                    |(tx, _), i| tx.push([i, 0]).unwrap(),
+                    |(_, rx)| {
+                        let mut n = 0;
+                        while let Ok(r) = rx.pop() {
+                            black_box(r);
+                            n += 1;
+                        }
+                        n
+                    },
+                )
             })
         });
     }
