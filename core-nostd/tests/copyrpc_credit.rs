@@ -240,3 +240,55 @@ fn flush_that_finds_the_sq_full_keeps_its_credit_and_retries() {
         assert_conserved(&p);
     });
 }
+
+#[test]
+fn a_reply_moves_the_consumer_at_the_next_flush_or_at_once_when_it_was_the_last_held() {
+    big_stack(|| {
+        let mut p: P = Pair::new(Opts::new(1, 4096));
+        let ea = p.a.eps[0];
+        for k in 0..3u8 {
+            p.a.ctx
+                .call_with_allowance(ea, &[k; 40], 8, k.into())
+                .unwrap();
+        }
+        let mut held = Vec::new();
+        while held.len() < 3 {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.step();
+            p.b.ctx.poll(|_, _| unreachable!());
+            while let Some(h) = p.b.ctx.recv() {
+                held.push(h);
+            }
+            assert!(p.steps < 1000, "the three requests did not arrive");
+        }
+        let consumer = |p: &P| snap(p).1.recv_consumer;
+        let parsed_to = consumer(&p);
+        // The oldest answered: the consumer may pass it, once the flush that sends the
+        // reply runs, not before (the reply leaves two requests held).
+        let first = held.remove(0);
+        first.reply(&mut p.b.ctx, b"0").unwrap();
+        assert_eq!(consumer(&p), parsed_to, "a reply alone does not move it");
+        p.b.ctx.poll(|_, _| unreachable!());
+        let past_first = consumer(&p);
+        assert!(past_first > parsed_to, "the flush moved it past the first");
+        // The newest answered: the second still holds the consumer.
+        let third = held.pop().unwrap();
+        third.reply(&mut p.b.ctx, b"2").unwrap();
+        p.b.ctx.poll(|_, _| unreachable!());
+        assert_eq!(consumer(&p), past_first, "the second still holds it");
+        // The last one held: the consumer passes everything parsed at once, with no
+        // flush in between, so a peer reading it sees the ring free.
+        let second = held.pop().unwrap();
+        second.reply(&mut p.b.ctx, b"1").unwrap();
+        let all = consumer(&p);
+        assert!(all > past_first, "moved by the reply itself");
+        assert_eq!(snap(&p).1.unanswered_requests, 0);
+        p.b.ctx.poll(|_, _| unreachable!());
+        assert_eq!(consumer(&p), all, "nothing left for the flush to move");
+        let mut got = Vec::new();
+        settle(&mut p, &mut got);
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1, 2]);
+        assert_conserved(&p);
+    });
+}
