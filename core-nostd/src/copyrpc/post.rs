@@ -42,8 +42,18 @@ impl<const REQS: usize> EpData<REQS> {
         let bytes = self.send_mem.bytes(off, r.write_len() as usize);
         // SAFETY: `bytes` lies in the send ring, registered under this lkey
         // (`Context::create_endpoint` contract). They stay unmodified while the device
-        // may read them: the producer rewrites a send-ring byte only after the peer's
-        // consumer has passed it, which it can only do after this WRITE delivered it.
+        // may read them for the first transmission: the producer rewrites a send-ring
+        // byte only after the peer's consumer has passed it, which it can only do after
+        // this WRITE delivered it.
+        //
+        // A retransmission can read them later (the WRITE arrived but its ACK was lost,
+        // and RC resends from there, WRITEs included, while the WQE is still
+        // outstanding), possibly after the producer rewrote some. That is harmless
+        // because the two rings mirror each other offset for offset: a byte we still
+        // hold unchanged is one the peer has not consumed, so the resend writes the
+        // value it already has; a byte we rewrote is one the peer consumed, free space
+        // on its side until the WRITE that carries the new value, which is posted after
+        // this one and so also lands after the resend.
         let payload = unsafe { Payload::registered(bytes, self.send_mem.lkey()) };
         let remote = Remote {
             addr: self.peer.recv.addr + off as u64,
