@@ -51,26 +51,10 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
 
     fn try_take(region: Region<'a, Req, Resp>, id: u32, owner: u32) -> Option<Self> {
         let e = region.client_entry(id);
-        // A6 (pairs with R6 of the client that took the id): its reservation of an id,
-        // made before, is visible to our next reload of the count.
-        let word = e.state.load(Ordering::Acquire);
-        let (state, epoch) = ClientState::unpack(word);
-        if state != ClientState::Free {
-            return None;
-        }
-        let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
-        // A4 (pairs with R4 in Server::process_retirements): the server's last writes to
-        // this id's response slots happen before we clear them below. R6 (pairs with A6
-        // in another client's scan): our reservation is visible to whoever sees the id
-        // taken. A6 on failure: as the load above.
-        e.state
-            .compare_exchange(
-                word,
-                ClientState::Active.pack(epoch),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .ok()?;
+        // A4/A6/R6 (`ClientState::activate`; A4 pairs with R4 in
+        // Server::process_retirements): the server's last writes to this id's response
+        // slots happen before we clear them below.
+        let epoch = ClientState::activate(&e.state)?;
         // Relaxed: the client table is read by the server's host for liveness only.
         e.owner.store(owner, Ordering::Relaxed);
         // Relaxed: read by the server only for an evicted client (see Server::hole).

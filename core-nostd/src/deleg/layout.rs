@@ -174,6 +174,36 @@ impl ClientState {
         };
         (s, word >> 2)
     }
+
+    /// Takes id `state` belongs to for a new client if it is `Free`: one CAS makes it
+    /// `Active` with its epoch bumped. Returns the new epoch, or `None` if the id is not
+    /// free (or another client took it first). Shared by the delegationrpc and ipc
+    /// clients, whose `claim_client_id` scans offer ids to it.
+    ///
+    /// Orderings: A6 (the load, and the CAS on failure; pairs with R6 of the client that
+    /// took the id) makes that client's reservation of an id, made before, visible to the
+    /// caller's next reload of the count. R6 (the CAS; pairs with A6 in another client's
+    /// scan) does the same for the caller's reservation. A4 (the CAS; pairs with R4 of
+    /// the server that freed the id) orders the server's last writes for the previous
+    /// owner before the caller takes the id's slots or rings over.
+    #[inline]
+    pub(crate) fn activate(state: &AtomicU32) -> Option<u32> {
+        let word = state.load(Ordering::Acquire);
+        let (st, epoch) = Self::unpack(word);
+        if st != Self::Free {
+            return None;
+        }
+        let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
+        state
+            .compare_exchange(
+                word,
+                Self::Active.pack(epoch),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .ok()?;
+        Some(epoch)
+    }
 }
 
 /// Client-id assignment, shared by delegationrpc and ipc: reserves a never-used id if

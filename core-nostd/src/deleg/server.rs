@@ -466,8 +466,9 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             if self.cursor >= until {
                 // Relaxed: server-private field.
                 e.drain_until.store(u64::MAX, Ordering::Relaxed);
-                // R4 (pairs with A4 in Client::try_take): our last writes to this id's
-                // response slots happen before the next owner clears them.
+                // R4 (pairs with A4 in ClientState::activate, from Client::try_take): our
+                // last writes to this id's response slots happen before the next owner
+                // clears them.
                 e.state
                     .store(ClientState::Free.pack(epoch), Ordering::Release);
                 self.stats.reclaimed += 1;

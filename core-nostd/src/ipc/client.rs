@@ -41,28 +41,10 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
         }
         // The lowest free id: the fresh one reserved is only offered in its turn.
         let (id, epoch) = claim_client_id(&h.next_client_id, region.cfg.max_clients, false, |id| {
-            let e = region.client_entry(id);
-            // A6 (pairs with R6 of the client that took the id): its reservation of an
-            // id, made before, is visible to the next reload of the count.
-            let word = e.state.load(Ordering::Acquire);
-            let (st, epoch) = ClientState::unpack(word);
-            if st != ClientState::Free {
-                return None;
-            }
-            let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
-            // A4 (pairs with R4 in Server::retire): the server's drain of this id's rings
-            // and its last replies happen before we take them over. R6 (pairs with A6 in
-            // another client's scan): our reservation is visible to whoever sees the id
-            // taken. A6 on failure: as the load above.
-            e.state
-                .compare_exchange(
-                    word,
-                    ClientState::Active.pack(epoch),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .ok()?;
-            Some((id, epoch))
+            // A4/A6/R6 (`ClientState::activate`; A4 pairs with R4 in Server::retire): the
+            // server's drain of this id's rings and its last replies happen before we
+            // take them over.
+            ClientState::activate(&region.client_entry(id).state).map(|epoch| (id, epoch))
         })
         .ok_or(IpcConnectError::NoFreeClientId)?;
         let e = region.client_entry(id);

@@ -97,8 +97,8 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         unsafe {
             self.region.req_ctl[id as usize].discard_all(&self.region.req_slots(id));
         }
-        // R4 (pairs with A4 in Client::connect): the drain and our last replies happen
-        // before the next owner of the id takes the rings.
+        // R4 (pairs with A4 in ClientState::activate, from Client::connect): the drain
+        // and our last replies happen before the next owner of the id takes the rings.
         self.region.clients[id as usize]
             .state
             .store(ClientState::Free.pack(epoch), Ordering::Release);
