@@ -1,8 +1,9 @@
 //! Echo throughput of two copyrpc contexts on the stepped software device, at batch 1,
 //! 16 and 64 (calls queued before a poll), with the server answering through `recv`
-//! and `reply_with` (`recv/*`) or inside `poll_serve` (`inpoll/*`). One thread does everything (both contexts and
-//! the device), so this measures the work per call of core + driver + model together;
-//! `scripts/instr.sh` separates the core's share in instructions.
+//! and `reply_with` (`recv/*`) or inside `poll_serve` (`inpoll/*`). One thread does
+//! everything (both contexts and the device), so this measures the work per call of
+//! core + driver + model together; `scripts/instr.sh` separates the core's share in
+//! instructions.
 //!
 //! `cargo bench -p copyrpc-tests --bench copyrpc_echo`
 
