@@ -2,10 +2,13 @@
 //! with the replies leaving in the same poll; requests a handler leaves are queued for
 //! `recv` in arrival order, and nothing is offered past them; an oversize reply is
 //! refused with the request handed back.
+//!
+//! `flush`: replies written after `poll` leave without another poll, and an endpoint
+//! that failed is left, calls and all, for the next poll to complete.
 
 mod copyrpc_common;
 
-use copyrpc_common::{big_stack, pattern, Opts, Pair};
+use copyrpc_common::{big_stack, pattern, serve_echo, Opts, Pair};
 use copyrpc_core::copyrpc::{Error, Incoming};
 
 /// Echoes `r` (cut to its allowance); panics if the reply is refused.
@@ -181,5 +184,107 @@ fn oversize_reply_in_poll_is_refused_and_the_request_comes_back() {
         }
         got.sort();
         assert_eq!(got, vec![(1, vec![7; 52]), (2, b"late".to_vec())]);
+    });
+}
+
+#[test]
+fn flush_sends_replies_written_after_poll_without_another_poll() {
+    big_stack(|| {
+        let mut p: Pair<2, 256, 2048> = Pair::new(Opts::new(2, 65536));
+        let mut k = 0u64;
+        for _ in 0..50 {
+            let calls = k..k + 6;
+            for i in calls.clone() {
+                let ep = p.a.eps[i as usize % 2];
+                p.a.ctx.call(ep, &pattern(i, 40), i).unwrap();
+            }
+            k += 6;
+            // A sends; B polls until every request is queued for recv.
+            let mut queued = 0;
+            let mut handles = Vec::new();
+            while queued < 6 {
+                p.a.ctx.poll(|_, _| unreachable!("nothing answered yet"));
+                p.step();
+                p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+                while let Some(h) = p.b.ctx.recv() {
+                    queued += 1;
+                    handles.push(h);
+                }
+                assert!(p.steps < 100_000, "stalled\n{}", p.dump());
+            }
+            let posted = p.b.ctx.stats().batches_posted;
+            for h in handles {
+                let len = h.data(&p.b.ctx).len();
+                h.reply_with(&mut p.b.ctx, len, |req, out| out.copy_from_slice(req))
+                    .unwrap();
+            }
+            assert_eq!(
+                p.b.ctx.stats().batches_posted,
+                posted,
+                "a reply only writes"
+            );
+            p.b.ctx.flush();
+            assert_eq!(
+                p.b.ctx.stats().batches_posted,
+                posted + 2,
+                "one batch per endpoint, posted by flush"
+            );
+            // B does not poll again: every response reaches A all the same.
+            let mut got = Vec::new();
+            while got.len() < 6 {
+                p.step();
+                p.a.ctx.poll(|i, r| {
+                    assert_eq!(r.expect("no failures"), &pattern(i, 40)[..]);
+                    got.push(i);
+                });
+                assert!(p.steps < 100_000, "stalled\n{}", p.dump());
+            }
+            got.sort_unstable();
+            assert_eq!(got, calls.collect::<Vec<_>>());
+        }
+    });
+}
+
+#[test]
+fn flush_leaves_a_failed_endpoint_for_poll_to_complete_once() {
+    big_stack(|| {
+        let mut p: Pair<2, 256, 2048> = Pair::new(Opts::new(2, 65536));
+        let (dead, live) = (p.a.eps[0], p.a.eps[1]);
+        for i in 0..4u64 {
+            p.a.ctx.call(dead, &pattern(i, 8), i).unwrap();
+        }
+        p.a.ctx.call(live, &pattern(9, 8), 9).unwrap();
+        p.a.ctx.fail_endpoint(dead).unwrap();
+        let posted = p.a.ctx.stats().batches_posted;
+        p.a.ctx.flush();
+        assert_eq!(
+            p.a.ctx.stats().batches_posted,
+            posted + 1,
+            "the live endpoint's batch went out, the failed one's did not"
+        );
+        assert_eq!(p.a.ctx.pending_calls(), 5, "flush completes nothing");
+        p.a.ctx.flush();
+        assert_eq!(p.a.ctx.pending_calls(), 5);
+        // The next poll completes each call of the failed endpoint once, with an error.
+        let mut failed = Vec::new();
+        p.a.ctx.poll(|i, r| {
+            assert_eq!(r.err(), Some(Error::EndpointFailed), "call {i}");
+            failed.push(i);
+        });
+        failed.sort_unstable();
+        assert_eq!(failed, [0, 1, 2, 3]);
+        // The live call is answered as usual.
+        let mut got = None;
+        while got.is_none() {
+            p.step();
+            serve_echo(&mut p.b.ctx);
+            p.b.ctx.flush();
+            p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+            p.a.ctx.poll(|i, r| {
+                assert!(r.is_ok() && got.replace(i).is_none());
+            });
+            assert!(p.steps < 100_000, "stalled\n{}", p.dump());
+        }
+        assert_eq!((got, p.a.ctx.pending_calls()), (Some(9), 0));
     });
 }

@@ -168,7 +168,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                     continue;
                 };
                 let pending = self.pending.on_ep(i as u16);
-                let idle = match e.flush(pending, &mut self.stats) {
+                let idle = match e.flush(pending, true, &mut self.stats) {
                     Ok(idle) => idle,
                     Err(_) => {
                         e.d.state = EpState::Failed { drained: false };
@@ -187,6 +187,43 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             }
         }
         handled
+    }
+
+    /// Posts what is due on every endpoint with something to send, as step 4 of
+    /// [`poll`](Self::poll) does, without reading either CQ. For a loop that answers
+    /// after `poll` ([`recv`](Self::recv) and a reply) and wants the replies on the wire
+    /// now instead of at its next poll, a turn of the loop later.
+    ///
+    /// What it cannot post (the send queue is full) stays queued for the next poll, as
+    /// in `poll`. An endpoint that fails here is reported by the next poll, which
+    /// completes its pending calls with [`Error::EndpointFailed`]; `flush` takes no
+    /// callback, so it completes nothing. It does not count toward the idle-peer probe
+    /// (that counts polls).
+    pub fn flush(&mut self) {
+        for w in 0..EPS.div_ceil(64) {
+            let mut bits = self.dirty.word(w);
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let Some(e) = self.eps.get_mut(i).and_then(Option::as_mut) else {
+                    self.dirty.clear(i);
+                    continue;
+                };
+                // A failed endpoint stays in the set until poll's drain.
+                if matches!(e.d.state, EpState::Failed { .. }) {
+                    continue;
+                }
+                let pending = self.pending.on_ep(i as u16);
+                match e.flush(pending, false, &mut self.stats) {
+                    Ok(true) => self.dirty.clear(i),
+                    Ok(false) => {}
+                    Err(_) => {
+                        e.d.state = EpState::Failed { drained: false };
+                        self.stats.endpoints_failed += 1;
+                    }
+                }
+            }
+        }
     }
 
     fn fail(&mut self, ep: u16) {

@@ -93,14 +93,21 @@ impl<const REQS: usize> Endpoint<REQS> {
     /// the send queue lacks room. `pending` is the number of calls awaiting a response.
     /// Returns whether the endpoint is idle: nothing was due, and no probe count runs
     /// (so the next flush does nothing either until one of its inputs changes).
+    /// `turn`: a poll's flush, which counts toward the probe interval (a flush between
+    /// polls, [`Context::flush`](super::Context::flush), neither counts nor probes).
     #[inline]
-    pub(crate) fn flush(&mut self, pending: u32, stats: &mut Stats) -> Result<bool, PostError> {
+    pub(crate) fn flush(
+        &mut self,
+        pending: u32,
+        turn: bool,
+        stats: &mut Stats,
+    ) -> Result<bool, PostError> {
         let d = &mut self.d;
         if d.state != EpState::Connected {
             return Ok(true);
         }
         // Idle polls only matter for the probe; without one they are not counted.
-        let probe = d.cfg.probe_interval != 0 && {
+        let probe = turn && d.cfg.probe_interval != 0 && {
             if pending > 0 {
                 d.idle_polls = d.idle_polls.saturating_add(1);
             } else {
