@@ -33,7 +33,7 @@ row() { # batch payload pattern mode
   cost() { grep -E "echo_rig::$1 \[" <<<"$ann" | head -1 | awk '{gsub(",", "", $1); print $1}'; }
   local a_call a_poll b d n
   a_call=$(cost core_call); a_poll=$(cost core_poll_caller); d=$(cost device_step)
-  if [ "$mode" = recv ]; then b=$(cost core_serve); else b=$(cost core_serve_in_poll); fi
+  if [ "$mode" = inpoll ]; then b=$(cost core_serve_in_poll); else b=$(cost core_serve); fi
   n=$(( (calls / batch) * batch ))   # calls made; each side handles 2n messages
   printf '%-6s %-8s %-7s %-7s %12s %12s %12s %12s %12s %12s\n' "$batch" "${payload}B" "$pattern" "$mode" \
     "$a_call" "$a_poll" "$b" "$d" "$(per_msg $(( a_call + a_poll )) "$n")" "$(per_msg "$b" "$n")"
@@ -41,9 +41,10 @@ row() { # batch payload pattern mode
 for batch in 1 16 64; do
   for payload in 32 128; do
     # A in rounds (one batch in flight, wait for all) or a window of two batches;
-    # B answering through recv + reply_with, or inside poll with poll_serve.
+    # B answering through recv + reply_with (the replies leave with its next poll, or
+    # with `flush` at once), or inside poll with poll_serve.
     for pattern in rounds window; do
-      for mode in recv inpoll; do
+      for mode in recv flush inpoll; do
         # A window at batch 1 is the rounds pattern; two batches of 64 calls of 128 B
         # reserve more response allowance than the 64 KiB ring's cap (ring/4) grants.
         if [ "$pattern" = window ] && { [ "$batch" = 1 ] || { [ "$batch" = 64 ] && [ "$payload" = 128 ]; }; }; then

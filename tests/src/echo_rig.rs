@@ -71,15 +71,21 @@ pub enum Serve {
     /// `poll`, then `recv` and `reply_with` for each queued request: the reply goes
     /// out with the next poll.
     Recv,
+    /// As `Recv`, then `flush`: the replies go out in the same turn.
+    RecvFlush,
     /// `poll_serve`, answering each request as it is parsed: the reply goes out with
     /// the same poll.
     InPoll,
 }
 
 /// Side B polls (takes requests, flushes earlier replies) and answers every request
-/// with its own bytes; returns how many it answered.
+/// with its own bytes; with `flush`, it then flushes so the replies go out now rather
+/// than with the next poll. Returns how many it answered.
+///
+/// One function for both, so `recv` and `reply_with` each have one call site: with two,
+/// the compiler stops inlining them, and the count would measure that instead.
 #[inline(never)]
-pub fn core_serve(ctx: &mut Context<u64, 1, 256, 2048>) -> u64 {
+pub fn core_serve(ctx: &mut Context<u64, 1, 256, 2048>, flush: bool) -> u64 {
     ctx.poll(|_, _| unreachable!("B makes no calls"));
     let mut n = 0;
     while let Some(h) = ctx.recv() {
@@ -87,6 +93,9 @@ pub fn core_serve(ctx: &mut Context<u64, 1, 256, 2048>) -> u64 {
         h.reply_with(ctx, len, |req, out| out.copy_from_slice(req))
             .expect("an echo fits its allowance");
         n += 1;
+    }
+    if flush {
+        ctx.flush();
     }
     n
 }
@@ -152,7 +161,8 @@ pub fn run(
 fn turn(p: &mut EchoPair, serve: Serve) -> u64 {
     let got = core_poll_caller(&mut p.a.ctx);
     match serve {
-        Serve::Recv => core_serve(&mut p.b.ctx),
+        Serve::Recv => core_serve(&mut p.b.ctx, false),
+        Serve::RecvFlush => core_serve(&mut p.b.ctx, true),
         Serve::InPoll => core_serve_in_poll(&mut p.b.ctx),
     };
     device_step(p);

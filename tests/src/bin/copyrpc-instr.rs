@@ -11,8 +11,9 @@ fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let serve = match args.get(3).map(String::as_str) {
         None | Some("recv") => Serve::Recv,
+        Some("flush") => Serve::RecvFlush,
         Some("inpoll") => Serve::InPoll,
-        Some(other) => panic!("unknown serve mode {other:?}: recv or inpoll"),
+        Some(other) => panic!("unknown serve mode {other:?}: recv, flush or inpoll"),
     };
     let pattern = match args.get(4).map(String::as_str) {
         None | Some("rounds") => Pattern::Rounds,
