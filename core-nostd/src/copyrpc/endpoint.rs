@@ -132,7 +132,9 @@ impl ReplyWriter<'_> {
     /// `blocks` allowance blocks, filled by `fill(out)`; releases the allowance.
     /// Returns whether it opened a batch or wrapped (the endpoint then needs a flush).
     /// [`ReplyFail::Refused`]: over the allowance, nothing changed.
-    #[inline]
+    ///
+    /// Always inlined: see `Context::reply_with` and `Context::call_with_allowance`.
+    #[inline(always)]
     pub(crate) fn write(
         &mut self,
         call_id: u32,
@@ -329,7 +331,9 @@ impl<const REQS: usize> EpData<REQS> {
     /// Writes a request into the send ring, after every check that could refuse it.
     /// Returns whether it opened a batch or wrapped (the endpoint then needs a flush;
     /// an append to an open batch does not change that).
-    #[inline]
+    ///
+    /// Always inlined: see `Context::reply_with` and `Context::call_with_allowance`.
+    #[inline(always)]
     pub(crate) fn write_call(
         &mut self,
         call_id: u32,
@@ -398,7 +402,9 @@ impl<const REQS: usize> EpData<REQS> {
     /// otherwise the flush that sends the reply moves it first (`consumer_behind`), once
     /// for all the replies it carries. A reply always leaves something to flush, so that
     /// flush comes.
-    #[inline]
+    ///
+    /// Always inlined: see `Context::reply_with` and `Context::call_with_allowance`.
+    #[inline(always)]
     pub(crate) fn write_reply(
         &mut self,
         seq: u32,
