@@ -39,8 +39,12 @@ pub fn pair() -> EchoPair {
 
 /// Side A queues `n` calls (`k`, `k + 1`, ..). One frame for the batch, so the figure
 /// is the core's work per call, not the rig's call overhead.
+///
+/// `SITE` makes one copy per calling pattern, so the binary calls `call_with_allowance`
+/// from two places, as applications do: the compiler's inlining choices for one call
+/// site are not the ones an application gets (docs/PERFORMANCE.md, "Inlining").
 #[inline(never)]
-pub fn core_call(
+pub fn core_call<const SITE: u8>(
     ctx: &mut Context<u64, 1, 256, 2048>,
     ep: EndpointId,
     payload: &[u8],
@@ -79,13 +83,13 @@ pub enum Serve {
 }
 
 /// Side B polls (takes requests, flushes earlier replies) and answers every request
-/// with its own bytes; with `flush`, it then flushes so the replies go out now rather
+/// with its own bytes; with `FLUSH`, it then flushes so the replies go out now rather
 /// than with the next poll. Returns how many it answered.
 ///
-/// One function for both, so `recv` and `reply_with` each have one call site: with two,
-/// the compiler stops inlining them, and the count would measure that instead.
+/// One copy per mode, so the binary calls `recv` and `reply_with` from two places (see
+/// [`core_call`]).
 #[inline(never)]
-pub fn core_serve(ctx: &mut Context<u64, 1, 256, 2048>, flush: bool) -> u64 {
+pub fn core_serve<const FLUSH: bool>(ctx: &mut Context<u64, 1, 256, 2048>) -> u64 {
     ctx.poll(|_, _| unreachable!("B makes no calls"));
     let mut n = 0;
     while let Some(h) = ctx.recv() {
@@ -94,7 +98,7 @@ pub fn core_serve(ctx: &mut Context<u64, 1, 256, 2048>, flush: bool) -> u64 {
             .expect("an echo fits its allowance");
         n += 1;
     }
-    if flush {
+    if FLUSH {
         ctx.flush();
     }
     n
@@ -161,8 +165,8 @@ pub fn run(
 fn turn(p: &mut EchoPair, serve: Serve) -> u64 {
     let got = core_poll_caller(&mut p.a.ctx);
     match serve {
-        Serve::Recv => core_serve(&mut p.b.ctx, false),
-        Serve::RecvFlush => core_serve(&mut p.b.ctx, true),
+        Serve::Recv => core_serve::<false>(&mut p.b.ctx),
+        Serve::RecvFlush => core_serve::<true>(&mut p.b.ctx),
         Serve::InPoll => core_serve_in_poll(&mut p.b.ctx),
     };
     device_step(p);
@@ -182,7 +186,7 @@ pub fn window(
     let (mut sent, mut got, mut steps) = (0u64, 0u64, 0u64);
     while got < calls {
         if sent < calls && p.a.ctx.pending_calls() <= batch as usize {
-            core_call(&mut p.a.ctx, ep, payload, first + sent, batch);
+            core_call::<1>(&mut p.a.ctx, ep, payload, first + sent, batch);
             sent += u64::from(batch);
         }
         got += turn(p, serve);
@@ -200,7 +204,7 @@ pub fn window(
 /// every response is back. Returns the steps it took.
 pub fn round(p: &mut EchoPair, batch: u32, payload: &[u8], first: u64, serve: Serve) -> u64 {
     let ep = p.a.eps[0];
-    core_call(&mut p.a.ctx, ep, payload, first, batch);
+    core_call::<0>(&mut p.a.ctx, ep, payload, first, batch);
     let (mut got, mut steps) = (0u64, 0u64);
     while got < u64::from(batch) {
         got += turn(p, serve);
