@@ -40,6 +40,8 @@
 //!    [`Context::connect`] on both sides. No message follows: both start with credit.
 //! 4. Loop: `call`, `poll(|user_data, result| ..)`, `recv` and `reply`; or
 //!    `poll_serve(.., |request| request.reply(..))` to answer requests as they arrive.
+//!    Replies (and calls) written after a poll go out with the next one, or at once
+//!    with [`Context::flush`].
 //!
 //! # Memory
 //!
