@@ -1,4 +1,4 @@
-//! No heap allocation in the steady-state call / poll / recv / reply loop: a counting
+//! No heap allocation in the steady-state call / poll / recv / reply / flush loop: a counting
 //! global allocator watches the thread while two contexts echo thousands of calls
 //! through the device model, wraps and credit batches included.
 
@@ -49,6 +49,7 @@ fn steady_state_allocates_nothing() {
                 p.b.ctx.poll(|_, _| unreachable!());
             }
             serve_echo(&mut p.b.ctx);
+            p.b.ctx.flush();
             p.step();
         };
         // Warm-up, unwatched: the test's own first-use allocations (thread locals,
