@@ -156,36 +156,11 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         self.send_cq.update_ci();
 
         // Steps 4 and 5 per endpoint, in index order: an endpoint's drain depends only
-        // on its own flush. Only endpoints in the dirty set: the others' flush would
-        // find nothing due and they have nothing to drain (`Dirty`'s invariant).
-        for w in 0..EPS.div_ceil(64) {
-            let mut bits = self.dirty.word(w);
-            while bits != 0 {
-                let i = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let Some(e) = self.eps.get_mut(i).and_then(Option::as_mut) else {
-                    self.dirty.clear(i);
-                    continue;
-                };
-                let pending = self.pending.on_ep(i as u16);
-                let idle = match e.flush(pending, true, &mut self.stats) {
-                    Ok(idle) => idle,
-                    Err(_) => {
-                        e.d.state = EpState::Failed { drained: false };
-                        self.stats.endpoints_failed += 1;
-                        false
-                    }
-                };
-                if e.d.state == (EpState::Failed { drained: false }) {
-                    e.d.state = EpState::Failed { drained: true };
-                    self.pending
-                        .drain_ep(i as u16, |u| on_response(u, Err(Error::EndpointFailed)));
-                    self.dirty.clear(i);
-                } else if idle {
-                    self.dirty.clear(i);
-                }
-            }
-        }
+        // on its own flush.
+        self.flush_dirty(true, |pending, ep| {
+            pending.drain_ep(ep, |u| on_response(u, Err(Error::EndpointFailed)));
+            true
+        });
         handled
     }
 
@@ -200,6 +175,21 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// callback, so it completes nothing. It does not count toward the idle-peer probe
     /// (that counts polls).
     pub fn flush(&mut self) {
+        // A failed endpoint stays in the set, undrained, for poll.
+        self.flush_dirty(false, |_, _| false);
+    }
+
+    /// Flushes the endpoints in the dirty set (`turn`: for a poll, see
+    /// `Endpoint::flush`), only those: the others' flush would find nothing due and
+    /// they have nothing to drain (`Dirty`'s invariant). An endpoint failed and not yet
+    /// drained goes to `drain`, which completes its pending calls and returns true, or
+    /// returns false to leave it in the set for the next poll.
+    #[inline]
+    fn flush_dirty(
+        &mut self,
+        turn: bool,
+        mut drain: impl FnMut(&mut Pending<U, CALLS>, u16) -> bool,
+    ) {
         for w in 0..EPS.div_ceil(64) {
             let mut bits = self.dirty.word(w);
             while bits != 0 {
@@ -209,18 +199,22 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                     self.dirty.clear(i);
                     continue;
                 };
-                // A failed endpoint stays in the set until poll's drain.
-                if matches!(e.d.state, EpState::Failed { .. }) {
-                    continue;
-                }
                 let pending = self.pending.on_ep(i as u16);
-                match e.flush(pending, false, &mut self.stats) {
-                    Ok(true) => self.dirty.clear(i),
-                    Ok(false) => {}
+                let idle = match e.flush(pending, turn, &mut self.stats) {
+                    Ok(idle) => idle,
                     Err(_) => {
                         e.d.state = EpState::Failed { drained: false };
                         self.stats.endpoints_failed += 1;
+                        false
                     }
+                };
+                if e.d.state == (EpState::Failed { drained: false }) {
+                    if drain(&mut self.pending, i as u16) {
+                        e.d.state = EpState::Failed { drained: true };
+                        self.dirty.clear(i);
+                    }
+                } else if idle {
+                    self.dirty.clear(i);
                 }
             }
         }
