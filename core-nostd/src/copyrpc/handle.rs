@@ -73,9 +73,9 @@ impl RecvHandle {
             })
     }
 
-    /// Answers with `payload` (sent by the next poll). No ring-full check: the credit
-    /// the caller paid guarantees room. Refused, with the handle back, if the payload
-    /// exceeds the allowance the request reserved.
+    /// Answers with `payload` (sent by the next poll, or by [`Context::flush`]). No
+    /// ring-full check: the credit the caller paid guarantees room. Refused, with the
+    /// handle back, if the payload exceeds the allowance the request reserved.
     #[inline(always)]
     pub fn reply<U, const E: usize, const C: usize, const R: usize>(
         self,
