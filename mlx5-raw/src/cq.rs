@@ -195,7 +195,7 @@ impl Cq {
         // A-CQE (pairs with the device's `op_own` write; in the software model its
         // Release store after the CQE body): the owner check.
         let op_own = self.own.load_acquire();
-        if op_own >> 4 == CQE_INVALID || op_own & CQE_OWNER_MASK != self.sw_owner {
+        if !self.is_software_owned(op_own) {
             return None;
         }
         // Body after owner: "read the CQE body only after the owner check" (cq.c).
@@ -207,6 +207,21 @@ impl Cq {
         // `CqeRef` borrows `self`.
         let bytes = unsafe { self.ring.block64(off) };
         Some(CqeRef { bytes, index: ci })
+    }
+
+    /// Whether the slot whose `op_own` byte reads `op_own` holds a CQE for this lap.
+    #[inline]
+    fn is_software_owned(&self, op_own: u8) -> bool {
+        op_own >> 4 != CQE_INVALID && op_own & CQE_OWNER_MASK == self.sw_owner
+    }
+
+    /// Whether [`poll`](Self::poll) would find nothing now: the owner check alone, for
+    /// a poll loop that skips its work while every queue is quiet. The load is Acquire
+    /// as in `poll`, though nothing is read on its strength: a CQE it sees is read only
+    /// through `poll`, which checks again.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        !self.is_software_owned(self.own.load_acquire())
     }
 
     /// Polls up to `max` CQEs, handing each to `f`, then writes the consumer-index

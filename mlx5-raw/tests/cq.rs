@@ -143,6 +143,23 @@ fn three_laps_of_the_owner_bit() {
 }
 
 #[test]
+fn is_empty_agrees_with_poll_across_laps() {
+    let mem = CqMem::new(4, 64, 0);
+    let mut cq = mem.cq();
+    assert!(cq.is_empty(), "fresh");
+    for p in 0..13u32 {
+        mem.produce(p, &req_cqe(7, p as u16));
+        // Peeking does not consume: it says so again, and poll then takes the CQE.
+        assert!(!cq.is_empty() && !cq.is_empty(), "CQE {p} written");
+        assert_eq!(cq.poll().map(|c| c.index()), Some(p));
+        // The next slot holds nothing of this lap (nothing yet, or the last lap's CQE).
+        assert!(cq.is_empty(), "after CQE {p}");
+        assert!(cq.poll().is_none());
+        cq.update_ci();
+    }
+}
+
+#[test]
 fn consumer_index_record_is_written_only_by_update() {
     let mem = CqMem::new(8, 64, 0);
     let mut cq = mem.cq();
