@@ -203,6 +203,25 @@ fn corrupt_link_is_reported() {
 }
 
 #[test]
+fn post_batch_stops_at_a_corrupt_link_keeping_what_it_posted() {
+    let mem = SrqMem::new(8, 32);
+    let mut srq = mem.srq(1);
+    mem.buf.write(3 * 32 + 2, &[0x00, 0x0c]); // next[3] = 12, out of range
+    assert_eq!(
+        srq.post_batch(6),
+        Err(SrqPostError::CorruptLink { index: 3, next: 12 })
+    );
+    // 0, 1 and 2 went out (their links were sound), with their doorbell.
+    assert_eq!((srq.outstanding(), srq.counter()), (3, 3));
+    assert_eq!(mem.dbr(), 3);
+    assert_eq!(
+        srq.post(),
+        Err(SrqPostError::CorruptLink { index: 3, next: 12 }),
+        "the head stays on the corrupt WQE"
+    );
+}
+
+#[test]
 fn counter_wraps_past_65536_with_shuffled_completions() {
     let mem = SrqMem::new(16, 64);
     let mut srq = mem.srq(0x42);
