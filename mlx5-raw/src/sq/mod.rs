@@ -112,6 +112,26 @@ fn write_wqe<D: WqeDest>(
     debug_assert_eq!(cur.off, plan.ds * SEND_WQE_DS);
 }
 
+/// [`write_wqe`] for a WQE that runs past the end of the ring: rare (a WQE wraps once
+/// a lap at most), so kept out of line, which lets the common path keep the plan in
+/// registers.
+#[cold]
+#[inline(never)]
+fn write_wrapping_wqe(
+    ring: &mut RingMem,
+    start: usize,
+    ctrl: &CtrlSeg,
+    remote: Option<Remote>,
+    plan: &Plan<'_>,
+) {
+    write_wqe(
+        &mut WqeCursor::new(Wrapping { ring, start }),
+        ctrl,
+        remote,
+        plan,
+    );
+}
+
 /// A send queue over raw queue memory. See the module docs.
 #[derive(Debug)]
 pub struct Sq {
@@ -414,13 +434,7 @@ impl Sq {
         // doorbell, after the span is dropped.
         match unsafe { self.ring.span_mut(start, plan.ds * SEND_WQE_DS) } {
             Some(span) => write_wqe(&mut WqeCursor::new(Span(span)), &ctrl, remote, &plan),
-            None => {
-                let dest = Wrapping {
-                    ring: &mut self.ring,
-                    start,
-                };
-                write_wqe(&mut WqeCursor::new(dest), &ctrl, remote, &plan);
-            }
+            None => write_wrapping_wqe(&mut self.ring, start, &ctrl, remote, &plan),
         }
 
         self.pi += u64::from(bbs);
