@@ -1,8 +1,9 @@
 //! The failure modes an earlier implementation of this design had, each pinned here
 //! (the compile-time ones are `compile_fail` doctests on `RecvHandle`): oversize replies
 //! are refused, requests are served in arrival order, moving the context is sound, SRQ
-//! WQEs are retired by the `wqe_counter` each completion reports. And a context of MiBs
-//! is built in place (`Context::init`), not on the stack.
+//! WQEs are retired by the `wqe_counter` each completion reports, the idle-peer probe
+//! keeps its interval. And a context of MiBs is built in place (`Context::init`), not
+//! on the stack.
 
 mod copyrpc_common;
 
@@ -217,6 +218,41 @@ fn a_call_left_unanswered_is_probed_every_interval_and_idle_polls_post_nothing()
         let s = p.a.ctx.stats();
         assert!(s.batches_posted <= posted + 1, "at most one credit batch");
         assert_eq!(s.reads_posted, reads);
+    });
+}
+
+#[test]
+fn a_call_after_a_long_quiet_spell_is_probed_only_after_its_interval() {
+    big_stack(|| {
+        let mut o = Opts::new(1, 4096);
+        o.cfg.probe_interval = 16;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let turn = |p: &mut Pair<1, 64, 128>| {
+            p.a.ctx.poll(|_, _| unreachable!("B holds the call"));
+            p.b.ctx.poll(|_, _| unreachable!("B makes no calls"));
+            p.step();
+        };
+        // 1000 polls with nothing pending: the probe clock runs, nothing is due.
+        for _ in 0..1000 {
+            turn(&mut p);
+        }
+        assert_eq!(p.a.ctx.stats().probes_posted, 0);
+        // A call B takes and holds. The polls before it do not count toward its probe:
+        // none goes out while the batch is sent, nor in the 15 polls after it.
+        p.a.ctx.call(p.a.eps[0], b"hold", 1).unwrap();
+        let mut held = None;
+        for _ in 0..15 {
+            turn(&mut p);
+            held = held.or_else(|| p.b.ctx.recv());
+        }
+        assert_eq!(p.a.ctx.stats().probes_posted, 0, "probed too early");
+        // Then it comes, within a quarter interval of being due (the probe sweep).
+        for _ in 0..6 {
+            turn(&mut p);
+        }
+        assert_eq!(p.a.ctx.stats().probes_posted, 1);
+        let h = held.expect("the request arrived");
+        h.reply(&mut p.b.ctx, b"late").unwrap();
     });
 }
 

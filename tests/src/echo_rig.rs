@@ -19,7 +19,7 @@
 )]
 pub mod rig;
 
-use copyrpc_core::copyrpc::{Context, EndpointId};
+use copyrpc_core::copyrpc::{Context, EndpointConfig, EndpointId};
 use rig::{Opts, Pair};
 
 /// Endpoints, pending calls, requests held per endpoint (ring 64 KiB / 32).
@@ -29,11 +29,13 @@ pub type EchoPair = Pair<1, 256, 2048>;
 pub const RING: usize = 64 << 10;
 
 /// A pair with one endpoint each way and no link latency (a step delivers what was
-/// sent), so the loop measures work, not simulated waiting.
+/// sent), so the loop measures work, not simulated waiting. The endpoints have the
+/// library's default settings, the idle-peer probe included (the test rig's own
+/// default probes every 64 polls).
 pub fn pair() -> EchoPair {
     let mut o = Opts::new(1, RING);
     o.link.latency_ns = 0;
-    o.cfg.probe_interval = 0;
+    o.cfg.probe_interval = EndpointConfig::for_ring(RING as u64).probe_interval;
     Pair::new(o)
 }
 

@@ -67,19 +67,30 @@ pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
     pub(crate) rq_tail: Link,
     /// Endpoints `poll` must visit (flush, fail-drain); see [`Dirty`].
     pub(crate) dirty: Dirty,
+    /// Polls so far (`poll` and `poll_serve`, idle ones included): the clock of the
+    /// idle-peer probe.
+    pub(crate) polls: u64,
+    /// Every this many polls, endpoints with pending calls are visited so a probe that
+    /// fell due is posted ([`sweep_probes`](Self::sweep_probes)): a quarter of the
+    /// smallest `probe_interval` of the endpoints, or `u64::MAX` with no probing one.
+    pub(crate) probe_sweep: u64,
+    /// The poll count at which the next sweep runs.
+    pub(crate) next_sweep: u64,
     pub(crate) stats: Stats,
 }
 
 /// The endpoints a poll must visit: one bit per endpoint index (≤ 256).
 ///
 /// Invariant: an endpoint whose bit is clear is one whose last flush found nothing due
-/// (no queued range, no open batch, no READ wanted or due, no credit batch wanted, no
-/// probe count running) and not failed-undrained, and none of whose inputs to that
-/// decision changed since. Every change sets the bit: a call or reply that opens a
-/// batch or wraps (appending to an open batch needs none: an open batch keeps the bit
-/// set), a refused call, a received batch or send completion of the endpoint, a
-/// failure, `connect`. So skipping a clear endpoint skips only a flush that would do
-/// nothing, and an empty poll is two CQ checks.
+/// (no queued range, no open batch, no READ wanted or due, no credit batch wanted) and
+/// not failed-undrained, and none of whose inputs to that decision changed since, the
+/// poll count aside. Every change sets the bit: a call or reply that opens a batch or
+/// wraps (appending to an open batch needs none: an open batch keeps the bit set), a
+/// refused call, a received batch or send completion of the endpoint, a failure,
+/// `connect`. The poll count only matters for the idle-peer probe, and the probe sweep
+/// sets the bit of every endpoint with pending calls every `probe_sweep` polls. So
+/// skipping a clear endpoint skips only a flush that would do nothing (or a probe the
+/// next sweep catches), and an idle poll is two CQ checks and two compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Dirty([u64; 4]);
 
@@ -171,6 +182,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 rq_head: _,
                 rq_tail: _,
                 dirty: _,
+                polls: _,
+                probe_sweep: _,
+                next_sweep: _,
                 stats: _,
             } = c;
         };
@@ -193,6 +207,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             (&raw mut (*p).rq_head).write(Link::NONE);
             (&raw mut (*p).rq_tail).write(Link::NONE);
             (&raw mut (*p).dirty).write(Dirty::NONE);
+            (&raw mut (*p).polls).write(0);
+            (&raw mut (*p).probe_sweep).write(u64::MAX);
+            (&raw mut (*p).next_sweep).write(u64::MAX);
             (&raw mut (*p).stats).write(Stats::default());
             Ok(slot.assume_init_mut())
         }
@@ -248,6 +265,13 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             .insert(sq.qpn(), slot as u16)
             .map_err(|()| Error::TooManyEndpoints)?;
         ctrl.store_consumer(0);
+        if cfg.probe_interval != 0 {
+            let sweep = u64::from(cfg.probe_interval / 4).max(1);
+            if sweep < self.probe_sweep {
+                self.probe_sweep = sweep;
+                self.next_sweep = self.polls.saturating_add(sweep);
+            }
+        }
         self.eps[slot] = Some(Endpoint {
             sq,
             d: EpData::new(cfg, send_mem, recv_mem, ctrl),

@@ -83,8 +83,10 @@ pub(crate) struct EpData<const REQS: usize> {
     pub(crate) read: Option<u64>,
     /// A call found the ring full: read the peer's consumer at the next flush.
     pub(crate) want_read: bool,
-    /// Polls since anything arrived while calls were pending.
-    pub(crate) idle_polls: u32,
+    /// The context's poll count when this endpoint last showed life or had reason not
+    /// to expect any: a batch or READ result arrived, a batch or probe went out, or
+    /// no call was pending. A probe is due `probe_interval` polls after it.
+    pub(crate) quiet_since: u64,
     /// SQ positions of raw READ/WRITE WQEs in flight.
     pub(crate) raw: Fifo<u64, RAW_OPS>,
     pub(crate) raw_done: u64,
@@ -246,7 +248,7 @@ impl<const REQS: usize> EpData<REQS> {
             consumer_behind: false,
             read: None,
             want_read: false,
-            idle_polls: 0,
+            quiet_since: 0,
             raw: Fifo::new(),
             raw_done: 0,
             raw_failed: 0,

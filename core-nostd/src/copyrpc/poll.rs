@@ -109,11 +109,47 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     ///
     /// Each step is bounded (at most one CQ's worth of completions per CQ), so `poll`
     /// always returns. Returns the number of completions handled.
+    ///
+    /// A poll that finds both CQs empty and no endpoint with anything to post returns
+    /// at once: that test is the whole cost of an idle poll.
+    #[inline]
     pub fn poll(&mut self, on_response: impl FnMut(U, Result<&[u8], Error>)) -> usize {
+        if self.start_poll() {
+            return 0;
+        }
         self.poll_inner::<false>(on_response, |_| {})
     }
 
-    /// [`poll`](Self::poll), and with `SERVE` [`poll_serve`](Self::poll_serve).
+    /// Counts a poll and says whether it has nothing to do: no CQE in either CQ, every
+    /// endpoint's flush would find nothing due (`Dirty`'s invariant), and no probe
+    /// sweep is due. The SRQ needs nothing either: only a recv completion consumes its
+    /// WQEs.
+    #[inline(always)]
+    pub(crate) fn start_poll(&mut self) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        // Only the words `EPS` endpoints can use: one for up to 64.
+        (0..EPS.div_ceil(64)).all(|w| self.dirty.word(w) == 0)
+            && self.polls < self.next_sweep
+            && self.recv_cq.is_empty()
+            && self.send_cq.is_empty()
+    }
+
+    /// Marks every endpoint with pending calls for a visit, so the flush posts the
+    /// idle-peer probe of any whose interval ran out while nothing else called for a
+    /// visit. Every `probe_sweep` polls: a probe goes out at most a quarter of its
+    /// interval late.
+    #[cold]
+    fn sweep_probes(&mut self) {
+        self.next_sweep = self.polls.saturating_add(self.probe_sweep);
+        for (i, e) in self.eps.iter().enumerate() {
+            if e.is_some() && self.pending.on_ep(i as u16) > 0 {
+                self.dirty.set(i as u16);
+            }
+        }
+    }
+
+    /// [`poll`](Self::poll), and with `SERVE` [`poll_serve`](Self::poll_serve), once
+    /// [`start_poll`](Self::start_poll) said there is something to do.
     #[inline]
     pub(crate) fn poll_inner<const SERVE: bool>(
         &mut self,
@@ -155,6 +191,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
         self.send_cq.update_ci();
 
+        if self.polls >= self.next_sweep {
+            self.sweep_probes();
+        }
         // Steps 4 and 5 per endpoint, in index order: an endpoint's drain depends only
         // on its own flush.
         self.flush_dirty(true, |pending, ep| {
@@ -200,7 +239,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                     continue;
                 };
                 let pending = self.pending.on_ep(i as u16);
-                let idle = match e.flush(pending, turn, &mut self.stats) {
+                let idle = match e.flush(pending, turn, self.polls, &mut self.stats) {
                     Ok(idle) => idle,
                     Err(_) => {
                         e.d.state = EpState::Failed { drained: false };
@@ -257,7 +296,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             return;
         }
         self.stats.batches_received += 1;
-        e.d.idle_polls = 0;
+        e.d.quiet_since = self.polls;
         // Credit, consumer and pending calls change: the next flush decides anew.
         self.dirty.set(ep);
         // Offered only while nothing waits in the receive queue (arrival order).
@@ -287,7 +326,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         };
         // Send-queue room, the peer's consumer (a READ) may change: flush decides anew.
         self.dirty.set(ep);
-        if !e.on_send_completion(c, &mut self.stats) {
+        if !e.on_send_completion(c, self.polls, &mut self.stats) {
             self.fail(ep);
         }
     }

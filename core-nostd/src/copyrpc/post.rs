@@ -90,57 +90,60 @@ impl<const REQS: usize> EpData<REQS> {
 impl<const REQS: usize> Endpoint<REQS> {
     /// Posts what is due: queued wrap ranges, the open batch, a credit-only batch, a
     /// READ of the peer's consumer. Stops (keeping everything for the next poll) when
-    /// the send queue lacks room. `pending` is the number of calls awaiting a response.
-    /// Returns whether the endpoint is idle: nothing was due, and no probe count runs
-    /// (so the next flush does nothing either until one of its inputs changes).
-    /// `turn`: a poll's flush, which counts toward the probe interval (a flush between
-    /// polls, [`Context::flush`](super::Context::flush), neither counts nor probes).
+    /// the send queue lacks room. `pending` is the number of calls awaiting a response,
+    /// `polls` the context's poll count. Returns whether the endpoint is idle: nothing
+    /// was due, so the next flush does nothing either until one of its inputs changes
+    /// (a probe falling due is the context's probe sweep to notice).
+    ///
+    /// `turn`: a poll's flush, which may probe (a flush between polls,
+    /// [`Context::flush`](super::Context::flush), does not). A probe is due once calls
+    /// have been pending for `probe_interval` polls in which nothing arrived and nothing
+    /// was sent: while batches go out, their own acknowledgements (or error completions)
+    /// show whether the peer lives.
     #[inline]
     pub(crate) fn flush(
         &mut self,
         pending: u32,
         turn: bool,
+        polls: u64,
         stats: &mut Stats,
     ) -> Result<bool, PostError> {
         let d = &mut self.d;
         if d.state != EpState::Connected {
             return Ok(true);
         }
-        // Idle polls only matter for the probe; without one they are not counted.
-        let probe = turn && d.cfg.probe_interval != 0 && {
-            if pending > 0 {
-                d.idle_polls = d.idle_polls.saturating_add(1);
-            } else {
-                d.idle_polls = 0;
-            }
-            pending > 0 && d.idle_polls >= d.cfg.probe_interval
-        };
-        // Nothing to post (the common poll): no queued range, no open batch, no READ
-        // due, no credit to return or grant. Decided before a WQE batch is opened.
+        if d.ranges.len() != 0 || d.send.batch_count() != 0 {
+            // Sending: no probe, the batches' own acknowledgements (or error
+            // completions) will show whether the peer lives.
+            d.quiet_since = polls;
+            return self.post_due(false, polls, stats);
+        }
+        if pending == 0 {
+            d.quiet_since = polls;
+        }
+        let probe = turn
+            && pending > 0
+            && d.cfg.probe_interval != 0
+            && polls.wrapping_sub(d.quiet_since) >= u64::from(d.cfg.probe_interval);
+        // Nothing to post (the common poll): no queued range, no open batch (above), no
+        // READ due, no credit to return or grant. Decided before a WQE batch is opened.
         // (`wants_credit_batch` may arm `want_read`, so that is tested after it.)
-        if d.ranges.len() == 0
-            && d.send.batch_count() == 0
-            && !probe
-            && !d.wants_credit_batch()
-            && !d.want_read
-        {
+        if !probe && !d.wants_credit_batch() && !d.want_read {
             // A reply since the last flush left a batch open (or wrap ranges), so the
             // consumer it may have moved is caught up in `post_due`, not needed here.
             debug_assert!(!d.consumer_behind);
             // A batch opened without messages would not show in `batch_count`: keep
             // visiting then (`post_due` never leaves one, this is belt and braces).
-            let counting = d.cfg.probe_interval != 0 && pending > 0;
-            return Ok(!counting && d.send.meta_pos().is_none());
+            return Ok(d.send.meta_pos().is_none());
         }
-        let idle = self.post_due(probe, stats)?;
-        Ok(idle && !(self.d.cfg.probe_interval != 0 && pending > 0))
+        self.post_due(probe, polls, stats)
     }
 
     /// The posting part of [`flush`](Self::flush), once something is due. Returns
     /// whether it left nothing due: everything posted, and the credit-batch test (run
     /// after the batches went out, so on the inputs the next flush would see) said no.
     #[inline(never)]
-    fn post_due(&mut self, probe: bool, stats: &mut Stats) -> Result<bool, PostError> {
+    fn post_due(&mut self, probe: bool, polls: u64, stats: &mut Stats) -> Result<bool, PostError> {
         let d = &mut self.d;
         // Before any batch's credit return is computed: replies since the last flush
         // may have moved the consumer.
@@ -201,7 +204,7 @@ impl<const REQS: usize> Endpoint<REQS> {
             d.want_read = false;
             stats.reads_posted += 1;
             if probe {
-                d.idle_polls = 0;
+                d.quiet_since = polls;
                 stats.probes_posted += 1;
             }
         }
@@ -213,9 +216,14 @@ impl<const REQS: usize> Endpoint<REQS> {
             && d.send.meta_pos().is_none())
     }
 
-    /// Handles a send completion of this endpoint's QP. Returns false if it reports an
-    /// error (the caller fails the endpoint).
-    pub(crate) fn on_send_completion(&mut self, c: &Completion, stats: &mut Stats) -> bool {
+    /// Handles a send completion of this endpoint's QP, in the context's poll number
+    /// `polls`. Returns false if it reports an error (the caller fails the endpoint).
+    pub(crate) fn on_send_completion(
+        &mut self,
+        c: &Completion,
+        polls: u64,
+        stats: &mut Stats,
+    ) -> bool {
         let ok = !c.is_error();
         if self.sq.retire_completion(c).is_err() {
             return false;
@@ -230,7 +238,7 @@ impl<const REQS: usize> Endpoint<REQS> {
                     if d.consumer.on_read(value, d.send.producer()).is_err() {
                         return false;
                     }
-                    d.idle_polls = 0;
+                    d.quiet_since = polls;
                     stats.reads_completed += 1;
                 }
             }

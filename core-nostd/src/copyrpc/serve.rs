@@ -127,6 +127,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         on_response: impl FnMut(U, Result<&[u8], Error>),
         on_request: impl FnMut(Incoming<'_>),
     ) -> usize {
+        if self.start_poll() {
+            return 0;
+        }
         self.poll_inner::<true>(on_response, on_request)
     }
 }
