@@ -16,9 +16,11 @@ pub struct EndpointConfig {
     pub inline_head: u32,
     /// Every this many WQEs asks for a completion (seed: 64).
     pub signal_interval: u32,
-    /// While calls are pending on the endpoint and nothing arrives, an RDMA READ of the
-    /// peer's consumer position is posted every this many polls: a dead peer or link
-    /// then surfaces as an error completion instead of silence. 0 disables it.
+    /// While calls are pending on the endpoint and nothing arrives or is sent, an RDMA
+    /// READ of the peer's consumer position is posted every this many polls (up to a
+    /// quarter interval later: the context checks every quarter of the smallest
+    /// interval among its endpoints): a dead peer or link then surfaces as an error
+    /// completion instead of silence. 0 disables it.
     pub probe_interval: u32,
 }
 

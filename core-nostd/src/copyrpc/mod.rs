@@ -56,9 +56,10 @@
 //! An error completion on an endpoint's QP (or [`Context::fail_endpoint`]) fails the
 //! endpoint: every pending call on it completes once, through the same callback as a
 //! response, with [`Error::EndpointFailed`]; its queued requests are dropped; calls and
-//! replies on it are refused. While calls wait and nothing arrives, an endpoint READs
-//! the peer's consumer every `probe_interval` polls, so a dead peer or link turns into
-//! an error completion rather than silence.
+//! replies on it are refused. While calls wait and nothing arrives or is sent, an
+//! endpoint READs the peer's consumer every `probe_interval` polls, so a dead peer or
+//! link turns into an error completion rather than silence. The polls are counted by
+//! the context, so an idle poll costs the same however many calls wait.
 
 mod config;
 mod context;
