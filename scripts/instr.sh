@@ -6,6 +6,8 @@
 #
 #   scripts/instr.sh [MESSAGES_PER_SIDE]      (default 64000)
 #
+# The last line is the cost of one idle poll while a call waits unanswered.
+#
 # Payloads are 32 and 128 B: 64 calls of 512 B would need more response allowance than
 # the 64 KiB ring's reservation cap (ring/4) grants, so the caller would be refused.
 #
@@ -55,3 +57,11 @@ for batch in 1 16 64; do
     done
   done
 done
+# A client waiting: one call held unanswered, A polls with nothing arriving (the default
+# probe interval, so the probe clock runs and a READ goes out every 4096 polls).
+polls=20000
+f="$out/cg.idle"
+valgrind --tool=callgrind --callgrind-out-file="$f" target/release/copyrpc-instr idle "$polls" >/dev/null 2>&1 \
+  || { echo "copyrpc-instr idle $polls failed" >&2; exit 1; }
+idle=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep -E 'echo_rig::core_poll_caller \[' | head -1 | awk '{gsub(",", "", $1); print $1}')
+echo "idle poll with a call pending (A, $polls polls, the wait for the call included): $(awk -v c="$idle" -v n="$polls" 'BEGIN { printf "%.1f", c / n }') instr/poll"

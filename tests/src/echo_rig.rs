@@ -132,6 +132,33 @@ pub fn device_step(p: &mut EchoPair) {
     p.step();
 }
 
+/// Idle polling: A makes one call, which B takes and holds unanswered, then polls
+/// `polls` times with nothing arriving (the device steps between polls, so the probe
+/// READs the default interval brings complete). A's instructions per poll are then
+/// what a client pays per poll while it waits. Returns the probes A posted.
+pub fn idle(p: &mut EchoPair, polls: u64) -> u64 {
+    let ep = p.a.eps[0];
+    core_call::<0>(&mut p.a.ctx, ep, b"hold", 0, 1);
+    let mut held = None;
+    let mut steps = 0;
+    while held.is_none() {
+        core_poll_caller(&mut p.a.ctx);
+        p.b.ctx.poll(|_, _| unreachable!("B makes no calls"));
+        held = p.b.ctx.recv();
+        device_step(p);
+        steps += 1;
+        assert!(steps < 100, "the call never arrived\n{}", p.dump());
+    }
+    for _ in 0..polls {
+        assert_eq!(core_poll_caller(&mut p.a.ctx), 0, "B holds the call");
+        device_step(p);
+    }
+    let h = held.expect("taken above");
+    h.reply(&mut p.b.ctx, b"late")
+        .expect("the allowance covers it");
+    p.a.ctx.stats().probes_posted
+}
+
 /// How side A issues its calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pattern {

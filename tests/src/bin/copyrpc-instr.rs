@@ -4,11 +4,25 @@
 //! (`recv`: `recv` + `reply_with`, the default; `inpoll`: `poll_serve`) and how side A
 //! calls (`rounds`, the default, or a `window` of two batches).
 //! Prints the messages exchanged so the script can divide without guessing.
+//!
+//! `copyrpc-instr idle POLLS`: A polls POLLS times while one call waits unanswered
+//! (`echo_rig::idle`); the script divides A's poll cost by POLLS.
 
 use copyrpc_tests::echo_rig::{Pattern, Serve};
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("idle") {
+        let polls: u64 = args
+            .get(1)
+            .and_then(|a| a.parse().ok())
+            .expect("usage: copyrpc-instr idle POLLS");
+        return on_big_stack(move || {
+            let mut p = copyrpc_tests::echo_rig::pair();
+            let probes = copyrpc_tests::echo_rig::idle(&mut p, polls);
+            println!("polls={polls} probes={probes}");
+        });
+    }
     let serve = match args.get(3).map(String::as_str) {
         None | Some("recv") => Serve::Recv,
         Some("flush") => Serve::RecvFlush,
@@ -30,16 +44,21 @@ fn main() {
         .collect();
     let (batch, rounds) = (args[0] as u32, args[1]);
     let payload = vec![0x5a; args.get(2).copied().unwrap_or(32) as usize];
-    // The device model is a large value built on the stack before it is boxed.
+    on_big_stack(move || {
+        let mut p = copyrpc_tests::echo_rig::pair();
+        let k = rounds * u64::from(batch);
+        copyrpc_tests::echo_rig::run(&mut p, batch, &payload, 0, k, serve, pattern);
+        // Requests plus responses, each handled once by each side.
+        println!("calls={k} messages={}", 2 * k);
+    });
+}
+
+/// Runs `f` on a thread with room for the device model, a large value built on the
+/// stack before it is boxed.
+fn on_big_stack(f: impl FnOnce() + Send + 'static) {
     std::thread::Builder::new()
         .stack_size(256 << 20)
-        .spawn(move || {
-            let mut p = copyrpc_tests::echo_rig::pair();
-            let k = rounds * u64::from(batch);
-            copyrpc_tests::echo_rig::run(&mut p, batch, &payload, 0, k, serve, pattern);
-            // Requests plus responses, each handled once by each side.
-            println!("calls={k} messages={}", 2 * k);
-        })
+        .spawn(f)
         .unwrap()
         .join()
         .unwrap();
