@@ -32,7 +32,7 @@ impl<'sq> SqBatch<'sq> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(
         &mut self,
         opcode: SendOpcode,
@@ -71,7 +71,7 @@ impl<'sq> SqBatch<'sq> {
 
     /// RDMA WRITE with immediate: the responder consumes one receive WQE and gets `imm`
     /// (raw bytes, copied verbatim) in its CQE.
-    #[inline]
+    #[inline(always)]
     pub fn rdma_write_imm(
         &mut self,
         remote: Remote,
@@ -146,7 +146,7 @@ impl<'sq> SqBatch<'sq> {
     /// Rings one doorbell for every WQE of the batch (nothing if it is empty). With
     /// exactly one WQE that fits a BlueFlame buffer, the WQE is copied to the BlueFlame
     /// register; otherwise the 8-byte doorbell carries the last WQE's ctrl head.
-    #[inline]
+    #[inline(always)]
     pub fn finish(mut self) {
         if let Some(last) = self.last.take() {
             self.sq.ring_doorbell(last, self.count);

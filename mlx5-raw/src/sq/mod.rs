@@ -132,6 +132,41 @@ fn write_wrapping_wqe(
     );
 }
 
+/// [`write_wqe`] for a WQE without gather entries (ctrl, raddr, inline data, at most one
+/// data segment) into `wqe`, exactly its bytes, before the ring end: each segment is one
+/// fixed-size store into a slice split off the front instead of a cursor write at a
+/// running offset. The layout is `write_wqe`'s (the tests compare both).
+#[inline(always)]
+fn write_contig(
+    wqe: &mut [u8],
+    ctrl: &CtrlSeg,
+    remote: Option<Remote>,
+    inline: &[u8],
+    tail: Option<DataSeg>,
+) -> Option<()> {
+    let (seg, mut rest) = wqe.split_first_chunk_mut::<SEND_WQE_DS>()?;
+    *seg = zerocopy::transmute!(*ctrl);
+    if let Some(r) = remote {
+        let (seg, after) = rest.split_first_chunk_mut::<SEND_WQE_DS>()?;
+        *seg = zerocopy::transmute!(RaddrSeg::new(r.addr, r.rkey));
+        rest = after;
+    }
+    if !inline.is_empty() {
+        let (seg, after) = rest.split_at_mut_checked((4 + inline.len()).next_multiple_of(SEND_WQE_DS))?;
+        // The last 16 bytes zeroed first, so the padding after the data is zero; header
+        // and data then overwrite their part (as in `write_wqe`).
+        *seg.last_chunk_mut::<SEND_WQE_DS>()? = [0; SEND_WQE_DS];
+        let (hdr, data) = seg.split_first_chunk_mut::<4>()?;
+        *hdr = zerocopy::transmute!(InlineSegHdr::new(inline.len() as u32));
+        data.get_mut(..inline.len())?.copy_from_slice(inline);
+        rest = after;
+    }
+    if let Some(d) = tail {
+        *rest.first_chunk_mut::<SEND_WQE_DS>()? = zerocopy::transmute!(d);
+    }
+    Some(())
+}
+
 /// A send queue over raw queue memory. See the module docs.
 #[derive(Debug)]
 pub struct Sq {
@@ -398,8 +433,94 @@ impl Sq {
     }
 
     /// Builds one WQE at `pi` and advances `pi`. Nothing is written on error.
-    #[inline]
+    #[inline(always)]
     fn post(
+        &mut self,
+        opcode: SendOpcode,
+        remote: Option<Remote>,
+        payload: Repr<'_>,
+        imm: [u8; 4],
+        flags: FmCeSe,
+    ) -> Result<Posted, PostError> {
+        let contig = match payload {
+            Repr::Inline(bytes) => Some((bytes, None)),
+            Repr::Registered { bytes, lkey } => Some((bytes, Some(lkey))),
+            Repr::Gather(_) => None,
+        };
+        if let Some((bytes, lkey)) = contig {
+            if let Some(posted) = self.post_contig(opcode, remote, bytes, lkey, imm, flags) {
+                return Ok(posted);
+            }
+        }
+        self.post_general(opcode, remote, payload, imm, flags)
+    }
+
+    /// The common case of [`post`](Self::post): a WQE of contiguous bytes (all inline,
+    /// or an inline head and one data segment) that fits in the free WQEBBs before the
+    /// ring end, written straight into the ring. Returns `None`, having written and
+    /// changed nothing, for every other case (a gather-free payload that is refused,
+    /// needs more room than is free, or runs past the ring end):
+    /// [`post_general`](Self::post_general) then builds it or says why not. Both lay the
+    /// WQE out alike (the tests compare them byte for byte).
+    #[inline(always)]
+    fn post_contig(
+        &mut self,
+        opcode: SendOpcode,
+        remote: Option<Remote>,
+        bytes: &[u8],
+        lkey: Option<u32>,
+        imm: [u8; 4],
+        flags: FmCeSe,
+    ) -> Option<Posted> {
+        let (inline, tail) = if bytes.len() <= self.cfg.max_inline as usize {
+            (bytes, None)
+        } else {
+            // `inline_head <= max_inline < bytes.len()`, so the split is in bounds.
+            let (head, rest) = bytes.split_at_checked(self.cfg.inline_head as usize)?;
+            let len = u32::try_from(rest.len()).ok().filter(|l| *l < 1 << 31)?;
+            // `as` exposes the provenance, as in `plan`.
+            (head, Some(DataSeg::new(len, lkey?, rest.as_ptr() as u64)))
+        };
+        let inline_bytes = if inline.is_empty() {
+            0
+        } else {
+            (4 + inline.len()).next_multiple_of(SEND_WQE_DS)
+        };
+        let wqe_bytes = SEND_WQE_DS * (1 + usize::from(remote.is_some()) + usize::from(tail.is_some()))
+            + inline_bytes;
+        // `SqConfig` limits (checked by `new`) keep every such WQE within
+        // MAX_WQE_BYTES, so only the queue's room can refuse it.
+        debug_assert!(wqe_bytes <= MAX_WQE_BYTES);
+        let bbs = wqe_bytes.div_ceil(SEND_WQE_BB) as u32;
+        if bbs > self.free_bbs() {
+            return None;
+        }
+        let (signaled, fm_ce_se) = self.signal(flags, bbs);
+        let wqe_index = self.pi as u16;
+        let ds = (wqe_bytes / SEND_WQE_DS) as u8;
+        let ctrl = CtrlSeg::new(opcode, wqe_index, self.qpn, ds, fm_ce_se, imm);
+        let start = self.ring_off(self.pi);
+        // SAFETY: as in `post_general`: the blocks start at the producer index, past
+        // every WQE a doorbell record published, so the device does not read them
+        // until this batch's doorbell, after the span is dropped.
+        let wqe = unsafe { self.ring.span_mut(start, wqe_bytes) }?;
+        // The span is exactly the WQE's bytes, so every split inside succeeds.
+        let written = write_contig(wqe, &ctrl, remote, inline, tail);
+        debug_assert!(written.is_some());
+        self.advance(bbs, signaled);
+        Some(Posted {
+            wqe_index,
+            ds,
+            bbs: bbs as u8,
+            signaled,
+        })
+    }
+
+    /// [`post`](Self::post) for what [`post_contig`](Self::post_contig) leaves: gather
+    /// lists, WQEs that run past the ring end, and every refusal. Out of line: the
+    /// common path does not carry its plan and cursor.
+    #[inline(never)]
+    fn post_general(
         &mut self,
         opcode: SendOpcode,
         remote: Option<Remote>,
@@ -413,17 +534,7 @@ impl Sq {
         if bbs > free {
             return Err(PostError::SqFull { needed: bbs, free });
         }
-        // Signal every `signal_interval`-th WQE; also before the unsignaled WQEBBs reach
-        // half the ring, so that when the queue is full a signaled WQE is outstanding
-        // (for wqe_cnt ≥ 16) and polling the CQ always frees space.
-        let signaled = flags.is_signaled()
-            || self.unsig_wqes + 1 >= self.cfg.signal_interval
-            || self.unsig_bbs + bbs >= self.wqe_cnt / 2;
-        let fm_ce_se = if signaled {
-            flags | FmCeSe::CQ_UPDATE
-        } else {
-            flags
-        };
+        let (signaled, fm_ce_se) = self.signal(flags, bbs);
         let wqe_index = self.pi as u16;
         let ds = plan.ds as u8;
 
@@ -436,7 +547,36 @@ impl Sq {
             Some(span) => write_wqe(&mut WqeCursor::new(Span(span)), &ctrl, remote, &plan),
             None => write_wrapping_wqe(&mut self.ring, start, &ctrl, remote, &plan),
         }
+        self.advance(bbs, signaled);
+        Ok(Posted {
+            wqe_index,
+            ds,
+            bbs: bbs as u8,
+            signaled,
+        })
+    }
 
+    /// Whether a WQE of `bbs` WQEBBs posted now with `flags` is signaled, and the
+    /// `fm_ce_se` it carries. Signal every `signal_interval`-th WQE; also before the
+    /// unsignaled WQEBBs reach half the ring, so that when the queue is full a signaled
+    /// WQE is outstanding (for wqe_cnt ≥ 16) and polling the CQ always frees space.
+    #[inline(always)]
+    fn signal(&self, flags: FmCeSe, bbs: u32) -> (bool, FmCeSe) {
+        let signaled = flags.is_signaled()
+            || self.unsig_wqes + 1 >= self.cfg.signal_interval
+            || self.unsig_bbs + bbs >= self.wqe_cnt / 2;
+        let fm_ce_se = if signaled {
+            flags | FmCeSe::CQ_UPDATE
+        } else {
+            flags
+        };
+        (signaled, fm_ce_se)
+    }
+
+    /// Moves the producer past a WQE of `bbs` WQEBBs just written, and the signaling
+    /// counters with it.
+    #[inline(always)]
+    fn advance(&mut self, bbs: u32, signaled: bool) {
         self.pi += u64::from(bbs);
         if signaled {
             (self.unsig_wqes, self.unsig_bbs) = (0, 0);
@@ -445,12 +585,6 @@ impl Sq {
             self.unsig_bbs += bbs;
         }
         self.debug_check();
-        Ok(Posted {
-            wqe_index,
-            ds,
-            bbs: bbs as u8,
-            signaled,
-        })
     }
 
     /// The doorbell, as the checklist of rdma-core `post_send_db` (reference §2.3).
