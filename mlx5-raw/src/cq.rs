@@ -49,8 +49,8 @@ use core::ptr::NonNull;
 use crate::barrier;
 use crate::desc::CqDesc;
 use crate::layout::{
-    decode_cqe, Completion, Cqe64, CqeDecodeError, CqeOpcode, CQE_INVALID, CQE_INVALID_OP_OWN,
-    CQE_OWNER_MASK, CQ_CI_MASK, CQ_SET_CI,
+    brief_cqe, decode_cqe, Completion, Cqe64, CqeBrief, CqeDecodeError, CqeOpcode, CQE_INVALID,
+    CQE_INVALID_OP_OWN, CQE_OWNER_MASK, CQ_CI_MASK, CQ_SET_CI,
 };
 use crate::mem::{DbRec, RingByte, RingMem};
 
@@ -301,6 +301,14 @@ impl<'cq> CqeRef<'cq> {
     #[inline]
     pub fn decode(&self) -> Result<Completion, CqeDecodeError> {
         decode_cqe(self.bytes)
+    }
+
+    /// [`layout::cqe::brief`](crate::layout::cqe::brief): the QPN, `wqe_counter` and
+    /// immediate of a successful `want` (REQ or RESP_WR_IMM) completion in the normal
+    /// format, without decoding the rest; `None` for anything else.
+    #[inline(always)]
+    pub fn brief(&self, want: CqeOpcode) -> Option<CqeBrief> {
+        brief_cqe(self.bytes, want)
     }
 
     /// The consumer index at which it was found.

@@ -17,7 +17,7 @@ pub mod wqe;
 
 pub use consts::*;
 pub use cqe::{
-    decode as decode_cqe, Completion, Cqe64, CqeDecodeError, CqeError, CqeFormat, CqeOpcode,
-    ErrCqe, Syndrome,
+    brief as brief_cqe, decode as decode_cqe, Completion, Cqe64, CqeBrief, CqeDecodeError,
+    CqeError, CqeFormat, CqeOpcode, ErrCqe, Syndrome,
 };
 pub use wqe::{CtrlSeg, DataSeg, FmCeSe, InlineSegHdr, RaddrSeg, SendOpcode, SrqNextSeg};
