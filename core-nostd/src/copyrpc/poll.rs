@@ -1,6 +1,6 @@
 //! `poll`: the one place completions are read and batches go out, in the seed's order.
 
-use mlx5_raw::layout::{Completion, CqeOpcode};
+use mlx5_raw::layout::{Completion, CqeBrief, CqeOpcode};
 
 use super::context::{Context, EndpointId};
 use super::endpoint::{reply_writer, Endpoint, EpState};
@@ -161,10 +161,16 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             let Some(cqe) = self.recv_cq.poll() else {
                 break;
             };
-            let c = cqe.decode();
             handled += 1;
-            if let Ok(c) = c {
-                self.on_recv_completion::<SERVE>(&c, &mut on_response, &mut on_request);
+            // A batch (a successful WRITE_IMM) is read in a few loads; anything else is
+            // decoded in full, out of line.
+            match cqe.brief(CqeOpcode::RespWrImm) {
+                Some(b) => self.on_batch_completion::<SERVE>(b, &mut on_response, &mut on_request),
+                None => {
+                    if let Ok(c) = cqe.decode() {
+                        self.on_other_recv_completion(&c);
+                    }
+                }
             }
         }
         self.recv_cq.update_ci();
@@ -269,24 +275,22 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
     }
 
+    /// A batch arrived: the SRQ WQE it consumed is freed, and the batch is processed
+    /// (`on_batch`) if its endpoint is connected.
     #[inline]
-    fn on_recv_completion<const SERVE: bool>(
+    fn on_batch_completion<const SERVE: bool>(
         &mut self,
-        c: &Completion,
+        c: CqeBrief,
         on_response: &mut impl FnMut(U, Result<&[u8], Error>),
         on_request: &mut impl FnMut(Incoming<'_>),
     ) {
         // The SRQ WQE this completion consumed is the one its wqe_counter names,
         // whatever order the WQEs were posted in.
-        if c.opcode.is_responder() && self.srq.free(c.wqe_counter).is_ok() {
+        if self.srq.free(c.wqe_counter).is_ok() {
             self.stats.srq_freed += 1;
         }
         let Some(ep) = self.map.get(c.qpn) else {
             self.stats.stray_completions += 1;
-            return;
-        };
-        let (Some(imm), CqeOpcode::RespWrImm) = (c.imm, c.opcode) else {
-            self.fail(ep);
             return;
         };
         let Some(e) = self.eps[usize::from(ep)].as_mut() else {
@@ -304,7 +308,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         match on_batch::<U, CALLS, REQS, SERVE>(
             ep,
             e,
-            imm,
+            c.imm,
             &mut self.pending,
             &mut self.stats,
             on_response,
@@ -313,6 +317,19 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         ) {
             Ok((first, end)) => self.link_requests(ep, first, end),
             Err(Violation) => self.fail(ep),
+        }
+    }
+
+    /// Any other receive completion: an error or flush (the QP failed), or one copyrpc
+    /// never causes (a SEND, a WRITE_IMM scattered into the CQE). Its endpoint fails.
+    #[cold]
+    fn on_other_recv_completion(&mut self, c: &Completion) {
+        if c.opcode.is_responder() && self.srq.free(c.wqe_counter).is_ok() {
+            self.stats.srq_freed += 1;
+        }
+        match self.map.get(c.qpn) {
+            Some(ep) => self.fail(ep),
+            None => self.stats.stray_completions += 1,
         }
     }
 
