@@ -10,10 +10,14 @@ use super::endpoint::{Endpoint, EpData, EpState, RANGES, RAW_OPS, READ_WORD};
 use super::stats::Stats;
 use super::Error;
 use crate::ring::FlushRange;
-use crate::wire::{encode_imm, FlowMetaRepr, FlowMetaView, FLOW_METADATA_SIZE};
+use crate::wire::{encode_imm, FlowMetaRepr, FlowMetaView, Imm, ALIGNMENT, FLOW_METADATA_SIZE};
 
 impl<const REQS: usize> EpData<REQS> {
     /// Fills a range's metadata and posts it. The caller checked the send queue room.
+    ///
+    /// Always inlined: `post_due` calls it from its fast path (one batch due) and from
+    /// `post_range_cold`, the one out-of-line copy its other posts use.
+    #[inline(always)]
     pub(crate) fn post_range(
         &mut self,
         batch: &mut SqBatch<'_>,
@@ -30,16 +34,22 @@ impl<const REQS: usize> EpData<REQS> {
             // R grew, so the exact call limit fell below the cached one.
             self.refresh_call_limit();
         }
-        let meta_off = self.ring_off(r.meta_pos);
-        meta.emit(&mut FlowMetaView::new_unchecked(
-            self.send_mem
-                .bytes_mut(meta_off, FLOW_METADATA_SIZE as usize),
-        ));
-        let off = self.ring_off(r.start);
-        let Ok(imm) = encode_imm(r.imm_delta()) else {
-            return Err(PostError::WqeTooLarge { ds: 0 });
-        };
-        let bytes = self.send_mem.bytes(off, r.write_len() as usize);
+        debug_assert_eq!(r.meta_pos, r.start, "a range starts with its metadata");
+        let size = self.send.size();
+        let off = size.offset(r.start) as usize;
+        let lkey = self.send_mem.lkey();
+        // A range lies in one lap (`SendRing` never lets a batch reach the lap end), so
+        // the ring's own bounds check covers it, metadata first.
+        let out = self
+            .send_mem
+            .ring_bytes_mut(size, r.start, r.write_len() as usize);
+        if let Some(m) = out.first_chunk_mut::<{ FLOW_METADATA_SIZE as usize }>() {
+            meta.emit(&mut FlowMetaView::new_unchecked(&mut m[..]));
+        }
+        // A range is aligned and within one lap (< 2^36 bytes), so it always encodes.
+        debug_assert!(encode_imm(r.imm_delta()).is_ok());
+        let imm = Imm::from_value((r.imm_delta() / ALIGNMENT) as u32);
+        let bytes: &[u8] = out;
         // SAFETY: `bytes` lies in the send ring, registered under this lkey
         // (`Context::create_endpoint` contract). They stay unmodified while the device
         // may read them for the first transmission: the producer rewrites a send-ring
@@ -54,7 +64,7 @@ impl<const REQS: usize> EpData<REQS> {
         // value it already has; a byte we rewrote is one the peer consumed, free space
         // on its side until the WRITE that carries the new value, which is posted after
         // this one and so also lands after the resend.
-        let payload = unsafe { Payload::registered(bytes, self.send_mem.lkey()) };
+        let payload = unsafe { Payload::registered(bytes, lkey) };
         let remote = Remote {
             addr: self.peer.recv.addr + off as u64,
             rkey: self.peer.recv.rkey,
@@ -66,6 +76,18 @@ impl<const REQS: usize> EpData<REQS> {
             stats.wraps += 1;
         }
         Ok(u32::from(posted.bbs))
+    }
+
+    /// [`post_range`](Self::post_range) out of line, for the posts off `post_due`'s fast
+    /// path (wrap ranges, credit-only batches, a batch behind queued ranges).
+    #[inline(never)]
+    fn post_range_cold(
+        &mut self,
+        batch: &mut SqBatch<'_>,
+        r: FlushRange,
+        stats: &mut Stats,
+    ) -> Result<u32, PostError> {
+        self.post_range(batch, r, stats)
     }
 
     pub(crate) fn post_read(
@@ -151,6 +173,36 @@ impl<const REQS: usize> Endpoint<REQS> {
             d.consumer_behind = false;
             d.advance_consumer();
         }
+        // The common case, one open batch and nothing else due, with room for it: post
+        // it and see whether a credit batch is still wanted, as the general path below
+        // would, without its loops.
+        if !probe
+            && !d.want_read
+            && d.ranges.len() == 0
+            && d.send.batch_count() > 0
+            && self.sq.free_bbs() >= d.batch_bbs
+        {
+            if let Some(r) = d.send.take_flush() {
+                let mut batch = self.sq.batch();
+                d.post_range(&mut batch, r, stats)?;
+                batch.finish();
+                let credit_wanted = d.wants_credit_batch();
+                return Ok(!credit_wanted && !d.want_read);
+            }
+        }
+        self.post_due_general(probe, polls, stats)
+    }
+
+    /// [`post_due`](Self::post_due) beyond its fast path: queued wrap ranges, a full
+    /// send queue, credit-only batches, READs.
+    #[inline(never)]
+    fn post_due_general(
+        &mut self,
+        probe: bool,
+        polls: u64,
+        stats: &mut Stats,
+    ) -> Result<bool, PostError> {
+        let d = &mut self.d;
         let need = d.batch_bbs;
         let base = self.sq.producer_counter();
         let mut used: u64 = 0;
@@ -161,14 +213,14 @@ impl<const REQS: usize> Endpoint<REQS> {
                 deferred = true;
                 break;
             }
-            used += u64::from(d.post_range(&mut batch, r, stats)?);
+            used += u64::from(d.post_range_cold(&mut batch, r, stats)?);
             d.ranges.pop();
         }
         if !deferred && d.send.batch_count() > 0 {
             if batch.free_bbs() < need {
                 deferred = true;
             } else if let Some(r) = d.send.take_flush() {
-                used += u64::from(d.post_range(&mut batch, r, stats)?);
+                used += u64::from(d.post_range_cold(&mut batch, r, stats)?);
             }
         }
         // Whether a credit batch was wanted, or not asked (deferred): either way the
@@ -184,11 +236,11 @@ impl<const REQS: usize> Endpoint<REQS> {
                 if let Ok(res) = d.send.open_batch() {
                     if let Some(w) = res.wrap {
                         for r in w.flushed.into_iter().chain(Some(w.marker)) {
-                            used += u64::from(d.post_range(&mut batch, r, stats)?);
+                            used += u64::from(d.post_range_cold(&mut batch, r, stats)?);
                         }
                     }
                     if let Some(r) = d.send.take_flush() {
-                        used += u64::from(d.post_range(&mut batch, r, stats)?);
+                        used += u64::from(d.post_range_cold(&mut batch, r, stats)?);
                         stats.credit_batches += 1;
                     }
                 }
