@@ -191,6 +191,12 @@ impl SendRing {
                 advance: padded,
             });
         }
+        if self.fits_new_batch(padded) {
+            return Ok(WritePlan {
+                wraps: false,
+                advance: FLOW_METADATA_SIZE + padded,
+            });
+        }
         self.plan_general(padded)
     }
 
@@ -205,6 +211,17 @@ impl SendRing {
             && padded != 0
             && is_aligned(padded)
             && padded < self.size.room_to_lap_end(self.producer)
+    }
+
+    /// The next most common case: no batch is open, and a new one (metadata and
+    /// message) ends strictly before the lap end, so opening it does not wrap (and the
+    /// message is below `size - 32`).
+    #[inline]
+    pub fn fits_new_batch(&self, padded: u64) -> bool {
+        self.meta_pos.is_none()
+            && padded != 0
+            && is_aligned(padded)
+            && padded.saturating_add(FLOW_METADATA_SIZE) < self.size.room_to_lap_end(self.producer)
     }
 
     fn plan_general(&self, padded: u64) -> Result<WritePlan, RingError> {
@@ -244,6 +261,15 @@ impl SendRing {
             let pos = self.producer;
             self.producer += padded;
             self.batch_count += 1;
+            self.check();
+            return Ok(Reserved { pos, wrap: None });
+        }
+        if self.fits_new_batch(padded) {
+            // No batch open, so `flush_start == producer`: the metadata slot goes there.
+            let pos = self.producer + FLOW_METADATA_SIZE;
+            self.meta_pos = Some(self.producer);
+            self.producer = pos + padded;
+            self.batch_count = 1;
             self.check();
             return Ok(Reserved { pos, wrap: None });
         }
