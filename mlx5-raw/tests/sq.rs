@@ -381,6 +381,67 @@ fn inline_at_max_and_one_over() {
 }
 
 #[test]
+fn every_length_at_every_ring_position_matches_the_reference_layout() {
+    // The common path writes a gather-free WQE with fixed-size stores; a WQE that runs
+    // past the ring end, or a refusal, goes through the general path. Both must lay out
+    // exactly what `expected_write_imm` builds, for inline-only and registered payloads
+    // around every size boundary, at every WQEBB of a ring small enough to wrap often.
+    let mem = Mem::new(16);
+    let mut sq = mem.sq(0x5c, SqConfig::COPYRPC);
+    let remote = Remote {
+        addr: 0x1234_5678_9000,
+        rkey: 0x42,
+    };
+    let data: Vec<u8> = (0..300u32).map(|i| (i * 13 + 1) as u8).collect();
+    let lens = [
+        0, 1, 11, 12, 13, 27, 28, 29, 44, 60, 76, 204, 205, 219, 220, 221, 250, 300,
+    ];
+    for _ in 0..16 {
+        for &len in &lens {
+            for registered in [false, true] {
+                if !registered && len > 220 {
+                    continue;
+                }
+                let bytes = &data[..len];
+                let payload = if registered {
+                    // SAFETY: `data` outlives the test and is never modified; no device
+                    // reads it here.
+                    unsafe { Payload::registered(bytes, 0x77) }
+                } else {
+                    Payload::inline(bytes)
+                };
+                let pi = sq.producer_counter();
+                let p = post_one(&mut sq, |b| {
+                    b.rdma_write_imm(remote, payload, [1, 2, 3, 4], FmCeSe::CQ_UPDATE)
+                });
+                let (inline, sge) = if len <= 220 {
+                    (bytes, None)
+                } else {
+                    let rest = &data[204..len];
+                    (
+                        &data[..204],
+                        Some(DataSeg::new(rest.len() as u32, 0x77, rest.as_ptr() as u64)),
+                    )
+                };
+                let want =
+                    expected_write_imm(pi as u16, 0x5c, FmCeSe::CQ_UPDATE, remote, inline, sge);
+                assert_eq!(
+                    mem.wqe(pi, want.len()),
+                    want,
+                    "len {len} registered {registered} at WQEBB {}",
+                    pi % 16
+                );
+                assert_eq!(usize::from(p.ds) * 16, want.len());
+                assert_eq!(u64::from(p.bbs), (want.len() as u64).div_ceil(64));
+                assert_eq!(sq.retire(p.wqe_index), Ok(u32::from(p.bbs)));
+            }
+        }
+        // Move the next round's starting WQEBB on by one.
+        advance(&mut sq, 1);
+    }
+}
+
+#[test]
 fn zero_length_operations_have_no_data_segment() {
     let mem = Mem::new(64);
     let mut sq = mem.sq(0x12, SqConfig::COPYRPC);

@@ -154,12 +154,10 @@ impl ReplyWriter<'_> {
             Err(credit::CreditError::ReplyTooLarge) => return Err(ReplyFail::Refused),
             Err(_) => return Err(ReplyFail::Failed(Error::EndpointFailed)),
         }
-        // `plan`'s only refusal for an aligned size: too large for any lap. A reply
-        // within a granted reservation never is (R ≤ the cap < the ring); if it were,
-        // the endpoint fails, so the released reservation no longer matters.
-        if padded >= self.send.size().get() - FLOW_METADATA_SIZE {
-            return Err(ReplyFail::Failed(Error::ReplyTooLarge));
-        }
+        // `plan`'s only refusal for an aligned size, too large for any lap, cannot
+        // happen: the release succeeded, so `padded < allowance <= R`, and `R <= C / 2`
+        // always (it starts at most at C / 4 and a grant never takes `2R` past `C`).
+        debug_assert!(padded < self.send.size().get() - FLOW_METADATA_SIZE);
         // No room check: the released allowance guarantees it (credit module docs).
         debug_assert!(self.send.plan(padded).is_ok_and(|p| self
             .credit
@@ -315,11 +313,6 @@ impl<const REQS: usize> EpData<REQS> {
     #[inline]
     pub(crate) fn in_flight(&self) -> u64 {
         self.consumer.in_flight(self.send.producer())
-    }
-
-    #[inline]
-    pub(crate) fn ring_off(&self, pos: u64) -> usize {
-        self.send.size().offset(pos) as usize
     }
 
     #[inline]

@@ -108,24 +108,14 @@ impl Dma {
         unsafe { core::slice::from_raw_parts(self.base.as_ptr().add(off), len) }
     }
 
-    /// Bytes `[off, off + len)` for writing. Panics outside the region.
-    #[inline]
-    pub(crate) fn bytes_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
-        self.check(off, len);
-        // SAFETY: in bounds, valid for writes (`new` contract); `&mut self` excludes
-        // every other borrow through this value, and the device does not access
-        // unposted send-ring bytes (module docs).
-        unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) }
-    }
-
     /// Bytes `[off, off + len)` of a ring of `size` bytes laid at the start of the
     /// region, where `off` is `pos`'s offset in the ring. Panics if the ring does not fit
     /// the region or the range runs past the ring's end.
     ///
-    /// The same test as [`bytes_mut`](Self::bytes_mut), put in the ring's terms: a
-    /// caller that has just reserved the range (`len < size.room_to_lap_end(pos)`)
-    /// computes it from the ring size and position it already holds in registers,
-    /// instead of reloading them to form an offset and test it against the region.
+    /// The bounds test is put in the ring's terms: a caller that has just reserved the
+    /// range (`len < size.room_to_lap_end(pos)`) computes it from the ring size and
+    /// position it already holds in registers, instead of reloading them to form an
+    /// offset and test it against the region.
     #[inline]
     pub(crate) fn ring_bytes_mut(&mut self, size: RingSize, pos: u64, len: usize) -> &mut [u8] {
         let off = size.offset(pos);

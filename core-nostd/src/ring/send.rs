@@ -388,6 +388,55 @@ mod tests {
     }
 
     #[test]
+    fn fast_paths_agree_with_the_general_plan_and_reservation() {
+        // `plan` and `reserve_message` answer the open-batch and new-batch cases inline;
+        // everywhere they must do what the general code does, at every aligned producer
+        // offset of a lap, with and without a batch open, up to past the ring size.
+        for open in [false, true] {
+            for start in (0..256u64).step_by(32) {
+                let mut base = ring(256);
+                // Move to `start` (plus a lap, so positions are not the first lap's).
+                base.producer = 256 + start;
+                base.flush_start = base.producer;
+                if open {
+                    if start + 32 >= 256 {
+                        continue; // an open batch never reaches the lap end
+                    }
+                    base.meta_pos = Some(base.producer);
+                    base.producer += 32;
+                }
+                for padded in (0..=320u64).step_by(32).chain([1, 33]) {
+                    assert_eq!(
+                        base.plan(padded),
+                        base.plan_general(padded),
+                        "open {open} offset {start} padded {padded}"
+                    );
+                    let (mut fast, mut slow) = (base.clone(), base.clone());
+                    let got = fast.reserve_message(padded);
+                    let want = slow.reserve_message_slow(padded);
+                    assert_eq!(got, want, "open {open} offset {start} padded {padded}");
+                    if got.is_ok() {
+                        assert_eq!(
+                            (
+                                fast.producer,
+                                fast.flush_start,
+                                fast.meta_pos,
+                                fast.batch_count
+                            ),
+                            (
+                                slow.producer,
+                                slow.flush_start,
+                                slow.meta_pos,
+                                slow.batch_count
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn batches_accumulate_until_flushed() {
         let mut r = ring(256);
         assert_eq!(r.take_flush(), None);

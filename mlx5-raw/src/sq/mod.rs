@@ -152,7 +152,8 @@ fn write_contig(
         rest = after;
     }
     if !inline.is_empty() {
-        let (seg, after) = rest.split_at_mut_checked((4 + inline.len()).next_multiple_of(SEND_WQE_DS))?;
+        let (seg, after) =
+            rest.split_at_mut_checked((4 + inline.len()).next_multiple_of(SEND_WQE_DS))?;
         // The last 16 bytes zeroed first, so the padding after the data is zero; header
         // and data then overwrite their part (as in `write_wqe`).
         *seg.last_chunk_mut::<SEND_WQE_DS>()? = [0; SEND_WQE_DS];
@@ -486,7 +487,8 @@ impl Sq {
         } else {
             (4 + inline.len()).next_multiple_of(SEND_WQE_DS)
         };
-        let wqe_bytes = SEND_WQE_DS * (1 + usize::from(remote.is_some()) + usize::from(tail.is_some()))
+        let wqe_bytes = SEND_WQE_DS
+            * (1 + usize::from(remote.is_some()) + usize::from(tail.is_some()))
             + inline_bytes;
         // `SqConfig` limits (checked by `new`) keep every such WQE within
         // MAX_WQE_BYTES, so only the queue's room can refuse it.
