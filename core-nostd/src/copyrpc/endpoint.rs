@@ -15,7 +15,7 @@ use super::fifo::Fifo;
 use super::mem::{Control, Dma};
 use super::requests::{Req, Requests};
 use super::Error;
-use crate::credit::{self, CreditState};
+use crate::credit::{self, CallCredit, CreditState};
 use crate::ring::{FlushRange, RecvRing, RemoteConsumer, RingSize, SendRing, Wrap};
 use crate::wire::{
     emit_message, padded_message_size, HeaderRepr, HeaderView, ALIGNMENT, FLOW_METADATA_SIZE,
@@ -298,7 +298,9 @@ impl<const REQS: usize> EpData<REQS> {
     /// `credit.has_room(in_flight, advance)`, tested against the cached limit first.
     #[inline]
     fn call_has_room(&mut self, advance: u64) -> bool {
-        let end = self.send.producer().saturating_add(advance);
+        // A plain add, like every producer move: positions never come near 2^64 (the
+        // ring module's overflow note), and `advance` is below one lap.
+        let end = self.send.producer() + advance;
         if end > self.call_limit {
             self.refresh_call_limit();
             if end > self.call_limit {
@@ -328,6 +330,9 @@ impl<const REQS: usize> EpData<REQS> {
     /// an append to an open batch does not change that).
     ///
     /// Always inlined: see `Context::reply_with` and `Context::call_with_allowance`.
+    /// Only the append to an open batch is: a call that opens one (once a batch) goes
+    /// out of line to [`write_call_opening`](Self::write_call_opening), so a loop of
+    /// calls keeps the append path's values in registers.
     #[inline(always)]
     pub(crate) fn write_call(
         &mut self,
@@ -337,54 +342,83 @@ impl<const REQS: usize> EpData<REQS> {
     ) -> Result<bool, Error> {
         let len = u32::try_from(payload.len()).map_err(|_| Error::PayloadTooLarge)?;
         let padded = padded_message_size(len);
-        // The reply travels in the peer's send ring, which has our recv ring's size.
+        if !self.send.fits_open_batch(padded) {
+            return self.write_call_opening(call_id, payload, response_allowance);
+        }
+        let paid = self.pay_for_call(padded, response_allowance)?;
+        let size = self.send.size();
+        let pos = self.send.append_to_open_batch(padded);
+        let buf = self.send_mem.ring_bytes_mut(size, pos, padded as usize);
+        emit_message(buf, call_id, paid.allowance_blocks, payload)
+            .map_err(|_| Error::PayloadTooLarge)?;
+        // Joined an open batch, whose endpoint is already in the dirty set (an open
+        // batch keeps its bit set: `Dirty`'s invariant).
+        Ok(false)
+    }
+
+    /// [`write_call`](Self::write_call) for a request that opens a batch, wrapping the
+    /// ring first if it must.
+    #[inline(never)]
+    fn write_call_opening(
+        &mut self,
+        call_id: u32,
+        payload: &[u8],
+        response_allowance: u32,
+    ) -> Result<bool, Error> {
+        let len = u32::try_from(payload.len()).map_err(|_| Error::PayloadTooLarge)?;
+        let padded = padded_message_size(len);
+        // The refusals in the order the append path gives them: the allowance first.
+        self.check_allowance(response_allowance)?;
+        // A message that opens a batch can wrap, queueing up to two ranges.
+        if self.ranges.len() + 2 > RANGES {
+            return Err(Error::RingFull);
+        }
+        let advance = self
+            .send
+            .plan(padded)
+            .map_err(|_| Error::PayloadTooLarge)?
+            .advance;
+        let paid = self.pay_for_call(advance, response_allowance)?;
+        let size = self.send.size();
+        let reserved = self
+            .send
+            .reserve_message(padded)
+            .map_err(|_| Error::PayloadTooLarge)?;
+        self.queue_wrap(reserved.wrap)?;
+        let buf = self
+            .send_mem
+            .ring_bytes_mut(size, reserved.pos, padded as usize);
+        emit_message(buf, call_id, paid.allowance_blocks, payload)
+            .map_err(|_| Error::PayloadTooLarge)?;
+        // Alone in its batch: it opened it (or wrapped into a new one).
+        Ok(self.send.batch_count() == 1)
+    }
+
+    /// Refuses a response allowance no reply could carry: the reply travels in the
+    /// peer's send ring, which has our recv ring's size.
+    #[inline(always)]
+    fn check_allowance(&self, response_allowance: u32) -> Result<(), Error> {
         if padded_message_size(response_allowance).saturating_add(FLOW_METADATA_SIZE)
             >= self.recv.size().get()
         {
             return Err(Error::PayloadTooLarge);
         }
-        // The common case (the message joins the open batch, no wrap) is decided once
-        // here; nothing below changes the send ring before it is used.
-        let append = self.send.fits_open_batch(padded);
-        let advance = if append {
-            padded
-        } else {
-            // Only a message that opens a batch can wrap, queueing up to two ranges.
-            if self.ranges.len() + 2 > RANGES {
-                return Err(Error::RingFull);
-            }
-            self.send
-                .plan(padded)
-                .map_err(|_| Error::PayloadTooLarge)?
-                .advance
-        };
+        Ok(())
+    }
+
+    /// The checks a call passes before anything changes, and its payment: a response
+    /// allowance the peer's ring can carry, room for the producer to move by `advance`,
+    /// and the peer's credit for the allowance (deducted).
+    #[inline(always)]
+    fn pay_for_call(&mut self, advance: u64, response_allowance: u32) -> Result<CallCredit, Error> {
+        self.check_allowance(response_allowance)?;
         if !self.call_has_room(advance) {
             self.want_read = true;
             return Err(Error::RingFull);
         }
-        let paid = self
-            .credit
+        self.credit
             .try_reserve_for_call(response_allowance)
-            .map_err(|_| Error::InsufficientCredit)?;
-        let size = self.send.size();
-        // The slice is taken in each branch, next to the reservation that bounds it,
-        // so the append path tests it on the size and position it has just used.
-        let buf = if append {
-            let pos = self.send.append_to_open_batch(padded);
-            self.send_mem.ring_bytes_mut(size, pos, padded as usize)
-        } else {
-            let reserved = self
-                .send
-                .reserve_message(padded)
-                .map_err(|_| Error::PayloadTooLarge)?;
-            self.queue_wrap(reserved.wrap)?;
-            self.send_mem
-                .ring_bytes_mut(size, reserved.pos, padded as usize)
-        };
-        emit_message(buf, call_id, paid.allowance_blocks, payload)
-            .map_err(|_| Error::PayloadTooLarge)?;
-        // Alone in its batch exactly when it opened it (or wrapped into a new one).
-        Ok(self.send.batch_count() == 1)
+            .map_err(|_| Error::InsufficientCredit)
     }
 
     /// Writes a reply of `len` bytes to request `seq` (whose entry is `req`), filled by
