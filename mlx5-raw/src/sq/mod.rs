@@ -33,9 +33,14 @@
 //! ```
 //!
 //! A WQE may span up to 8 WQEBBs (512 bytes, reference §1.1) and may run past the end of
-//! the ring. Segment code writes through one cursor (`WqeCursor`) and never tests for
+//! the ring. The common WQE (contiguous bytes, inline or an inline head and one data
+//! segment, before the ring end, with room free) is written by `post_contig` with
+//! fixed-size stores into its one slice. Everything else goes to `post_general`, out of
+//! line, whose segment code writes through one cursor (`WqeCursor`) and never tests for
 //! the end of the queue: a WQE that fits before the end is written as one slice, and
-//! only one that straddles it goes through the wrap-aware ring writes.
+//! only one that straddles it goes through the wrap-aware ring writes. Both lay a WQE out
+//! the same way (`tests/sq.rs` compares every length at every ring position with a
+//! reference).
 //!
 //! Completions: a requester CQE carries the `wqe_index` of the completed WQE's first BB;
 //! that WQE and everything before it are done ([`Sq::retire`]). The WQE's size is read
