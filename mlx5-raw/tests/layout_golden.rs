@@ -335,29 +335,38 @@ fn decode_rejections() {
     );
 }
 
+/// `samples` CQEs of xorshift noise (seeded by `x`) for each `op_own` value.
+fn noisy_cqes(mut x: u64, samples: usize) -> impl Iterator<Item = [u8; 64]> {
+    (0..=255u8).flat_map(move |op_own| {
+        (0..samples)
+            .map(|_| {
+                let mut b = [0u8; 64];
+                for chunk in b.chunks_mut(8) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    chunk.copy_from_slice(&x.to_le_bytes());
+                }
+                b[63] = op_own;
+                b
+            })
+            .collect::<Vec<_>>()
+    })
+}
+
 #[test]
 fn decode_never_panics_on_any_op_own_or_noise() {
     // Cheap deterministic sweep (the fuzz target covers the rest).
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for op_own in 0..=255u8 {
-        for _ in 0..16 {
-            let mut b = [0u8; 64];
-            for chunk in b.chunks_mut(8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                chunk.copy_from_slice(&x.to_le_bytes());
-            }
-            b[63] = op_own;
-            let r = decode_cqe(&b);
-            if (op_own >> 2) & 3 == 3 {
-                assert!(matches!(r, Err(CqeDecodeError::Compressed { .. })));
-            } else {
-                let c = r.unwrap();
-                assert_eq!(c.opcode.as_u8(), op_own >> 4);
-                assert_eq!(c.owner, op_own & 1 == 1);
-                assert!(c.qpn <= 0xff_ffff && c.srqn_uidx <= 0xff_ffff);
-            }
+    for b in noisy_cqes(0x9e37_79b9_7f4a_7c15, 16) {
+        let op_own = b[63];
+        let r = decode_cqe(&b);
+        if (op_own >> 2) & 3 == 3 {
+            assert!(matches!(r, Err(CqeDecodeError::Compressed { .. })));
+        } else {
+            let c = r.unwrap();
+            assert_eq!(c.opcode.as_u8(), op_own >> 4);
+            assert_eq!(c.owner, op_own & 1 == 1);
+            assert!(c.qpn <= 0xff_ffff && c.srqn_uidx <= 0xff_ffff);
         }
     }
 }
@@ -367,39 +376,29 @@ fn brief_agrees_with_decode_on_every_op_own() {
     // `brief` is the poll loops' shortcut past `decode`: for each `op_own` byte and noise
     // in the rest, it must answer exactly for a successful REQ / RESP_WR_IMM in the
     // normal format, with the fields `decode` reports, and refuse everything else.
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut seen = [0usize; 2];
-    for op_own in 0..=255u8 {
-        for _ in 0..8 {
-            let mut b = [0u8; 64];
-            for chunk in b.chunks_mut(8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                chunk.copy_from_slice(&x.to_le_bytes());
-            }
-            b[63] = op_own;
-            for (k, want) in [CqeOpcode::Req, CqeOpcode::RespWrImm]
-                .into_iter()
-                .enumerate()
-            {
-                let brief = mlx5_raw::layout::brief_cqe(&b, want);
-                let full = decode_cqe(&b).ok().filter(|c| {
-                    c.opcode == want && c.format == CqeFormat::Normal && c.error.is_none()
-                });
-                match (brief, full) {
-                    (None, None) => {}
-                    (Some(s), Some(c)) => {
-                        seen[k] += 1;
-                        assert_eq!((s.qpn, s.wqe_counter), (c.qpn, c.wqe_counter));
-                        assert_eq!(s.imm, c.imm.unwrap_or([0; 4]), "op_own {op_own:#x}");
-                    }
-                    (s, c) => panic!("op_own {op_own:#x} {want:?}: brief {s:?}, decode {c:?}"),
+    for b in noisy_cqes(0x2545_f491_4f6c_dd1d, 8) {
+        let op_own = b[63];
+        for (k, want) in [CqeOpcode::Req, CqeOpcode::RespWrImm]
+            .into_iter()
+            .enumerate()
+        {
+            let brief = mlx5_raw::layout::brief_cqe(&b, want);
+            let full = decode_cqe(&b)
+                .ok()
+                .filter(|c| c.opcode == want && c.format == CqeFormat::Normal && c.error.is_none());
+            match (brief, full) {
+                (None, None) => {}
+                (Some(s), Some(c)) => {
+                    seen[k] += 1;
+                    assert_eq!((s.qpn, s.wqe_counter), (c.qpn, c.wqe_counter));
+                    assert_eq!(s.imm, c.imm.unwrap_or([0; 4]), "op_own {op_own:#x}");
                 }
+                (s, c) => panic!("op_own {op_own:#x} {want:?}: brief {s:?}, decode {c:?}"),
             }
-            // Any other opcode is never briefed.
-            assert_eq!(mlx5_raw::layout::brief_cqe(&b, CqeOpcode::RespSend), None);
         }
+        // Any other opcode is never briefed.
+        assert_eq!(mlx5_raw::layout::brief_cqe(&b, CqeOpcode::RespSend), None);
     }
     // Owner and SE bits vary freely: 4 op_own values per opcode, 8 samples each.
     assert_eq!(seen, [32, 32]);
