@@ -343,7 +343,7 @@ impl<const REQS: usize> EpData<REQS> {
         let len = u32::try_from(payload.len()).map_err(|_| Error::PayloadTooLarge)?;
         let padded = padded_message_size(len);
         if !self.send.fits_open_batch(padded) {
-            return self.write_call_opening(call_id, payload, padded, response_allowance);
+            return self.write_call_opening(call_id, payload, response_allowance);
         }
         let paid = self.pay_for_call(padded, response_allowance)?;
         let size = self.send.size();
@@ -356,16 +356,19 @@ impl<const REQS: usize> EpData<REQS> {
         Ok(false)
     }
 
-    /// [`write_call`](Self::write_call) for a request (`padded` bytes in the ring) that
-    /// opens a batch, wrapping the ring first if it must.
+    /// [`write_call`](Self::write_call) for a request that opens a batch, wrapping the
+    /// ring first if it must.
     #[inline(never)]
     fn write_call_opening(
         &mut self,
         call_id: u32,
         payload: &[u8],
-        padded: u64,
         response_allowance: u32,
     ) -> Result<bool, Error> {
+        // Recomputed rather than passed in: keeping `padded` live across the call cost
+        // the inlined caller 1.4 instructions per call (measured).
+        let len = u32::try_from(payload.len()).map_err(|_| Error::PayloadTooLarge)?;
+        let padded = padded_message_size(len);
         // The refusals in the order the append path gives them: the allowance first.
         self.check_allowance(response_allowance)?;
         // A message that opens a batch can wrap, queueing up to two ranges.
