@@ -140,7 +140,8 @@ fn write_wrapping_wqe(
 /// [`write_wqe`] for a WQE without gather entries (ctrl, raddr, inline data, at most one
 /// data segment) into `wqe`, exactly its bytes, before the ring end: each segment is one
 /// fixed-size store into a slice split off the front instead of a cursor write at a
-/// running offset. The layout is `write_wqe`'s (the tests compare both).
+/// running offset (measured: `write_wqe` over a `Span` costs copyrpc ~70 instructions
+/// more per batch WQE). The layout is `write_wqe`'s (the tests compare both).
 #[inline(always)]
 fn write_contig(
     wqe: &mut [u8],
@@ -381,33 +382,53 @@ impl Sq {
         (pos as usize & (self.wqe_cnt as usize - 1)) * SEND_WQE_BB
     }
 
+    /// Contiguous payload bytes as a WQE carries them: all inline up to `max_inline`,
+    /// beyond it (registered bytes only, `lkey` given) the first `inline_head` inline
+    /// and the rest by one data segment.
+    #[inline(always)]
+    fn split_contig<'a>(
+        &self,
+        bytes: &'a [u8],
+        lkey: Option<u32>,
+    ) -> Result<(&'a [u8], Option<DataSeg>), PostError> {
+        if bytes.len() <= self.cfg.max_inline as usize {
+            return Ok((bytes, None));
+        }
+        let Some(lkey) = lkey else {
+            return Err(PostError::InlineTooLong {
+                len: bytes.len(),
+                max: self.cfg.max_inline,
+            });
+        };
+        // `inline_head <= max_inline < bytes.len()` (`new` checked the config), so the
+        // split succeeds; its refusal is never taken.
+        let Some((head, rest)) = bytes.split_at_checked(self.cfg.inline_head as usize) else {
+            return Err(PostError::InlineTooLong {
+                len: bytes.len(),
+                max: self.cfg.max_inline,
+            });
+        };
+        let len = u32::try_from(rest.len()).ok().filter(|l| *l < 1 << 31);
+        let Some(len) = len else {
+            return Err(PostError::SgeTooLong {
+                len: rest.len() as u64,
+            });
+        };
+        // `as` exposes the provenance: the device (the software model, another thread)
+        // turns this address back into a pointer to read the bytes.
+        Ok((head, Some(DataSeg::new(len, lkey, rest.as_ptr() as u64))))
+    }
+
     #[inline]
     fn plan<'a>(&self, has_raddr: bool, payload: Repr<'a>) -> Result<Plan<'a>, PostError> {
         let (inline, tail_sge, gather): (&[u8], Option<DataSeg>, &[Sge]) = match payload {
-            Repr::Inline(b) => {
-                if b.len() > self.cfg.max_inline as usize {
-                    return Err(PostError::InlineTooLong {
-                        len: b.len(),
-                        max: self.cfg.max_inline,
-                    });
-                }
-                (b, None, &[])
-            }
-            Repr::Registered { bytes, .. } if bytes.len() <= self.cfg.max_inline as usize => {
-                (bytes, None, &[])
+            Repr::Inline(bytes) => {
+                let (inline, tail) = self.split_contig(bytes, None)?;
+                (inline, tail, &[])
             }
             Repr::Registered { bytes, lkey } => {
-                let (head, rest) = bytes.split_at(self.cfg.inline_head as usize);
-                let len = u32::try_from(rest.len()).ok().filter(|l| *l < 1 << 31);
-                let Some(len) = len else {
-                    return Err(PostError::SgeTooLong {
-                        len: rest.len() as u64,
-                    });
-                };
-                // `as` exposes the provenance: the device (the software model, another
-                // thread) turns this address back into a pointer to read the bytes.
-                let addr = rest.as_ptr() as u64;
-                (head, Some(DataSeg::new(len, lkey, addr)), &[])
+                let (inline, tail) = self.split_contig(bytes, Some(lkey))?;
+                (inline, tail, &[])
             }
             Repr::Gather(sges) => (&[], None, sges),
         };
@@ -478,15 +499,7 @@ impl Sq {
         imm: [u8; 4],
         flags: FmCeSe,
     ) -> Option<Posted> {
-        let (inline, tail) = if bytes.len() <= self.cfg.max_inline as usize {
-            (bytes, None)
-        } else {
-            // `inline_head <= max_inline < bytes.len()`, so the split is in bounds.
-            let (head, rest) = bytes.split_at_checked(self.cfg.inline_head as usize)?;
-            let len = u32::try_from(rest.len()).ok().filter(|l| *l < 1 << 31)?;
-            // `as` exposes the provenance, as in `plan`.
-            (head, Some(DataSeg::new(len, lkey?, rest.as_ptr() as u64)))
-        };
+        let (inline, tail) = self.split_contig(bytes, lkey).ok()?;
         let inline_bytes = if inline.is_empty() {
             0
         } else {
