@@ -109,8 +109,9 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     } = Servers::create(cfg, rank)?;
     let k = cfg.daemons;
     let cap = cfg.ring_size as usize;
-    let flux_mem = FluxMem::new(k, cap);
-    let mesh = flux_mem.mesh()?;
+    // Two meshes: the holder and owner lanes of the daemon loop (crate::daemon::Lane).
+    let (holder_mem, owner_mem) = (FluxMem::new(k, cap), FluxMem::new(k, cap));
+    let (holder_mesh, owner_mesh) = (holder_mem.mesh()?, owner_mem.mesh()?);
 
     let control = Control::default();
     let ring_credits = AtomicI64::new(i64::from(cfg.ring_size));
@@ -145,18 +146,24 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
                     remote: remotes[d].take(),
                 };
                 let core = pins.as_ref().map(|p| p[d]);
-                let (mesh, control, ready, keys) = (&mesh, &control, &ready, cfg.keys);
+                let (meshes, control, ready, keys) =
+                    ((&holder_mesh, &owner_mesh), &control, &ready, cfg.keys);
                 sc.spawn(move || -> Result<DaemonMetrics, String> {
                     let pin = core.map(affinity::pin_current_thread).transpose();
                     let mut parts: Parts<AnyRemote> = parts;
                     parts.store = Store::preloaded(keys, k, d);
-                    let mut entries: Vec<SlabEntry<u32>> =
-                        (0..k * cap).map(|_| SlabEntry::new()).collect();
-                    let node = mesh.node(d, Slab::new(&mut entries));
+                    let mut slabs: [Vec<SlabEntry<u32>>; 2] =
+                        std::array::from_fn(|_| (0..k * cap).map(|_| SlabEntry::new()).collect());
+                    let [holder_slab, owner_slab] = &mut slabs;
+                    let holder = meshes.0.node(d, Slab::new(holder_slab));
+                    let owner = meshes.1.node(d, Slab::new(owner_slab));
                     ready.wait();
                     pin.map_err(|e| fail(control, format!("daemon {d}: pinning: {e}")))?;
-                    let node = node.map_err(|e| fail(control, format!("daemon {d}: Flux: {e}")))?;
-                    Ok(Daemon::new(parts, node).run(&control.stop_daemons))
+                    let holder =
+                        holder.map_err(|e| fail(control, format!("daemon {d}: Flux: {e}")))?;
+                    let owner =
+                        owner.map_err(|e| fail(control, format!("daemon {d}: Flux: {e}")))?;
+                    Ok(Daemon::new(parts, holder, owner).run(&control.stop_daemons))
                 })
             })
             .collect();

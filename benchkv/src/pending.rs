@@ -6,6 +6,7 @@ use copyrpc_core::deleg::ReplyToken;
 use copyrpc_core::flux::RecvHandle as FluxHandle;
 use copyrpc_core::ipc::RecvHandle as IpcHandle;
 
+use crate::daemon::Lane;
 use crate::msg::{DelegatePayload, Request};
 
 /// Who waits for an answer.
@@ -15,8 +16,8 @@ pub enum Origin<I> {
     Ipc(IpcHandle<Request>),
     /// A client of the delegation ring (daemon#0).
     Deleg(ReplyToken),
-    /// Another daemon, over Flux.
-    Flux(FluxHandle<DelegatePayload>),
+    /// Another daemon, over the given Flux lane.
+    Flux(Lane, FluxHandle<DelegatePayload>),
     /// Another rank, over the transport.
     Remote(I),
 }

@@ -164,6 +164,33 @@ fn tiny_queues_park_and_still_answer_every_request() {
     }
 }
 
+/// Issue 23, item 1, in one process: meta with two daemons, four ranks (three of them
+/// loopbacks) and queues of 2 deadlocked before the two Flux lanes (25 requests answered
+/// in 2 s, the rest stuck); every request must now be answered.
+#[test]
+fn item1_meta_loopback_four_ranks_tiny_queues_drain() {
+    let l = json_run(&[
+        "--backend",
+        "meta",
+        "-K",
+        "2",
+        "-C",
+        "4",
+        "--ring-size",
+        "2",
+        "--loopback-ranks",
+        "4",
+        "--verify",
+        "--duration",
+        "500ms",
+        "--drain-timeout",
+        "20s",
+        "--metrics",
+    ]);
+    assert_drained_and_verified(&l);
+    assert!(metric_sum(&l, "flux_full") > 0, "Flux queues never filled");
+}
+
 #[test]
 fn json_lines_follow_the_schema() {
     let l = json_run(&[

@@ -21,6 +21,17 @@
 //! buffer). While transport calls are parked the delegation ring is not drained, so
 //! clients feel the back-pressure as a full ring instead of the daemon queueing without
 //! bound. A turn that finds nothing yields the core.
+//!
+//! Two Flux lanes (two meshes, each with its own in-flight bound and parked queue):
+//! [`Lane::Holder`] carries a request toward the daemon that holds its rank's endpoint
+//! (meta), [`Lane::Owner`] carries a request to the shard that serves it. They must not
+//! share capacity. A holder-lane call completes only when a transport call completes, and
+//! that needs the peer rank to serve a request, which may need its owner lane. With one
+//! shared lane, every rank's queue between two daemons can fill with holder-bound calls
+//! waiting for their transport while each transport waits for an owner-bound call stuck
+//! behind them on the other rank: the meta deadlock of 3+ ranks under back-pressure
+//! (docs/BENCHKV.md, "Why meta cannot deadlock", has the argument). The owner lane depends
+//! on nothing: its requests are served on arrival and Flux replies never wait for room.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,15 +78,32 @@ pub struct Parts<R> {
     pub remote: Option<R>,
 }
 
+/// A daemon's Flux node: the user data of a call is the pending index it answers.
+pub type FluxNode<'m, 's> = Node<'m, 's, DelegatePayload, u32>;
+
+/// Which Flux lane a request travels on (see the module docs for why there are two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Toward the daemon holding the endpoint of the request's rank (meta only).
+    Holder,
+    /// To the shard that serves the request: answered on arrival, depends on nothing.
+    Owner,
+}
+
 /// One daemon, running on its own thread.
 pub struct Daemon<'m, 's, R: Remote> {
     p: Parts<R>,
-    flux: Node<'m, 's, DelegatePayload, u32>,
+    /// [`Lane::Holder`]'s node.
+    to_holder: FluxNode<'m, 's>,
+    /// [`Lane::Owner`]'s node.
+    to_owner: FluxNode<'m, 's>,
     pending: Pending<R::Incoming>,
     /// Transport calls refused for room: `(rank, request, pending index)`.
     parked_calls: VecDeque<(u32, Request, u32)>,
-    /// Flux calls refused for room: `(daemon, request, pending index)`.
-    parked_flux: VecDeque<(usize, Request, u32)>,
+    /// Holder-lane Flux calls refused for room: `(daemon, request, pending index)`.
+    parked_holder: VecDeque<(usize, Request, u32)>,
+    /// Owner-lane Flux calls refused for room; never queued behind the holder lane.
+    parked_owner: VecDeque<(usize, Request, u32)>,
     /// Transport replies refused for room.
     parked_replies: VecDeque<(R::Incoming, Response)>,
     /// Answers collected by a poll, delivered after it returns.
@@ -93,14 +121,16 @@ impl<R: Remote> std::fmt::Debug for Daemon<'_, '_, R> {
 }
 
 impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
-    /// A daemon over `parts` and its Flux node.
-    pub fn new(parts: Parts<R>, flux: Node<'m, 's, DelegatePayload, u32>) -> Self {
+    /// A daemon over `parts` and its nodes of the two Flux lanes (same id in both meshes).
+    pub fn new(parts: Parts<R>, to_holder: FluxNode<'m, 's>, to_owner: FluxNode<'m, 's>) -> Self {
         Self {
             p: parts,
-            flux,
+            to_holder,
+            to_owner,
             pending: Pending::default(),
             parked_calls: VecDeque::new(),
-            parked_flux: VecDeque::new(),
+            parked_holder: VecDeque::new(),
+            parked_owner: VecDeque::new(),
             parked_replies: VecDeque::new(),
             done: Vec::new(),
             m: DaemonMetrics::default(),
@@ -167,7 +197,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                 self.reply_remote(inc, resp);
             } else {
                 let idx = self.pending.insert(Origin::Remote(inc));
-                self.flux_call(owner, req, idx);
+                self.flux_call(Lane::Owner, owner, req, idx);
             }
         }
         work + taken
@@ -225,37 +255,70 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
     }
 
     fn phase_flux(&mut self) -> usize {
-        let done = &mut self.done;
-        let n = self.flux.poll(|idx, payload| {
-            let resp = match payload {
-                DelegatePayload::Resp(r) => r,
-                // A request where an answer belongs: answer the waiting call with an
-                // error rather than leave it hanging.
-                DelegatePayload::Req(_) => Response::new(Status::BadOp, 0),
+        let mut work = 0;
+        for lane in [Lane::Owner, Lane::Holder] {
+            let done = &mut self.done;
+            let node = match lane {
+                Lane::Holder => &mut self.to_holder,
+                Lane::Owner => &mut self.to_owner,
             };
-            done.push((idx, resp));
-        });
-        let mut work = n + self.deliver_done() + self.retry_flux();
-        let mut taken = 0;
-        while taken < self.p.budget {
-            let Some(h) = self.flux.try_recv() else {
-                break;
-            };
-            taken += 1;
-            match h.payload {
-                DelegatePayload::Req(req) if self.is_mine(&req) => {
-                    let resp = self.serve(&req);
-                    self.flux_reply(h, resp);
-                }
-                DelegatePayload::Req(req) => {
-                    let idx = self.pending.insert(Origin::Flux(h));
-                    self.dispatch(req, idx);
-                }
-                DelegatePayload::Resp(_) => self.flux_reply(h, Response::new(Status::BadOp, 0)),
-            }
+            let n = node.poll(|idx, payload| {
+                let resp = match payload {
+                    DelegatePayload::Resp(r) => r,
+                    // A request where an answer belongs: answer the waiting call with an
+                    // error rather than leave it hanging.
+                    DelegatePayload::Req(_) => Response::new(Status::BadOp, 0),
+                };
+                done.push((idx, resp));
+            });
+            work += n + self.deliver_done() + self.retry_flux(lane);
         }
-        work += taken;
+        // The owner lane first: what it takes is answered at once.
+        for lane in [Lane::Owner, Lane::Holder] {
+            let mut taken = 0;
+            while taken < self.p.budget {
+                let Some(h) = self.node(lane).try_recv() else {
+                    break;
+                };
+                taken += 1;
+                match h.payload {
+                    DelegatePayload::Req(req) if self.is_mine(&req) => {
+                        let resp = self.serve(&req);
+                        self.flux_reply(lane, h, resp);
+                    }
+                    // Owner-lane requests are always ours (they were sent to the key's
+                    // shard after their rank was set to ours); one that is not was
+                    // misrouted, and passing it on would make this lane depend on the
+                    // other, so it is answered as a bad request.
+                    DelegatePayload::Req(_) if lane == Lane::Owner => {
+                        self.flux_reply(lane, h, Response::new(Status::BadOp, 0));
+                    }
+                    DelegatePayload::Req(req) => {
+                        let idx = self.pending.insert(Origin::Flux(lane, h));
+                        self.dispatch(req, idx);
+                    }
+                    DelegatePayload::Resp(_) => {
+                        self.flux_reply(lane, h, Response::new(Status::BadOp, 0))
+                    }
+                }
+            }
+            work += taken;
+        }
         work
+    }
+
+    fn node(&mut self, lane: Lane) -> &mut FluxNode<'m, 's> {
+        match lane {
+            Lane::Holder => &mut self.to_holder,
+            Lane::Owner => &mut self.to_owner,
+        }
+    }
+
+    fn parked(&mut self, lane: Lane) -> &mut VecDeque<(usize, Request, u32)> {
+        match lane {
+            Lane::Holder => &mut self.parked_holder,
+            Lane::Owner => &mut self.parked_owner,
+        }
     }
 
     fn is_mine(&self, req: &Request) -> bool {
@@ -287,7 +350,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             if holder == self.p.id {
                 self.remote_call(req.rank, req, idx);
             } else {
-                self.flux_call(holder, req, idx);
+                self.flux_call(Lane::Holder, holder, req, idx);
             }
         } else {
             let owner = owner_of(req.key, self.p.daemons);
@@ -295,7 +358,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                 let resp = self.serve(&req);
                 self.answer(idx, resp);
             } else {
-                self.flux_call(owner, req, idx);
+                self.flux_call(Lane::Owner, owner, req, idx);
             }
         }
     }
@@ -311,8 +374,8 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                 .deleg
                 .as_mut()
                 .is_some_and(|d| d.reply(t, &resp).is_ok()),
-            Some(Origin::Flux(h)) => {
-                self.flux_reply(h, resp);
+            Some(Origin::Flux(lane, h)) => {
+                self.flux_reply(lane, h, resp);
                 true
             }
             Some(Origin::Remote(inc)) => {
@@ -335,26 +398,31 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         n
     }
 
-    fn flux_reply(&mut self, h: copyrpc_core::flux::RecvHandle<DelegatePayload>, resp: Response) {
+    fn flux_reply(
+        &mut self,
+        lane: Lane,
+        h: copyrpc_core::flux::RecvHandle<DelegatePayload>,
+        resp: Response,
+    ) {
         // Never refused for room: the caller's in-flight bound sizes our response queue.
-        if self.flux.reply(h, DelegatePayload::Resp(resp)).is_err() {
+        if self
+            .node(lane)
+            .reply(h, DelegatePayload::Resp(resp))
+            .is_err()
+        {
             self.m.reply_failures += 1;
         }
     }
 
-    fn flux_call(&mut self, to: usize, req: Request, idx: u32) {
-        if !self.parked_flux.is_empty() {
-            self.parked_flux.push_back((to, req, idx));
-            return;
-        }
-        if !self.try_flux_call(to, req, idx) {
-            self.parked_flux.push_back((to, req, idx));
+    fn flux_call(&mut self, lane: Lane, to: usize, req: Request, idx: u32) {
+        if !self.parked(lane).is_empty() || !self.try_flux_call(lane, to, req, idx) {
+            self.parked(lane).push_back((to, req, idx));
         }
     }
 
     /// False if refused for room (to be retried); other failures answer the request.
-    fn try_flux_call(&mut self, to: usize, req: Request, idx: u32) -> bool {
-        match self.flux.call(to, DelegatePayload::Req(req), idx) {
+    fn try_flux_call(&mut self, lane: Lane, to: usize, req: Request, idx: u32) -> bool {
+        match self.node(lane).call(to, DelegatePayload::Req(req), idx) {
             Ok(()) => {
                 self.m.forwarded += 1;
                 true
@@ -370,13 +438,13 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         }
     }
 
-    fn retry_flux(&mut self) -> usize {
+    fn retry_flux(&mut self, lane: Lane) -> usize {
         let mut n = 0;
-        while let Some(&(to, req, idx)) = self.parked_flux.front() {
-            if !self.try_flux_call(to, req, idx) {
+        while let Some(&(to, req, idx)) = self.parked(lane).front() {
+            if !self.try_flux_call(lane, to, req, idx) {
                 break;
             }
-            self.parked_flux.pop_front();
+            self.parked(lane).pop_front();
             n += 1;
         }
         n

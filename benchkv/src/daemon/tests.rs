@@ -50,7 +50,13 @@ impl MeshMem {
 /// Requests alternate between both ranks and both shards, GETs and PUTs; the client
 /// checks every answer. Returns the daemons' metrics.
 fn drive(backend: Backend, requests: u64) -> [DaemonMetrics; K] {
-    let qd = 4u32;
+    drive_ranks(backend, 2, 4, requests)
+}
+
+/// Two daemons of rank 0 of `ranks` ranks (the others are loopbacks), one client of
+/// depth `qd`; requests cycle through every rank and both shards. Fails if an answer is
+/// missing after 100 000 turns (a deadlock shows as that, not as a hang).
+fn drive_ranks(backend: Backend, ranks: u64, qd: u32, requests: u64) -> [DaemonMetrics; K] {
     let ipc_names: Vec<String> = (0..K).map(|_| unique("ipc")).collect();
     let ipc: Vec<_> = ipc_names
         .iter()
@@ -81,18 +87,19 @@ fn drive(backend: Backend, requests: u64) -> [DaemonMetrics; K] {
         )
         .unwrap()
     });
-    let mem = MeshMem::new();
-    let mesh = mem.mesh();
-    let mut slabs: Vec<Vec<SlabEntry<u32>>> = (0..K)
-        .map(|_| (0..K * CAP).map(|_| SlabEntry::new()).collect())
+    let (holder_mem, owner_mem) = (MeshMem::new(), MeshMem::new());
+    let (holder_mesh, owner_mesh) = (holder_mem.mesh(), owner_mem.mesh());
+    let mut slabs: Vec<[Vec<SlabEntry<u32>>; 2]> = (0..K)
+        .map(|_| std::array::from_fn(|_| (0..K * CAP).map(|_| SlabEntry::new()).collect()))
         .collect();
     let mut deleg = deleg;
     let mut daemons: Vec<Daemon<'_, '_, AnyRemote>> = ipc
         .into_iter()
         .zip(slabs.iter_mut())
         .enumerate()
-        .map(|(d, (ipc, slab))| {
-            let holds = crate::remote::endpoint_daemon(backend, 1, K) == d;
+        .map(|(d, (ipc, [holder_slab, owner_slab]))| {
+            let holds =
+                (1..ranks as u32).any(|r| crate::remote::endpoint_daemon(backend, r, K) == d);
             let parts = Parts {
                 id: d,
                 daemons: K,
@@ -106,7 +113,11 @@ fn drive(backend: Backend, requests: u64) -> [DaemonMetrics; K] {
                 deleg: if d == 0 { deleg.take() } else { None },
                 remote: holds.then(|| AnyRemote::Loopback(Loopback::new(CAP))),
             };
-            Daemon::new(parts, mesh.node(d, Slab::new(slab)).unwrap())
+            Daemon::new(
+                parts,
+                holder_mesh.node(d, Slab::new(holder_slab)).unwrap(),
+                owner_mesh.node(d, Slab::new(owner_slab)).unwrap(),
+            )
         })
         .collect();
 
@@ -128,14 +139,15 @@ fn drive(backend: Backend, requests: u64) -> [DaemonMetrics; K] {
     };
     for _turn in 0..100_000 {
         while out < qd && issued < requests {
-            let (rank, key, is_read) = ((issued / 2 % 2) as u32, issued % 64, issued % 3 != 0);
+            let rank = (issued / 2 % ranks) as u32;
+            let (key, is_read) = (issued % 64, issued % 3 != 0);
             let req = if is_read {
                 Request::get(rank, key)
             } else {
                 Request::put(rank, key, value_for(key, issued as u32))
             };
             match (&mut deleg_c, rank) {
-                (Some(c), 1) => {
+                (Some(c), r) if r != 0 => {
                     let slot = c.call(&req).unwrap();
                     slot_req[slot as usize] = (key, is_read);
                 }
@@ -199,4 +211,27 @@ fn meta_answers_everything_through_full_queues() {
         m[0].flux_full + m[1].flux_full + m[1].remote_busy > 0,
         "queues of 2 never refused: {m:?}"
     );
+}
+
+/// Issue 23, item 1: meta with 4 ranks (3 loopbacks), queues of 2 and a client deep
+/// enough to fill them. With one Flux lane both daemons' queues to each other filled
+/// with holder-bound calls waiting for a transport whose answers needed an owner-bound
+/// call stuck behind them, and no answer came back (deadlock within a few hundred turns).
+#[test]
+fn item1_meta_back_pressure_with_four_ranks_does_not_deadlock() {
+    let m = drive_ranks(Backend::Meta, 4, 32, 5000);
+    assert!(
+        m[0].flux_full + m[1].flux_full > 0,
+        "queues never filled: {m:?}"
+    );
+    assert!(
+        m[0].remote_busy + m[1].remote_busy > 0,
+        "transport never refused: {m:?}"
+    );
+}
+
+#[test]
+fn item1_delegation_back_pressure_with_four_ranks_drains() {
+    let m = drive_ranks(Backend::Delegation, 4, 32, 5000);
+    assert!(m[0].remote_busy > 0, "transport never refused: {m:?}");
 }
