@@ -132,6 +132,12 @@ pub struct Cli {
     /// outstanding requests before the drain is reported incomplete.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "TIME")]
     pub drain_timeout: Duration,
+
+    /// How long a rank waits for the others during set-up (identities, endpoint exchange,
+    /// the ready barrier) before it gives up with exit status 3, naming the wait and the
+    /// state of each peer. After the runs the bound is --drain-timeout plus 5 s.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "TIME")]
+    pub setup_timeout: Duration,
 }
 
 /// `--backend`.

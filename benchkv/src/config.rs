@@ -83,10 +83,37 @@ pub struct Config {
     pub pattern_len: usize,
     /// `--drain-timeout`.
     pub drain_timeout: Duration,
+    /// `--setup-timeout`.
+    pub setup_timeout: Duration,
     /// `--plot`.
     pub plot: Option<std::path::PathBuf>,
     /// `--inject-fault`.
     pub fault: Option<Fault>,
+}
+
+/// Fails now, not after the run, when `path` cannot be written: opens it for appending
+/// (creating it, and removing it again if it was not there, so nothing is left behind).
+fn check_writable(path: &std::path::Path) -> Result<(), String> {
+    if path.as_os_str().is_empty() {
+        return Err("--plot needs a file name".to_string());
+    }
+    let existed = path.exists();
+    match std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+    {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "--plot {}: cannot write there: {e}",
+            path.display()
+        )),
+    }
 }
 
 impl Config {
@@ -159,6 +186,9 @@ impl Config {
                 "--device names an RDMA device, which --fabric sim does not use".to_string(),
             );
         }
+        if let Some(path) = &cli.plot {
+            check_writable(path)?;
+        }
         Ok(Self {
             backend: match cli.backend {
                 BackendArg::Meta => Backend::Meta,
@@ -184,6 +214,7 @@ impl Config {
             loopback_ranks: cli.loopback_ranks,
             pattern_len: cli.pattern_len,
             drain_timeout: cli.drain_timeout,
+            setup_timeout: cli.setup_timeout,
             plot: cli.plot.clone(),
             fault: cli.inject_fault,
         })

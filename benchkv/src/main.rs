@@ -14,6 +14,7 @@
 //! | [`cluster`] | MPI ranks or a single rank |
 //! | [`setup`] | what a rank builds first: shm servers, Flux memory, fabric decision |
 //! | [`orchestrate`] | seed §9: threads, runs, stop, drain, gather |
+//! | [`watchdog`] | bounds every wait on other ranks; names the wait and the stuck peer |
 //! | [`histogram`], [`metrics`], [`report`], [`output`], [`plot`] | results and their formats |
 
 mod cli;
@@ -32,6 +33,7 @@ mod remote;
 mod report;
 mod setup;
 mod store;
+mod watchdog;
 mod workload;
 
 use std::process::ExitCode;

@@ -19,6 +19,11 @@
 //! - 13: stop: clients stop issuing and drain, then (after an MPI barrier, so no rank
 //!   still waits on us) the daemons stop;
 //! - 14: join, and gather runs, latency histograms, totals and metrics from every rank.
+//!
+//! Every wait on other ranks is bounded by the [`Watchdog`]: set-up waits by
+//! `--setup-timeout`, everything from the stop on (drain, barrier, joins, gathers) by
+//! `--drain-timeout` plus [`STOP_MARGIN`]. A bound that passes ends the rank with
+//! [`crate::watchdog::EXIT_STUCK`] and a line naming the wait and the peer that stalled.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Barrier;
@@ -39,7 +44,12 @@ use crate::remote::{self, AnyRemote};
 use crate::report::{RankSummary, Report, RunRecord, RunResult};
 use crate::setup::{self, FluxMem, Servers};
 use crate::store::Store;
+use crate::watchdog::{PeerId, Watchdog};
 use crate::workload::{client_seed, generate};
+
+/// What the stop adds to `--drain-timeout` before the watchdog gives up: the joins, the
+/// barrier and the gathers once every client has drained or timed out.
+pub const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 /// Runs print a progress line each second when longer than this.
 const PROGRESS_AFTER: Duration = Duration::from_secs(3);
@@ -84,8 +94,22 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         )));
     }
     let ranks = cfg.ranks(size);
+    let dog = Watchdog::start(rank as usize);
+    dog.arm(
+        "set-up: every rank's identity (all-gather)",
+        cfg.setup_timeout,
+    );
+    let peers = cluster
+        .all_gather(&PeerId::me())
+        .map_err(|e| format!("exchanging rank identities: {e}"))?;
+    dog.set_peers(peers);
     let fabric = setup::resolve_fabric(cfg).map_err(Fail::Usage)?;
+    dog.arm(
+        "set-up: the endpoint exchange with every rank (seed §9 steps 6, 8)",
+        cfg.setup_timeout,
+    );
     let mut remotes = remote::connect(cfg, &cluster).map_err(Fail::Usage)?;
+    dog.disarm();
 
     // Step 1.
     let cores = affinity::usable_cores().map_err(|e| format!("usable cores: {e}"))?;
@@ -107,6 +131,13 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         deleg_name,
         mut deleg,
     } = Servers::create(cfg, rank)?;
+    dog.set_regions(
+        ipc_names
+            .iter()
+            .cloned()
+            .chain([deleg_name.clone()])
+            .collect(),
+    );
     let k = cfg.daemons;
     let cap = cfg.ring_size as usize;
     // Two meshes: the holder and owner lanes of the daemon loop (crate::daemon::Lane).
@@ -203,11 +234,21 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
 
         // Steps 9, 10, 12. Errors here must not skip the stop below, or the scope would
         // wait for threads that never end.
+        dog.arm(
+            "set-up: this rank's daemons and clients (step 9)",
+            cfg.setup_timeout,
+        );
         ready.wait();
         let measured = (|| -> Result<(), String> {
+            dog.stage("set-up: the ready barrier of every rank (step 10)");
             cluster.barrier().map_err(|e| e.to_string())?;
             for r in 0..cfg.runs {
+                dog.arm(
+                    format!("the barrier before run {}", r + 1),
+                    cfg.setup_timeout,
+                );
                 cluster.barrier().map_err(|e| e.to_string())?;
+                dog.disarm();
                 run_records.push(timed_run(cfg, r, rank, &control, &counters));
             }
             Ok(())
@@ -217,17 +258,24 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         }
 
         // Step 13.
+        dog.arm(
+            "the drain (step 13): clients collecting their outstanding answers",
+            cfg.drain_timeout + STOP_MARGIN,
+        );
         // Relaxed: flags; what the threads report travels through the joins.
         control.stop_clients.store(true, Ordering::Relaxed);
         let client_reports: Vec<_> = clients.into_iter().map(|h| join(h, "client")).collect();
+        dog.stage("the barrier after the drain (step 13): every rank drained");
         if let Err(e) = cluster.barrier() {
             errors.push(e.to_string());
         }
+        dog.stage("the daemons to stop (step 13)");
         control.stop_daemons.store(true, Ordering::Relaxed);
         let daemon_metrics: Vec<_> = daemons.into_iter().map(|h| join(h, "daemon")).collect();
         (client_reports, daemon_metrics)
     });
     drop(deleg);
+    dog.stage("gathering every rank's results (step 14)");
 
     // Step 14.
     let (summary, hists, metrics, first_failure) =
@@ -259,6 +307,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     } else {
         None
     };
+    dog.disarm();
     Ok(Outcome {
         rank,
         report: Report {

@@ -351,6 +351,102 @@ fn bad_flags_and_impossible_combinations_are_clear_errors() {
     }
 }
 
+/// Issue 23: every flag that takes a value, with every kind of bad value (zero, negative,
+/// past u64, huge, not a number, empty, NaN): a usage error (exit 2) naming the flag,
+/// before anything runs; never a panic or a backtrace.
+#[test]
+fn every_flag_with_bad_values_is_a_clear_error_never_a_panic() {
+    const HUGE: &str = "18446744073709551616";
+    let bad_counts = ["0", "-1", HUGE, "99999999999", "abc", "", "1.5"];
+    let table: &[(&str, &[&str])] = &[
+        ("--daemons", &bad_counts),
+        ("--clients", &bad_counts),
+        ("--queue-depth", &bad_counts),
+        ("--runs", &bad_counts),
+        ("--keys", &bad_counts),
+        ("--loopback-ranks", &bad_counts),
+        ("--pattern-len", &bad_counts),
+        (
+            "--ring-size",
+            &["0", "-1", "3", HUGE, "4294967296", "abc", ""],
+        ),
+        ("--seed", &["-1", HUGE, "abc", ""]),
+        (
+            "--duration",
+            &["0", "-1", "nan", "inf", "1e30", "2h", "", "abc"],
+        ),
+        ("--drain-timeout", &["0", "-1", "nan", "1e30", ""]),
+        ("--setup-timeout", &["0", "-1", "nan", "1e30", ""]),
+        ("--read-ratio", &["-0.1", "1.1", "nan", "inf", "abc", ""]),
+        ("--poll-budget", &["0", "-1", HUGE, "abc", ""]),
+        ("--backend", &["", "rdma", "0"]),
+        ("--fabric", &["", "ib", "0"]),
+        ("--distribution", &["", "normal"]),
+        ("--output", &["", "xml"]),
+        ("--pin", &["", "maybe"]),
+        ("--plot", &["", "/nonexistent-dir/plot.svg"]),
+    ];
+    for (flag, values) in table {
+        for v in *values {
+            // `--flag=value`: a value that starts with `-` is otherwise taken for a flag
+            // (clap then names the value, not the flag; checked below too).
+            let arg = format!("{flag}={v}");
+            let out = benchkv(&["--duration", "100ms", &arg]);
+            let err = text(&out.stderr);
+            let what = format!("{flag} {v:?}");
+            assert_eq!(out.status.code(), Some(2), "{what}: exit 2 expected: {err}");
+            let name = flag.trim_start_matches("--");
+            assert!(
+                err.contains(name),
+                "{what}: the error does not name the flag: {err}"
+            );
+            assert!(
+                !err.contains("panicked") && !err.contains("backtrace"),
+                "{what} panicked: {err}"
+            );
+            assert!(
+                out.stdout.is_empty(),
+                "{what}: something ran: {}",
+                text(&out.stdout)
+            );
+        }
+    }
+    let out = benchkv(&["--zipf-theta", "-1", "--distribution", "zipf"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let out = benchkv(&["--daemons", "-1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("'-1'"), "{}", text(&out.stderr));
+    for missing in ["--daemons", "--plot", "--duration"] {
+        let out = benchkv(&[missing]);
+        assert_eq!(out.status.code(), Some(2), "{missing} without a value");
+        assert!(text(&out.stderr).contains(missing));
+    }
+}
+
+/// Issue 23, item 6: a --plot path that cannot be written is refused before the run (it
+/// used to be reported after a whole run, its results lost).
+#[test]
+fn item6_unwritable_plot_path_is_refused_before_the_run() {
+    let out = benchkv(&["--plot", "/nonexistent-dir/x.svg", "--duration", "30s"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--plot /nonexistent-dir/x.svg"), "{err}");
+    assert!(
+        err.contains("No such file or directory"),
+        "the cause is kept: {err}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "the run happened: {}",
+        text(&out.stdout)
+    );
+    // A writable path is left as it was found: not created by the check.
+    let p = std::env::temp_dir().join(format!("benchkv-plot-check-{}.svg", std::process::id()));
+    let out = benchkv(&["--plot", p.to_str().unwrap(), "--daemons", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!p.exists(), "the check left {p:?} behind");
+}
+
 #[test]
 fn help_lists_every_flag() {
     let out = benchkv(&["--help"]);
@@ -378,6 +474,9 @@ fn help_lists_every_flag() {
         "--pin",
         "--loopback-ranks",
         "--plot",
+        "--drain-timeout",
+        "--setup-timeout",
+        "--pattern-len",
     ] {
         assert!(h.contains(f), "--help lacks {f}");
     }
