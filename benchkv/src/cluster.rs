@@ -31,6 +31,15 @@ impl Cluster {
         }
     }
 
+    /// Bounds each MPI collective (the job aborts past it; see `MpiExchange`). The
+    /// orchestrator sets it above its own watchdog's bounds, so the watchdog, which
+    /// names the stuck peer, speaks first; this is the backstop.
+    pub fn set_collective_timeout(&self, t: std::time::Duration) {
+        if let Self::Mpi(m) = self {
+            m.set_timeout(t);
+        }
+    }
+
     /// `(local rank, ranks on this host)`, from the launcher (1 rank if it does not say):
     /// ranks sharing a host split its cores.
     pub fn local(&self) -> (usize, usize) {

@@ -95,6 +95,9 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     }
     let ranks = cfg.ranks(size);
     let dog = Watchdog::start(rank as usize);
+    cluster.set_collective_timeout(
+        cfg.setup_timeout.max(cfg.drain_timeout + STOP_MARGIN) + STOP_MARGIN * 2,
+    );
     dog.arm(
         "set-up: every rank's identity (all-gather)",
         cfg.setup_timeout,

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use copyrpc_host::exchange::launch::run_local_ok;
+use copyrpc_host::exchange::launch::{run_local, run_local_ok};
 
 const EXE: &str = env!("CARGO_BIN_EXE_copyrpc-mpi-selftest");
 /// Generous: a 2-rank Open MPI start takes about 0.2 s here.
@@ -58,4 +58,30 @@ fn three_ranks_under_mpirun() {
 fn singleton_without_mpirun() {
     let out = run(&[EXE]);
     assert_ranks_ok(&out, 1);
+}
+
+/// Issue 23: a rank that stops (SIGSTOP) before a barrier used to leave the others in
+/// `MPI_Barrier` forever. Every collective is now bounded: the others abort the job after
+/// the timeout, saying which collective they waited in.
+#[test]
+fn a_stopped_rank_makes_the_barrier_abort_the_job_at_the_timeout() {
+    let t0 = std::time::Instant::now();
+    let out = run_local(
+        Some(3),
+        Path::new(EXE),
+        &["--stall-rank", "1", "--timeout-ms", "1500"],
+        TIMEOUT_S,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job succeeded: {err}");
+    assert!(
+        err.contains("error: MPI barrier did not complete within 1.5 s"),
+        "no rank named the stuck barrier:\n{err}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(60),
+        "took {:?}",
+        t0.elapsed()
+    );
 }

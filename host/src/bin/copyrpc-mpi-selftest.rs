@@ -3,6 +3,10 @@
 //!
 //! Every rank checks what it received against what each peer must have sent and prints
 //! one line, `rank R/N: ... ok`, or `rank R/N: FAIL ...` and exits with status 1.
+//!
+//! `--stall-rank R --timeout-ms T` tests the bound on collectives: every rank sets the
+//! exchange's timeout to T, and rank R stops itself (SIGSTOP) instead of entering the
+//! final barrier, so the others must abort the job after T with a message naming it.
 
 use std::process::ExitCode;
 
@@ -32,7 +36,7 @@ fn mr(rank: usize) -> MrEndpoint {
     }
 }
 
-fn run(x: &MpiExchange) -> Result<String, String> {
+fn run(x: &MpiExchange, stall_rank: Option<usize>) -> Result<String, String> {
     let (r, n) = (x.rank(), x.size());
     let e = |what: &'static str| move |err: Error| format!("{what}: {err}");
     for round in 0..3u8 {
@@ -74,6 +78,10 @@ fn run(x: &MpiExchange) -> Result<String, String> {
     if (fsum - 0.25 * (n * (n + 1)) as f64).abs() > 1e-9 || fmax != 1.5 * (n - 1) as f64 {
         return Err(format!("f64 reductions: sum {fsum} max {fmax}"));
     }
+    if stall_rank == Some(r) {
+        // SAFETY: raise(3) has no preconditions; the process stops until SIGCONT/SIGKILL.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
     x.barrier().map_err(e("barrier"))?;
     Ok(format!(
         "all_to_all x3 ok, all_gather ok, sum_u64={sum} max_u64={max} sum_f64={fsum} \
@@ -81,7 +89,33 @@ fn run(x: &MpiExchange) -> Result<String, String> {
     ))
 }
 
+/// `--stall-rank R --timeout-ms T`, or neither.
+fn parse_args() -> Result<(Option<usize>, Option<u64>), String> {
+    let (mut stall, mut timeout) = (None, None);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or(format!("{name} needs a number"))
+        };
+        match a.as_str() {
+            "--stall-rank" => stall = Some(value("--stall-rank")? as usize),
+            "--timeout-ms" => timeout = Some(value("--timeout-ms")?),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok((stall, timeout))
+}
+
 fn main() -> ExitCode {
+    let (stall, timeout) = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("copyrpc-mpi-selftest: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let x = match MpiExchange::init() {
         Ok(x) => x,
         Err(err) => {
@@ -89,8 +123,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(ms) = timeout {
+        x.set_timeout(std::time::Duration::from_millis(ms));
+    }
     let (r, n) = (x.rank(), x.size());
-    match run(&x) {
+    match run(&x, stall) {
         Ok(summary) => {
             println!("rank {r}/{n}: {summary}: ok");
             ExitCode::SUCCESS
