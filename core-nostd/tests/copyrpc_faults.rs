@@ -200,7 +200,19 @@ fn every_call_ends_exactly_once_under_a_random_fault() {
     big_stack(|| {
         let mut tally = Tally::default();
         let mut max_steps = 0;
-        for seed in 0..1000 {
+        // `FAULT_SEEDS=100000 cargo test --release --test copyrpc_faults` for a long
+        // campaign (docs/RELIABILITY.md); `FAULT_SEED_BASE` moves the window of seeds.
+        let env = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let (base, seeds) = (
+            env("FAULT_SEED_BASE", 0),
+            env("FAULT_SEEDS", 1000).max(1000),
+        );
+        for seed in base..base + seeds {
             max_steps = max_steps.max(run(seed, &mut tally));
         }
         eprintln!(
