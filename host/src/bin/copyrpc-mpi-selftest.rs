@@ -3,6 +3,9 @@
 //!
 //! Every rank checks what it received against what each peer must have sent and prints
 //! one line, `rank R/N: ... ok`, or `rank R/N: FAIL ...` and exits with status 1.
+//!
+//! It takes no arguments; any argument is refused (status 2) before MPI starts, rather
+//! than ignored, so a mistyped flag cannot pass for a configured run.
 
 use std::process::ExitCode;
 
@@ -82,6 +85,14 @@ fn run(x: &MpiExchange) -> Result<String, String> {
 }
 
 fn main() -> ExitCode {
+    if let Some(arg) = std::env::args().nth(1) {
+        if arg == "-h" || arg == "--help" {
+            println!("usage: mpirun -np N copyrpc-mpi-selftest (no arguments)");
+            return ExitCode::SUCCESS;
+        }
+        eprintln!("copyrpc-mpi-selftest: unknown argument {arg:?}: it takes none");
+        return ExitCode::from(2);
+    }
     let x = match MpiExchange::init() {
         Ok(x) => x,
         Err(err) => {
