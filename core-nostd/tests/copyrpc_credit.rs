@@ -292,3 +292,125 @@ fn a_reply_moves_the_consumer_at_the_next_flush_or_at_once_when_it_was_the_last_
         assert_conserved(&p);
     });
 }
+
+/// Calls `a -> b` with `payload` and no response allowance until refused; every
+/// accepted call is left pending.
+fn call_until_refused<const C: usize>(p: &mut Pair<1, C, 128>, payload: &[u8]) -> Error {
+    let ea = p.a.eps[0];
+    let mut k = 0;
+    loop {
+        match p.a.ctx.call_with_allowance(ea, payload, 0, k) {
+            Ok(_) => k += 1,
+            Err(e) => return e.error,
+        }
+        assert!(k < 10_000, "calls never refused");
+    }
+}
+
+/// A response allowance no credit can ever cover is refused for good, up front: with a
+/// 4 KiB ring the peer's reservation cap (ring / 4 = 1024) bounds our balance, so an
+/// allowance costing more (anything above 960 B: 32 B blocks + 64) used to come back as
+/// the retryable `InsufficientCredit` forever. Allowances that can still be paid stay
+/// retryable.
+#[test]
+fn item2_allowance_above_what_credit_can_ever_cover_is_refused_for_good() {
+    big_stack(|| {
+        let mut p: P = Pair::new(Opts::new(1, 4096));
+        let ea = p.a.eps[0];
+        assert_eq!(p.a.ctx.max_response_allowance(ea), Ok(Some(960)));
+        let before = snap(&p).0;
+        for allowance in [961, 1024, 2048, 3000, 4000] {
+            let err =
+                p.a.ctx
+                    .call_with_allowance(ea, b"x", allowance, 7)
+                    .unwrap_err();
+            assert_eq!(err.error, Error::AllowanceTooLarge, "allowance {allowance}");
+            assert!(!err.error.is_retryable());
+            assert_eq!(err.user_data, 7);
+        }
+        assert_eq!(snap(&p).0, before, "a refused call changes nothing");
+        // Allowances the ring itself cannot carry keep their own error.
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, b"x", 4096, 8)
+                .unwrap_err()
+                .error,
+            Error::PayloadTooLarge
+        );
+        // The largest payable allowance goes through, and with the balance spent a
+        // payable call is still only told to retry.
+        p.a.ctx.call_with_allowance(ea, b"x", 960, 9).unwrap();
+        let err = p.a.ctx.call_with_allowance(ea, b"x", 0, 10).unwrap_err();
+        assert_eq!(err.error, Error::InsufficientCredit);
+        assert!(err.error.is_retryable());
+        // Neither a full ring nor a full ring with all credit back makes it payable.
+        let mut got = Vec::new();
+        settle(&mut p, &mut got);
+        assert_eq!(
+            snap(&p).0.peer_credit_balance,
+            1024,
+            "every credit returned"
+        );
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, b"x", 961, 11)
+                .unwrap_err()
+                .error,
+            Error::AllowanceTooLarge
+        );
+        assert_eq!(call_until_refused(&mut p, &[5; 200]), Error::RingFull);
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, &[5; 200], 961, 12)
+                .unwrap_err()
+                .error,
+            Error::AllowanceTooLarge,
+            "a full ring does not hide a permanent refusal"
+        );
+    });
+}
+
+/// The bound follows whichever limit is lower: with a reservation cap above half the
+/// ring, the peer's invariant (`2R <= C - 32`) caps the credit instead, and a call
+/// refused for a full pending-call table is still told when it could never be made.
+#[test]
+fn item2_the_invariant_bounds_the_allowance_when_the_cap_does_not() {
+    big_stack(|| {
+        let mut o = Opts::new(1, 4096);
+        o.cfg.max_resp_reservation = 1 << 20;
+        let mut p: Pair<1, 2, 128> = Pair::new(o);
+        let ea = p.a.eps[0];
+        // (4096 - 32) / 2 = 2032 -> 2016 aligned; less 64 for header and metadata.
+        assert_eq!(p.a.ctx.max_response_allowance(ea), Ok(Some(1952)));
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, b"x", 1953, 0)
+                .unwrap_err()
+                .error,
+            Error::AllowanceTooLarge
+        );
+        p.a.ctx.call_with_allowance(ea, b"x", 0, 1).unwrap();
+        p.a.ctx.call_with_allowance(ea, b"x", 0, 2).unwrap();
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, b"x", 0, 3)
+                .unwrap_err()
+                .error,
+            Error::TooManyCalls
+        );
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, b"x", 1953, 4)
+                .unwrap_err()
+                .error,
+            Error::AllowanceTooLarge
+        );
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, &[0; 5000], 0, 5)
+                .unwrap_err()
+                .error,
+            Error::PayloadTooLarge
+        );
+    });
+}

@@ -76,6 +76,7 @@ struct Stats {
     calls: Cell<u64>,
     ring_full: Cell<u64>,
     no_credit: Cell<u64>,
+    never_payable: Cell<u64>,
     replies: Cell<u64>,
     too_large_refused: Cell<u64>,
     wraps: Cell<u64>,
@@ -196,6 +197,12 @@ impl World<'_> {
             Ok(paid) => paid,
             Err(CreditError::InsufficientCredit) => {
                 bump(&stats.no_credit);
+                return;
+            }
+            // Sound only if R never exceeds the bound: `check` asserts that.
+            Err(CreditError::AllowanceTooLarge) => {
+                assert!(!me.credit.can_ever_pay(allowance));
+                bump(&stats.never_payable);
                 return;
             }
             Err(e) => panic!("call refused with {e:?}"),
@@ -384,6 +391,15 @@ impl World<'_> {
                 i
             );
             prop_assert!(me.credit.resp_reservation() <= me.credit.max_resp_reservation());
+            // The bound behind `AllowanceTooLarge`: no interleaving takes R past what
+            // the other side believes it can ever be granted.
+            prop_assert!(
+                me.credit.resp_reservation() <= other.credit.max_peer_credit(),
+                "peer {}: R {} above the other's bound {}",
+                i,
+                me.credit.resp_reservation(),
+                other.credit.max_peer_credit()
+            );
         }
         Ok(())
     }
@@ -503,6 +519,7 @@ fn credit_model() {
         ("calls", stats.calls.get()),
         ("ring full refusals", stats.ring_full.get()),
         ("credit refusals", stats.no_credit.get()),
+        ("refusals for good", stats.never_payable.get()),
         ("replies", stats.replies.get()),
         ("oversized replies refused", stats.too_large_refused.get()),
         ("wraps", stats.wraps.get()),

@@ -365,7 +365,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         // refused call leaves the table untouched.
         let Some(call_id) = self.pending.free_id() else {
             return Err(CallError {
-                error: Error::TooManyCalls,
+                error: e.d.refuse_no_slot(payload.len(), response_allowance),
                 user_data,
             });
         };
@@ -451,6 +451,18 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             self.dirty.set(id.0);
         }
         Ok(())
+    }
+
+    /// The largest response allowance a call on a connected endpoint can ever be
+    /// granted: the peer's reservation cap, or half of our recv ring, less the reply's
+    /// header and metadata. A larger one is refused with [`Error::AllowanceTooLarge`].
+    /// `Ok(None)`: not even an empty response fits (a tiny ring or cap).
+    pub fn max_response_allowance(&self, id: EndpointId) -> Result<Option<u32>, Error> {
+        let e = self.ep(id)?;
+        match e.d.state {
+            EpState::Created => Err(Error::NotConnected),
+            _ => Ok(e.d.max_response_allowance()),
+        }
     }
 
     /// Whether the endpoint has failed.

@@ -197,6 +197,16 @@ impl ReplyWriter<'_> {
     }
 }
 
+/// The call refusal of a credit refusal; out of line, as only refused calls need it.
+#[cold]
+#[inline(never)]
+fn call_credit_refusal(e: credit::CreditError) -> Error {
+    match e {
+        credit::CreditError::AllowanceTooLarge => Error::AllowanceTooLarge,
+        _ => Error::InsufficientCredit,
+    }
+}
+
 /// Queues the ranges a wrap closed, in posting order.
 #[cold]
 fn queue_wrap_ranges(ranges: &mut Fifo<FlushRange, RANGES>, w: Wrap) -> Result<(), Error> {
@@ -415,12 +425,45 @@ impl<const REQS: usize> EpData<REQS> {
     fn pay_for_call(&mut self, advance: u64, response_allowance: u32) -> Result<CallCredit, Error> {
         self.check_allowance(response_allowance)?;
         if !self.call_has_room(advance) {
-            self.want_read = true;
-            return Err(Error::RingFull);
+            return Err(self.refuse_ring_full(response_allowance));
         }
         self.credit
             .try_reserve_for_call(response_allowance)
-            .map_err(|_| Error::InsufficientCredit)
+            .map_err(call_credit_refusal)
+    }
+
+    /// A call found no ring room: [`Error::RingFull`] (and a READ of the peer's
+    /// consumer at the next flush), unless its allowance can never be paid for, which
+    /// no room would change.
+    #[cold]
+    #[inline(never)]
+    fn refuse_ring_full(&mut self, response_allowance: u32) -> Error {
+        if !self.credit.can_ever_pay(response_allowance) {
+            return Error::AllowanceTooLarge;
+        }
+        self.want_read = true;
+        Error::RingFull
+    }
+
+    /// Why a call may not be made on this endpoint while every pending-call slot is
+    /// taken: [`Error::TooManyCalls`], unless it could never be made at all.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn refuse_no_slot(&self, payload_len: usize, response_allowance: u32) -> Error {
+        let fits = u32::try_from(payload_len)
+            .is_ok_and(|len| self.send.plan(padded_message_size(len)).is_ok());
+        if !fits || self.check_allowance(response_allowance).is_err() {
+            Error::PayloadTooLarge
+        } else if !self.credit.can_ever_pay(response_allowance) {
+            Error::AllowanceTooLarge
+        } else {
+            Error::TooManyCalls
+        }
+    }
+
+    /// The largest response allowance a call can ever pay for.
+    pub(crate) fn max_response_allowance(&self) -> Option<u32> {
+        credit::max_response_allowance(self.credit.max_peer_credit())
     }
 
     /// Writes a reply of `len` bytes to request `seq` (whose entry is `req`), filled by

@@ -13,6 +13,11 @@ pub enum Error {
     InsufficientCredit,
     /// The payload (or response allowance) can never fit the ring.
     PayloadTooLarge,
+    /// The response allowance costs more credit than the peer can ever grant (its
+    /// reservation cap, or half our recv ring): no poll can make room, so the call is
+    /// refused for good. Lower the allowance
+    /// ([`Context::max_response_allowance`](super::Context::max_response_allowance)).
+    AllowanceTooLarge,
     /// The endpoint's QP failed (or it was failed by [`Context::fail_endpoint`]); every
     /// pending call on it has completed or will complete with this error.
     ///
@@ -41,6 +46,10 @@ pub enum Error {
 impl Error {
     /// A refusal for room that clears up by polling (the peer returns ring space or
     /// credit, calls complete, the send queue drains): retry after the next `poll`.
+    ///
+    /// A call that no amount of returned room could admit (a payload or allowance too
+    /// large for the rings and the credit they allow) is refused with a permanent
+    /// error instead, whichever of these conditions also holds at the time.
     pub const fn is_retryable(self) -> bool {
         matches!(
             self,
@@ -55,6 +64,9 @@ impl fmt::Display for Error {
             Self::RingFull => "peer recv ring full",
             Self::InsufficientCredit => "not enough credit from the peer",
             Self::PayloadTooLarge => "payload can never fit the ring",
+            Self::AllowanceTooLarge => {
+                "response allowance above the most credit the peer can ever grant"
+            }
             Self::EndpointFailed => "endpoint failed",
             Self::NotConnected => "endpoint not connected",
             Self::TooManyCalls => "pending-call table full",

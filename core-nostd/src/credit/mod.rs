@@ -66,6 +66,9 @@ use crate::wire::{align_down, align_up, ALIGNMENT, FLOW_METADATA_SIZE, HEADER_SI
 pub enum CreditError {
     /// The peer has not granted enough credit for the response allowance; poll and retry.
     InsufficientCredit,
+    /// The response allowance costs more than the peer can ever grant
+    /// ([`max_peer_credit`]): retrying cannot help.
+    AllowanceTooLarge,
     /// A reply (plus metadata) is larger than the allowance its request paid for.
     ReplyTooLarge,
     /// Releasing an allowance would take the reservation below zero: the peer claimed
@@ -77,6 +80,9 @@ impl fmt::Display for CreditError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::InsufficientCredit => "not enough credit from the peer",
+            Self::AllowanceTooLarge => {
+                "response allowance above the most credit the peer can grant"
+            }
             Self::ReplyTooLarge => "reply larger than the request's allowance",
             Self::ReservationUnderflow => "released more reservation than was held",
         })
@@ -223,6 +229,63 @@ pub const fn initial_peer_credit_balance(
     initial_resp_reservation(remote_initial_credit, local_recv_ring_size)
 }
 
+/// The most credit the peer can ever hold out to us, whatever it returns: a bound on
+/// our balance, so a call costing more can never be paid.
+///
+/// Our balance is part of the peer's reservation `R` towards us, and the peer keeps
+/// `R` within its cap (advertised as `remote_initial_credit`, already aligned) and
+/// within its invariant `in_flight + 2R <= C`, `C` being our recv ring. It grants only
+/// while flushing a batch, whose metadata is then in flight, so `R` stays at most
+/// `(C - 32) / 2` rounded down to [`ALIGNMENT`].
+#[inline]
+pub const fn max_peer_credit(remote_initial_credit: u64, local_recv_ring_size: u64) -> u64 {
+    let by_invariant = align_down(local_recv_ring_size.saturating_sub(FLOW_METADATA_SIZE) / 2);
+    let by_cap = align_down(remote_initial_credit);
+    if by_cap < by_invariant {
+        by_cap
+    } else {
+        by_invariant
+    }
+}
+
+/// The largest response allowance a call can ever pay for when the peer can grant at
+/// most `max_peer_credit` ([`max_peer_credit`]); `None` when not even an empty response
+/// can be paid for.
+#[inline]
+pub const fn max_response_allowance(max_peer_credit: u64) -> Option<u32> {
+    // internal_allowance_for_blocks(b) = 32b + 64 <= max  <=>  b <= (max - 64) / 32
+    let Some(spare) = max_peer_credit.checked_sub(ALIGNMENT + FLOW_METADATA_SIZE) else {
+        return None;
+    };
+    let bytes = align_down(spare);
+    // Whole blocks, so every allowance up to `bytes` rounds up to at most `bytes`; from
+    // 2^32 on (the blocks of `u32::MAX`) every allowance can be paid for.
+    Some(if bytes > u32::MAX as u64 {
+        u32::MAX
+    } else {
+        bytes as u32
+    })
+}
+
+/// The largest request payload a sender can always write eventually, holding a
+/// reservation of up to `max_resp_reservation` towards a peer with a recv ring of
+/// `remote_ring_size`: once everything in flight is consumed, its worst-case advance
+/// ([`worst_case_advance`]) fits beside `2R`. Larger payloads may still fit when `R`
+/// is lower, but nothing guarantees that it ever is.
+#[inline]
+pub const fn max_sure_request_payload(max_resp_reservation: u64, remote_ring_size: u64) -> u64 {
+    let by_cap = align_down(max_resp_reservation);
+    let by_invariant = align_down(remote_ring_size.saturating_sub(FLOW_METADATA_SIZE) / 2);
+    let r = if by_cap < by_invariant {
+        by_cap
+    } else {
+        by_invariant
+    };
+    // 2(padded + 32) + 2R <= C  <=>  padded <= C/2 - R - 32; payload = padded - 12.
+    let padded = align_down((remote_ring_size / 2).saturating_sub(r + FLOW_METADATA_SIZE));
+    padded.saturating_sub(HEADER_SIZE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +366,32 @@ mod tests {
         assert!(!reply_fits_allowance(96, 96));
         assert!(!reply_fits_allowance(u64::MAX, u64::MAX));
         assert_eq!(worst_case_advance(64), 192);
+    }
+
+    #[test]
+    fn allowance_and_payload_bounds() {
+        assert_eq!(max_peer_credit(1024, 4096), 1024);
+        assert_eq!(max_peer_credit(1 << 20, 4096), 2016);
+        assert_eq!(max_peer_credit(1000, 4096), 992);
+        assert_eq!(max_peer_credit(1 << 20, 128), 32);
+        assert_eq!(max_response_allowance(1024), Some(960));
+        assert_eq!(max_response_allowance(64), Some(0));
+        assert_eq!(max_response_allowance(63), None);
+        assert_eq!(max_response_allowance(u64::MAX), Some(u32::MAX));
+        // Exactly the largest allowance whose cost fits, for every small bound.
+        for max in 64..4096u64 {
+            let ra = max_response_allowance(max).unwrap();
+            assert!(internal_allowance_for_blocks(allowance_blocks(ra)) <= max);
+            assert!(internal_allowance_for_blocks(allowance_blocks(ra + 1)) > max);
+        }
+        // 16 KiB ring, cap 4096: 2(padded + 32) + 2 * 4096 <= 16384 -> padded 4064.
+        assert_eq!(max_sure_request_payload(4096, 16 << 10), 4052);
+        assert!(worst_case_advance(padded(4052)) + 2 * 4096 <= 16 << 10);
+        assert!(worst_case_advance(padded(4053)) + 2 * 4096 > 16 << 10);
+    }
+
+    fn padded(len: u64) -> u64 {
+        crate::wire::padded_message_size(len as u32)
     }
 
     #[test]

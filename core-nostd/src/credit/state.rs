@@ -2,7 +2,8 @@
 
 use super::{
     allowance_blocks, grant, has_room, initial_peer_credit_balance, initial_resp_reservation,
-    internal_allowance_for_blocks, invariant_holds, reply_fits_allowance, CreditError,
+    internal_allowance_for_blocks, invariant_holds, max_peer_credit, reply_fits_allowance,
+    CreditError,
 };
 use crate::ring::RingSize;
 
@@ -20,6 +21,9 @@ pub struct CreditState {
     max_resp_reservation: u64,
     /// `C`: the peer's recv ring size.
     remote_ring_size: u64,
+    /// The most the balance can ever reach ([`max_peer_credit`]): a call costing more
+    /// is refused for good, not as a retry.
+    max_peer_credit: u64,
 }
 
 /// What a call paid, to put in its header and remember until its response.
@@ -51,6 +55,7 @@ impl CreditState {
             ),
             max_resp_reservation,
             remote_ring_size: remote_recv_ring.get(),
+            max_peer_credit: max_peer_credit(remote_initial_credit, local_recv_ring.get()),
         }
     }
 
@@ -76,6 +81,19 @@ impl CreditState {
     #[inline]
     pub const fn remote_ring_size(&self) -> u64 {
         self.remote_ring_size
+    }
+
+    /// The most credit the peer can ever grant us ([`max_peer_credit`]).
+    #[inline]
+    pub const fn max_peer_credit(&self) -> u64 {
+        self.max_peer_credit
+    }
+
+    /// Whether a call allowing `response_allowance` response bytes could ever be paid
+    /// for, with every credit returned.
+    #[inline]
+    pub const fn can_ever_pay(&self, response_allowance: u32) -> bool {
+        internal_allowance_for_blocks(allowance_blocks(response_allowance)) <= self.max_peer_credit
     }
 
     /// [`invariant_holds`](super::invariant_holds) for our counters.
@@ -119,6 +137,13 @@ impl CreditState {
 
     /// Deducts the cost of a call that allows `response_allowance` response bytes.
     /// Check ring room first, so a refused call leaves the balance untouched.
+    ///
+    /// [`CreditError::InsufficientCredit`] when the peer may still grant enough (retry
+    /// after a poll), [`CreditError::AllowanceTooLarge`] when it never can.
+    ///
+    /// Inline: with the out-of-line refusal in it, the compiler stopped inlining it
+    /// into the call path on its own (+7 instructions per call, measured).
+    #[inline]
     pub fn try_reserve_for_call(
         &mut self,
         response_allowance: u32,
@@ -126,7 +151,9 @@ impl CreditState {
         let blocks = allowance_blocks(response_allowance);
         let cost = internal_allowance_for_blocks(blocks);
         if self.peer_credit_balance < cost {
-            return Err(CreditError::InsufficientCredit);
+            // Which refusal it is only matters once refused: kept out of the callers'
+            // inlined path.
+            return Err(call_refusal(cost, self.max_peer_credit));
         }
         self.peer_credit_balance -= cost;
         Ok(CallCredit {
@@ -173,6 +200,17 @@ impl CreditState {
             .checked_sub(allowance)
             .ok_or(CreditError::ReservationUnderflow)?;
         Ok(allowance)
+    }
+}
+
+/// Why a call costing `cost`, more than the balance, is refused.
+#[cold]
+#[inline(never)]
+const fn call_refusal(cost: u64, max_peer_credit: u64) -> CreditError {
+    if cost > max_peer_credit {
+        CreditError::AllowanceTooLarge
+    } else {
+        CreditError::InsufficientCredit
     }
 }
 
@@ -232,13 +270,23 @@ mod tests {
 
     #[test]
     fn refusals_change_nothing() {
+        // The peer's cap (96) is all it will ever grant: 33 B (2 blocks, 128) never fit.
         let mut s = CreditState::connect(256, size(1024), size(1024), 96);
         assert_eq!(s.peer_credit_balance(), 96);
         assert_eq!(
             s.try_reserve_for_call(33),
-            Err(CreditError::InsufficientCredit)
+            Err(CreditError::AllowanceTooLarge)
         );
         assert_eq!(s.peer_credit_balance(), 96);
+        // A 256 B recv ring starts the balance at a quarter (64) of a bound of 96: a
+        // 96 B call is short of credit for now.
+        let mut t = CreditState::connect(256, size(256), size(1024), 1 << 20);
+        assert_eq!((t.peer_credit_balance(), t.max_peer_credit()), (64, 96));
+        assert_eq!(
+            t.try_reserve_for_call(1),
+            Err(CreditError::InsufficientCredit)
+        );
+        assert_eq!(t.peer_credit_balance(), 64);
         assert!(s.try_reserve_for_call(32).is_ok());
         assert_eq!(s.peer_credit_balance(), 0);
         assert_eq!(s.resp_reservation(), 256);
@@ -247,6 +295,32 @@ mod tests {
             Err(CreditError::ReservationUnderflow)
         );
         assert_eq!(s.resp_reservation(), 256);
+    }
+
+    #[test]
+    fn item2_a_call_no_grant_can_ever_cover_is_refused_for_good() {
+        // The peer's cap (1024) bounds the balance: 30 blocks cost 1024, 31 cost 1056.
+        let mut s = CreditState::connect(1024, size(4096), size(4096), 1024);
+        assert_eq!(s.max_peer_credit(), 1024);
+        assert!(s.can_ever_pay(960) && !s.can_ever_pay(961));
+        assert_eq!(
+            s.try_reserve_for_call(961),
+            Err(CreditError::AllowanceTooLarge)
+        );
+        assert_eq!(
+            s.try_reserve_for_call(u32::MAX),
+            Err(CreditError::AllowanceTooLarge)
+        );
+        assert_eq!(s.peer_credit_balance(), 1024, "refusals change nothing");
+        s.try_reserve_for_call(960).unwrap();
+        assert_eq!(
+            s.try_reserve_for_call(0),
+            Err(CreditError::InsufficientCredit),
+            "payable once credit comes back"
+        );
+        // A cap above half our recv ring: the peer's invariant bounds it instead.
+        let s = CreditState::connect(1024, size(4096), size(4096), 1 << 20);
+        assert_eq!(s.max_peer_credit(), 2016);
     }
 
     #[test]

@@ -1,56 +1,106 @@
-//! `mpirun -np N copyrpc-echo [--fabric auto|sim|verbs] [--calls N] [--max-payload B]`
+//! `mpirun -np N copyrpc-echo [--fabric auto|sim|verbs] [--calls N] [--max-payload B] [--deadline-s S]`
 //!
 //! Every rank echoes with every other over copyrpc (see `copyrpc_host::rpc::echo`) and
 //! prints one line: `rank r/n: <counts>: ok`, or `rank r/n: FAIL <why>` and a non-zero exit.
 //! Run alone (no mpirun) it is a single rank with nobody to call, which still checks
 //! that the fabric and the context come up.
+//!
+//! Every flag is checked before MPI starts: a bad value is one line on stderr naming
+//! the flag and its valid range, and exit status 2.
 
+use std::ops::RangeInclusive;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use copyrpc_host::exchange::MpiExchange;
 use copyrpc_host::fabric::{self, FabricKind, FabricOptions};
-use copyrpc_host::rpc::echo::{self, EchoConfig};
+use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE};
 
-fn parse() -> Result<(FabricKind, EchoConfig), String> {
+const USAGE: &str =
+    "usage: copyrpc-echo [--fabric auto|sim|verbs] [--calls N] [--max-payload BYTES] [--deadline-s S]";
+
+/// What the command line asks for: a run, or the usage text.
+enum Parsed {
+    Run(FabricKind, EchoConfig),
+    Help,
+}
+
+/// `text` as a whole number in `range`; errors name `flag` and the range.
+fn number(flag: &str, text: &str, range: RangeInclusive<u64>, what: &str) -> Result<u64, String> {
+    let expected = format!(
+        "a whole number in {}..={}{what}",
+        range.start(),
+        range.end()
+    );
+    let n: u64 = text
+        .parse()
+        .map_err(|_| format!("{flag} {text:?}: expected {expected}"))?;
+    if !range.contains(&n) {
+        return Err(format!("{flag} {n} is out of range: expected {expected}"));
+    }
+    Ok(n)
+}
+
+fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     let mut kind = FabricKind::Auto;
     let mut cfg = EchoConfig::default();
-    let mut args = std::env::args().skip(1);
+    let mut args = args.into_iter();
     while let Some(a) = args.next() {
-        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        let mut value = |name: &str| {
+            args.next()
+                .ok_or(format!("{name} needs a value (try --help)"))
+        };
         match a.as_str() {
-            "--fabric" => kind = value("--fabric")?.parse().map_err(|e| format!("{e}"))?,
-            "--calls" => {
-                cfg.calls_per_peer = value("--calls")?
+            "--fabric" => {
+                kind = value("--fabric")?
                     .parse()
-                    .map_err(|e| format!("--calls: {e}"))?
+                    .map_err(|e| format!("--fabric: {e}"))?
+            }
+            "--calls" => {
+                let n = number("--calls", &value("--calls")?, 1..=u64::from(u32::MAX), "")?;
+                cfg.calls_per_peer = u32::try_from(n).map_err(|e| format!("--calls: {e}"))?;
             }
             "--max-payload" => {
-                cfg.max_payload = value("--max-payload")?
-                    .parse()
-                    .map_err(|e| format!("--max-payload: {e}"))?
+                let limit = cfg.max_payload_limit();
+                let why = format!(
+                    " (the largest payload and response allowance {} KiB rings carry)",
+                    cfg.rpc.ring_bytes >> 10
+                );
+                let n = number(
+                    "--max-payload",
+                    &value("--max-payload")?,
+                    0..=limit as u64,
+                    &why,
+                )?;
+                cfg.max_payload = usize::try_from(n).map_err(|e| format!("--max-payload: {e}"))?;
             }
             "--deadline-s" => {
-                cfg.deadline = Duration::from_secs(
-                    value("--deadline-s")?
-                        .parse()
-                        .map_err(|e| format!("--deadline-s: {e}"))?,
-                )
+                let n = number(
+                    "--deadline-s",
+                    &value("--deadline-s")?,
+                    1..=MAX_DEADLINE.as_secs(),
+                    " seconds",
+                )?;
+                cfg.deadline = Duration::from_secs(n);
             }
-            "-h" | "--help" => {
-                return Err("usage: copyrpc-echo [--fabric auto|sim|verbs] [--calls N] [--max-payload BYTES] [--deadline-s S]".into())
-            }
+            "-h" | "--help" => return Ok(Parsed::Help),
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
     }
-    Ok((kind, cfg))
+    // The flags are each in range; this catches any combination the library refuses.
+    cfg.validate().map_err(|e| format!("{e}"))?;
+    Ok(Parsed::Run(kind, cfg))
 }
 
 fn main() -> ExitCode {
-    let (kind, cfg) = match parse() {
-        Ok(v) => v,
+    let (kind, cfg) = match parse(std::env::args().skip(1)) {
+        Ok(Parsed::Run(kind, cfg)) => (kind, cfg),
+        Ok(Parsed::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(why) => {
-            eprintln!("copyrpc-echo: {why}");
+            eprintln!("copyrpc-echo: {why}\n{USAGE}");
             return ExitCode::from(2);
         }
     };

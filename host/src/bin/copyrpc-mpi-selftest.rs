@@ -7,6 +7,8 @@
 //! `--stall-rank R --timeout-ms T` tests the bound on collectives: every rank sets the
 //! exchange's timeout to T, and rank R stops itself (SIGSTOP) instead of entering the
 //! final barrier, so the others must abort the job after T with a message naming it.
+//! Any other argument is refused (status 2) before MPI starts, rather than ignored, so a
+//! mistyped flag cannot pass for a configured run.
 
 use std::process::ExitCode;
 
@@ -102,6 +104,7 @@ fn parse_args() -> Result<(Option<usize>, Option<u64>), String> {
         match a.as_str() {
             "--stall-rank" => stall = Some(value("--stall-rank")? as usize),
             "--timeout-ms" => timeout = Some(value("--timeout-ms")?),
+            "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -111,6 +114,10 @@ fn parse_args() -> Result<(Option<usize>, Option<u64>), String> {
 fn main() -> ExitCode {
     let (stall, timeout) = match parse_args() {
         Ok(a) => a,
+        Err(e) if e.is_empty() => {
+            println!("usage: mpirun -np N copyrpc-mpi-selftest [--stall-rank R --timeout-ms T]");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("copyrpc-mpi-selftest: error: {e}");
             return ExitCode::from(2);

@@ -11,6 +11,8 @@
 
 use std::time::{Duration, Instant};
 
+use copyrpc_core::credit;
+
 use crate::error::{Error, Result};
 use crate::exchange::{Collectives, ReduceOp};
 use crate::fabric::Fabric;
@@ -23,6 +25,10 @@ const EPS: usize = 16;
 const CALLS: usize = 512;
 /// Requests held per endpoint: the recv ring (16 KiB) / 32.
 const REQS: usize = 512;
+
+/// The longest deadline an echo accepts: a week, far below where `Instant` arithmetic
+/// could overflow.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Settings of an echo run.
 #[derive(Clone, Debug)]
@@ -48,6 +54,51 @@ impl Default for EchoConfig {
             deadline: Duration::from_secs(60),
             rpc: RpcConfig::for_ring(16 << 10),
         }
+    }
+}
+
+impl EchoConfig {
+    /// The largest `max_payload` the rings can carry: every call asks for a response
+    /// as long as its request, so it is the smaller of the largest response allowance
+    /// the peer's credit can ever cover and the largest request always writable beside
+    /// our own reservation (both ranks run with the same `rpc`). Above it, calls would
+    /// be refused for good or could wait for room forever.
+    pub fn max_payload_limit(&self) -> usize {
+        let ring = self.rpc.ring_bytes as u64;
+        let cap = self.rpc.endpoint.max_resp_reservation;
+        let bound = credit::max_peer_credit(credit::initial_credit(cap), ring);
+        let allowance = credit::max_response_allowance(bound).map_or(0, u64::from);
+        let request = credit::max_sure_request_payload(cap, ring);
+        usize::try_from(allowance.min(request)).unwrap_or(usize::MAX)
+    }
+
+    /// Refuses settings the echo cannot run with, before anything is set up.
+    pub fn validate(&self) -> Result<()> {
+        let limit = self.max_payload_limit();
+        let bad = |reason: String| Err(Error::RpcConfig { reason });
+        if self.max_payload > limit {
+            return bad(format!(
+                "echo max_payload {} is above {limit}, the largest payload and response \
+                 allowance rings of {} B with a reservation cap of {} B can carry",
+                self.max_payload, self.rpc.ring_bytes, self.rpc.endpoint.max_resp_reservation
+            ));
+        }
+        if self.calls_per_peer == 0 {
+            return bad("echo calls_per_peer is 0: nothing would be checked".into());
+        }
+        if self.window == 0 || self.window as usize > CALLS {
+            return bad(format!(
+                "echo window {} is outside 1..={CALLS} (the pending-call table)",
+                self.window
+            ));
+        }
+        if self.deadline.is_zero() || self.deadline > MAX_DEADLINE {
+            return bad(format!(
+                "echo deadline {:?} is outside 1 s..={MAX_DEADLINE:?}",
+                self.deadline
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -97,6 +148,7 @@ fn fill(src: usize, k: u32, out: &mut [u8]) {
 
 /// Runs the echo on this rank. Every rank of `x` must call it with the same `cfg`.
 pub fn run(x: &impl Collectives, fabric: Fabric, cfg: &EchoConfig) -> Result<EchoReport> {
+    cfg.validate()?;
     let (rank, ranks) = (x.rank(), x.size());
     let fail = |what: String| Error::Echo { rank, what };
     let mut node = RpcNode::<(usize, u32), EPS, CALLS, REQS>::establish(fabric, x, &cfg.rpc)?;

@@ -1,0 +1,146 @@
+//! The copyrpc binaries' command lines: every bad value of every flag is a one-line
+//! error naming the flag and exit status 2, before MPI starts, never a panic; and a
+//! `--max-payload` the rings cannot carry is refused at once instead of stalling until
+//! the deadline.
+//!
+//! Each run is bounded (`run_local`: killed after `TIMEOUT_S`).
+
+use std::path::Path;
+use std::process::Output;
+
+use copyrpc_host::exchange::launch::run_local;
+
+const ECHO: &str = env!("CARGO_BIN_EXE_copyrpc-echo");
+const SELFTEST: &str = env!("CARGO_BIN_EXE_copyrpc-mpi-selftest");
+const TIMEOUT_S: u32 = 30;
+
+fn run(np: Option<usize>, exe: &str, args: &[&str]) -> Output {
+    run_local(np, Path::new(exe), args, TIMEOUT_S).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Exit status 2, `needle` (the flag) on stderr, and no trace of a panic.
+fn assert_refused(out: &Output, args: &[&str], needle: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: usage errors exit 2\nstdout: {}\nstderr: {err}",
+        text(&out.stdout)
+    );
+    assert!(err.contains(needle), "{args:?}: {needle:?} not in: {err}");
+    let lower = err.to_lowercase();
+    assert!(
+        !lower.contains("panicked") && !lower.contains("backtrace"),
+        "{args:?} panicked: {err}"
+    );
+}
+
+const HUGE: &str = "340282366920938463463374607431768211456"; // 2^128
+const U64_MAX: &str = "18446744073709551615";
+
+#[test]
+fn item5_every_bad_value_of_every_echo_flag_is_a_clear_error_not_a_panic() {
+    let mut table: Vec<(Vec<&str>, &str)> = Vec::new();
+    for (flag, bad) in [
+        (
+            "--calls",
+            &["0", "-1", U64_MAX, "4294967296", HUGE, "ten", "", "1.5"][..],
+        ),
+        (
+            "--max-payload",
+            &[
+                "-1",
+                U64_MAX,
+                "4033",
+                "4200",
+                "1000000000000",
+                HUGE,
+                "1k",
+                "",
+            ],
+        ),
+        (
+            "--deadline-s",
+            &["0", "-1", U64_MAX, "604801", HUGE, "soon", "", "1.5"],
+        ),
+        ("--fabric", &["0", "rxe", ""]),
+    ] {
+        for v in bad {
+            table.push((vec![flag, v], flag));
+        }
+        // The flag last, with no value.
+        table.push((vec!["--calls", "5", flag], flag));
+    }
+    table.push((vec!["--no-such-flag"], "--no-such-flag"));
+    table.push((vec!["-x", "1"], "-x"));
+    table.push((vec!["--calls", "5", "stray"], "stray"));
+    for (args, needle) in &table {
+        let out = run(None, ECHO, args);
+        assert_refused(&out, args, needle);
+    }
+    // The range is in the message, so the user sees what would be accepted.
+    let out = run(None, ECHO, &["--max-payload", U64_MAX]);
+    assert!(
+        text(&out.stderr).contains("0..=4032"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn item5_help_is_not_an_error() {
+    let out = run(None, ECHO, &["--help"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("--max-payload"));
+}
+
+#[test]
+fn item5_the_mpi_selftest_refuses_arguments_it_does_not_take() {
+    for args in [&["--calls", "5"][..], &["-1"], &[U64_MAX]] {
+        let out = run(None, SELFTEST, args);
+        assert_refused(&out, args, args[0]);
+    }
+}
+
+/// Above 4032 B (16 KiB rings, reservation cap 4 KiB: 126 blocks of response allowance
+/// cost the whole 4096 B of credit a peer can hold) a call could never be paid for. Two
+/// ranks used to retry such calls until their deadline; the run must instead fail
+/// before it starts, well within a deadline it was given generously.
+#[test]
+fn item2_a_max_payload_the_rings_cannot_carry_fails_at_once_naming_the_limit() {
+    let args = ["--max-payload", "4200", "--deadline-s", "60"];
+    let out = run(Some(2), ECHO, &args);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--max-payload 4200 is out of range") && err.contains("0..=4032"),
+        "{err}"
+    );
+    assert!(!text(&out.stdout).contains("FAIL deadline"));
+}
+
+/// The limit is not too strict: two ranks echo with payloads (and response allowances)
+/// up to exactly the largest `--max-payload` accepted.
+#[test]
+fn the_largest_accepted_max_payload_echoes() {
+    let args = [
+        "--max-payload",
+        "4032",
+        "--calls",
+        "400",
+        "--deadline-s",
+        "25",
+    ];
+    let out = run(Some(2), ECHO, &args);
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success() && stdout.matches(": ok").count() == 2,
+        "{args:?}: {}\n{stdout}\n{}",
+        out.status,
+        text(&out.stderr)
+    );
+}
