@@ -14,17 +14,19 @@
 //! checksummed payloads and answers their calls, over MPI ranks or thread ranks.
 
 pub mod echo;
+mod wiring;
 
 use std::sync::Arc;
 
 use copyrpc_core::copyrpc::{
-    Context, EndpointConfig, EndpointId, EndpointInfo, EndpointMem, Queues, Region,
+    Context, EndpointConfig, EndpointId, EndpointInfo, EndpointMem, Region,
 };
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use crate::error::{Error, Result};
 use crate::exchange::Collectives;
 use crate::fabric::{sim, verbs, Fabric, QpEndpoint};
+use wiring::{NodeFabric, Wired, Wiring};
 
 /// Bytes of an endpoint's control region (the exported consumer position and the READ
 /// landing word, 16 bytes, on a cache line of their own).
@@ -77,22 +79,6 @@ pub struct PeerRecord {
     pub present: u64,
 }
 
-/// The fabric objects behind one endpoint, kept alive as long as the context uses them.
-#[derive(Debug)]
-enum EndpointObjects {
-    Verbs { qp: verbs::Qp, _mr: verbs::Mr },
-    Sim { qp: sim::SimQp, _mr: sim::SimMr },
-}
-
-/// Shared queues of a verbs context (the sim fabric owns its own).
-#[derive(Debug)]
-struct VerbsQueues {
-    _lkey_mr: verbs::Mr,
-    _srq: verbs::Srq,
-    _send_cq: verbs::Cq,
-    _recv_cq: verbs::Cq,
-}
-
 /// One rank's copyrpc context with an endpoint per peer rank. See the module docs.
 ///
 /// The context's tables are inline (`EPS × REQS` request entries, `CALLS` pending calls),
@@ -100,13 +86,14 @@ struct VerbsQueues {
 /// so any thread can create one.
 ///
 /// Field order is drop order: the context (which holds the driver's view of queues and
-/// rings) goes first, then the QPs and regions, then the queues, then the fabric.
+/// rings) goes first, then the QPs and regions, then the queues ([`wiring`]), then the
+/// fabric.
 #[derive(Debug)]
 pub struct RpcNode<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
     ctx: Box<Context<U, EPS, CALLS, REQS>>,
-    peers: Vec<Option<(EndpointId, EndpointObjects)>>,
+    peers: Vec<Option<EndpointId>>,
     by_endpoint: Vec<usize>,
-    _verbs_queues: Option<VerbsQueues>,
+    wiring: Box<dyn Wiring>,
     fabric: Arc<Fabric>,
     rank: usize,
 }
@@ -162,89 +149,50 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
                 ),
             });
         }
-        let mut verbs_queues = None;
-        let (queues, mut mk_endpoint): (Queues, Box<dyn FnMut(usize) -> Result<_>>) = match &*fabric
-        {
-            Fabric::Sim(f) => {
-                let send_cq = f.create_cq(cfg.cqes)?;
-                let recv_cq = f.create_cq(cfg.cqes.max(cfg.srq_wqes))?;
-                let srq = f.create_srq(cfg.srq_wqes, 1)?;
-                let lkey_mr = f.alloc_mr("srq-lkey", 64, mlx5_raw::sim::Access::ALL)?;
-                let queues = Queues {
-                    srq,
-                    srq_lkey: lkey_mr.lkey(),
-                    send_cq,
-                    recv_cq,
-                };
-                let f: &sim::SimFabric = f;
-                let mk = move |peer: usize| -> Result<(EndpointMem, _, EndpointObjects)> {
-                    let qp = f.create_qp(&sim::SimQpOptions {
-                        max_send_wr: cfg.sq_wrs,
-                        ..sim::SimQpOptions::new(send_cq.cqn, recv_cq.cqn, Some(srq.srqn))
-                    })?;
-                    let mr = f.alloc_mr(
-                        &format!("copyrpc-peer-{peer}"),
-                        2 * cfg.ring_bytes + CONTROL_BYTES,
-                        mlx5_raw::sim::Access::ALL,
-                    )?;
-                    let mem = split(mr.as_ptr(), mr.lkey(), mr.rkey(), cfg.ring_bytes);
-                    Ok((mem, qp.sq_desc(), EndpointObjects::Sim { qp, _mr: mr }))
-                };
-                (queues, Box::new(mk))
-            }
-            Fabric::Verbs(d) => {
-                let send_cq = d.create_cq(cfg.cqes)?;
-                let recv_cq = d.create_cq(cfg.cqes.max(cfg.srq_wqes))?;
-                let srq = d.create_srq(cfg.srq_wqes, 1)?;
-                let lkey_mr = d.alloc_mr("srq-lkey", 4096, verbs::Access::LOCAL_WRITE)?;
-                let queues = Queues {
-                    srq: srq.desc(),
-                    srq_lkey: lkey_mr.lkey(),
-                    send_cq: send_cq.desc(),
-                    recv_cq: recv_cq.desc(),
-                };
-                // The QPs borrow the queues only during creation (they keep their
-                // own references), so the closure can own them until `new` ends.
-                let holder = VerbsQueues {
-                    _lkey_mr: lkey_mr,
-                    _srq: srq.clone(),
-                    _send_cq: send_cq.clone(),
-                    _recv_cq: recv_cq.clone(),
-                };
-                verbs_queues = Some(holder);
-                let mk = move |peer: usize| -> Result<(EndpointMem, _, EndpointObjects)> {
-                    let qp = d.create_qp(&verbs::QpOptions {
-                        max_send_wr: cfg.sq_wrs,
-                        ..verbs::QpOptions::new(&send_cq, &recv_cq, Some(&srq))
-                    })?;
-                    let mr = d.alloc_mr(
-                        &format!("copyrpc-peer-{peer}"),
-                        2 * cfg.ring_bytes + CONTROL_BYTES,
-                        verbs::Access::RDMA,
-                    )?;
-                    let mem = split(mr.as_ptr(), mr.lkey(), mr.rkey(), cfg.ring_bytes);
-                    let sq = qp.sq_desc();
-                    Ok((mem, sq, EndpointObjects::Verbs { qp, _mr: mr }))
-                };
-                (queues, Box::new(mk))
-            }
-        };
+        match &*fabric {
+            Fabric::Sim(_) => Self::build::<sim::SimFabric>(fabric, rank, &wanted, cfg),
+            Fabric::Verbs(_) => Self::build::<verbs::Device>(fabric, rank, &wanted, cfg),
+        }
+    }
+
+    /// The node on fabric `F`: shared queues, the context, and an endpoint (QP and
+    /// region) for each `wanted` peer.
+    fn build<F: NodeFabric>(
+        fabric: Arc<Fabric>,
+        rank: usize,
+        wanted: &[bool],
+        cfg: &RpcConfig,
+    ) -> Result<Self>
+    where
+        Wired<F>: Send,
+    {
+        let f = F::of(&fabric).unwrap_or_else(|| unreachable!("dispatched on the fabric kind"));
+        let (queues, shared) = f.shared(cfg)?;
         // Built in place on the heap: the context can be MiBs (`Context::init`).
         let mut slot = Box::<Context<U, EPS, CALLS, REQS>>::new_uninit();
         // SAFETY: the queues were just created on this fabric for this context alone;
-        // they stay alive (in the fabric, or in `verbs_queues`) until the node drops,
-        // after the context (field order).
+        // they stay alive (in the fabric, or in `shared`, kept by the node's wiring)
+        // until the node drops, after the context (field order).
         unsafe { Context::init(&mut slot, &queues) }.map_err(rpc_err("Context::init", None))?;
         // SAFETY: `init` returned Ok, so every field is written.
         let mut ctx = unsafe { slot.assume_init() };
-        let mut peers = Vec::with_capacity(ranks);
+        let mut peers = Vec::with_capacity(wanted.len());
+        let mut eps = Vec::with_capacity(wanted.len());
         let mut by_endpoint = vec![usize::MAX; EPS];
         for (peer, &want) in wanted.iter().enumerate() {
             if !want {
                 peers.push(None);
+                eps.push(None);
                 continue;
             }
-            let (mem, sq, objs) = mk_endpoint(peer)?;
+            let (qp, sq, mr) = f.endpoint(
+                cfg,
+                &shared,
+                &format!("copyrpc-peer-{peer}"),
+                2 * cfg.ring_bytes + CONTROL_BYTES,
+            )?;
+            let m = F::mr_parts(&mr);
+            let mem = split(m.base, m.lkey, m.rkey, cfg.ring_bytes);
             // SAFETY: `sq` describes a fresh QP on the context's queues, `mem` a fresh
             // region registered in the same PD and split into three disjoint parts; the
             // node keeps both alive until after the context (field order), and nothing
@@ -252,14 +200,19 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
             let id = unsafe { ctx.create_endpoint(&sq, &mem, cfg.endpoint) }
                 .map_err(rpc_err("create_endpoint", Some(peer)))?;
             by_endpoint[usize::from(id.0)] = peer;
-            peers.push(Some((id, objs)));
+            peers.push(Some(id));
+            eps.push(Some((qp, mr)));
         }
-        drop(mk_endpoint);
+        let wiring = Box::new(Wired::<F> {
+            eps,
+            _shared: shared,
+            fabric: Arc::clone(&fabric),
+        });
         Ok(Self {
             ctx,
             peers,
             by_endpoint,
-            _verbs_queues: verbs_queues,
+            wiring,
             fabric,
             rank,
         })
@@ -286,16 +239,13 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
             });
         }
         for (peer, p) in self.peers.iter().enumerate() {
-            let Some((id, objs)) = p else { continue };
+            let (Some(id), Some(qp)) = (p, self.wiring.address(peer)) else {
+                continue;
+            };
             let info = self
                 .ctx
                 .local_info(*id)
                 .map_err(rpc_err("local_info", Some(peer)))?;
-            let qp = match (objs, &*self.fabric) {
-                (EndpointObjects::Sim { qp, .. }, Fabric::Sim(f)) => f.endpoint(qp),
-                (EndpointObjects::Verbs { qp, .. }, _) => qp.endpoint(),
-                (EndpointObjects::Sim { .. }, _) => unreachable!("sim QP on a sim fabric"),
-            };
             table[peer] = PeerRecord {
                 qp,
                 info: info.to_bytes(),
@@ -317,20 +267,14 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
             });
         }
         for (peer, (p, rec)) in self.peers.iter().zip(received).enumerate() {
-            let Some((id, objs)) = p else { continue };
+            let Some(id) = p else { continue };
             if rec.present != 1 {
                 return Err(Error::RpcConfig {
                     reason: format!("rank {peer} sent no endpoint for rank {}", self.rank),
                 });
             }
             let info = EndpointInfo::from_bytes(&rec.info);
-            match (objs, &*self.fabric) {
-                (EndpointObjects::Sim { qp, .. }, Fabric::Sim(f)) => f.connect(qp, &rec.qp)?,
-                (EndpointObjects::Verbs { qp, .. }, _) => {
-                    qp.connect(&rec.qp, &verbs::ConnectOptions::default())?
-                }
-                (EndpointObjects::Sim { .. }, _) => unreachable!("sim QP on a sim fabric"),
-            }
+            self.wiring.connect(peer, &rec.qp)?;
             self.ctx
                 .connect(*id, &info)
                 .map_err(rpc_err("connect", Some(peer)))?;
@@ -350,7 +294,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
 
     /// The endpoint to `peer`, if it is another rank.
     pub fn endpoint(&self, peer: usize) -> Option<EndpointId> {
-        self.peers.get(peer)?.as_ref().map(|(id, _)| *id)
+        *self.peers.get(peer)?
     }
 
     /// Polls until a poll defers no flush, so every reply and call written so far has
