@@ -50,8 +50,8 @@ nostd_sources_clean() {
 bare_builds() {
   local t
   for t in x86_64-unknown-none aarch64-unknown-none; do
-    cargo build --quiet -p core-nostd -p mlx5-raw --target "$t"
-    cargo build --quiet --release -p core-nostd -p mlx5-raw --target "$t"
+    cargo build --quiet -p copyrpc-core -p mlx5-raw --target "$t"
+    cargo build --quiet --release -p copyrpc-core -p mlx5-raw --target "$t"
     echo "built core-nostd + mlx5-raw for $t (debug and release)"
   done
 }
@@ -62,7 +62,7 @@ aarch64_tests() {
   # assumptions differ from x86.
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
-    cargo test --quiet --target aarch64-unknown-linux-gnu -p core-nostd -p mlx5-raw --tests
+    cargo test --quiet --target aarch64-unknown-linux-gnu -p copyrpc-core -p mlx5-raw --tests
 }
 
 fuzz_all() {
@@ -94,7 +94,7 @@ loom_models() {
   done
   [ "${#models[@]}" -gt 0 ] || { echo "no loom models found" >&2; return 1; }
   CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} \
-    cargo test --quiet --release -p core-nostd "${models[@]}"
+    cargo test --quiet --release -p copyrpc-core "${models[@]}"
 }
 
 miri_unsafe() {
@@ -105,9 +105,9 @@ miri_unsafe() {
     --lib --test sq --test cq --test srq
   # The shm protocols' slot cells and region casts (their unit tests use tiny regions),
   # and copyrpc's in-place construction (the pending table's, and a whole context's).
-  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p core-nostd \
+  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p copyrpc-core \
     --lib -- deleg ipc flux pending
-  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p core-nostd \
+  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p copyrpc-core \
     --test copyrpc_rules -- a_large_context_is_built_in_place
 }
 
@@ -123,7 +123,7 @@ step "loom models (core-nostd/tests/loom_*)"   loom_models
 step "miri: mlx5-raw, core-nostd shm protocols, Context::init" miri_unsafe
 step "benches: each run once (criterion --test)" cargo test --quiet --benches --workspace
 step "fuzz: build + bounded runs"             fuzz_all
-step "rustdoc -D warnings (no_std crates)"    env RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps -p core-nostd -p mlx5-raw
+step "rustdoc -D warnings (no_std crates)"    env RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps -p copyrpc-core -p mlx5-raw
 
 printf '\n\033[1mAll checks passed:\033[0m\n'
 printf '  %s\n' "${steps_done[@]}"

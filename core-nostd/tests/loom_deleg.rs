@@ -1,6 +1,6 @@
 //! Loom models of the delegationrpc protocol: processes as threads, tiny capacities.
 //!
-//! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p core-nostd --release --test loom_deleg`
+//! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_deleg`
 #![cfg(loom)]
 
 use copyrpc_core::deleg::{

@@ -1,7 +1,7 @@
 //! Loom model of Flux: two nodes as threads, rings of 2, each calling the other while
 //! answering the other's calls out of order.
 //!
-//! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p core-nostd --release --test loom_flux`
+//! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_flux`
 #![cfg(loom)]
 
 use copyrpc_core::flux::{Mesh, Msg, NodeCtl, PairCtl, RecvHandle, Slab, SlabEntry};

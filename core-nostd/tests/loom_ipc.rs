@@ -1,6 +1,6 @@
 //! Loom models of ipc: a client and the server as threads, depth 2.
 //!
-//! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p core-nostd --release --test loom_ipc`
+//! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_ipc`
 #![cfg(loom)]
 
 use copyrpc_core::flux::{Slab, SlabEntry};

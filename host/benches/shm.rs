@@ -1,6 +1,6 @@
 //! Shared-memory protocol benches, two threads pinned to two cores (printed at start).
 //!
-//! `cargo bench -p host --bench shm` (about a minute); numbers and their reading are in
+//! `cargo bench -p copyrpc-host --bench shm` (about a minute); numbers and their reading are in
 //! docs/PERFORMANCE.md. Groups:
 //!
 //! - `rtt/*`: one request/response round trip, one call in flight: `floor_one_line` (a

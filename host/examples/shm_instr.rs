@@ -4,7 +4,7 @@
 //! is that side's work per call (docs/PERFORMANCE.md, issue 5's reading):
 //!
 //! ```sh
-//! cargo build --release -p host --example shm_instr
+//! cargo build --release -p copyrpc-host --example shm_instr
 //! valgrind --tool=callgrind --callgrind-out-file=cg.shm target/release/examples/shm_instr 1000
 //! callgrind_annotate --inclusive=yes cg.shm | grep -E 'shm_instr::(d|f)_'
 //! ```

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! COPYRPC_TEST_DEVICE=mlx5_0 [COPYRPC_TEST_GID_INDEX=3] \
-//!     cargo test -p host --test verbs_hw -- --ignored --test-threads 1
+//!     cargo test -p copyrpc-host --test verbs_hw -- --ignored --test-threads 1
 //! ```
 //!
 //! (the GID index matters on RoCE: the RoCE v2 entry of the interface's address).
