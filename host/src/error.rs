@@ -419,6 +419,17 @@ pub enum Error {
         /// Records given.
         got: usize,
     },
+    /// A collective of a thread group outlived its timeout: the ranks in `missing` never
+    /// arrived (hung, or waiting on something else). The group is broken for good.
+    #[error("exchange rank {rank}: ranks {missing:?} did not arrive within {:.1} s; the thread group is broken", waited.as_secs_f64())]
+    ExchangeTimeout {
+        /// The rank reporting.
+        rank: usize,
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// The ranks that had not arrived.
+        missing: Vec<usize>,
+    },
     /// A thread rank left the group (dropped its handle, or panicked) while the others
     /// still expected it in a collective.
     #[error("exchange rank {rank} left the group{}", if *.panicked { " (it panicked)" } else { "" })]

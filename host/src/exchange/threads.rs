@@ -1,6 +1,7 @@
 //! The exchange over threads: ranks are threads of one process sharing a board.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::{decode, encode, Record, ReduceOp};
 use crate::error::{Error, Result};
@@ -11,7 +12,10 @@ use crate::error::{Error, Result};
 /// Same methods as [`MpiExchange`](super::MpiExchange). Collectives block until every
 /// rank has called them. If a rank drops its handle (returns early, or panics) while the
 /// others are waiting or call another collective, they get
-/// [`Error::ExchangePeerGone`] instead of waiting forever.
+/// [`Error::ExchangePeerGone`] instead of waiting forever. A rank that is alive but never
+/// arrives (hung, or waiting on something else) is bounded too: after
+/// [`ThreadExchange::timeout`] the waiting ranks get [`Error::ExchangeTimeout`] naming
+/// the ranks that did not arrive, and the group is broken for good.
 #[derive(Debug)]
 pub struct ThreadExchange {
     rank: usize,
@@ -23,12 +27,20 @@ struct Board {
     size: usize,
     state: Mutex<State>,
     turn: Condvar,
+    timeout: Duration,
 }
+
+/// The default bound on one collective of a thread group.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
 struct State {
     /// Ranks arrived at the current barrier.
     arrived: usize,
+    /// Which ranks those are.
+    here: Vec<bool>,
+    /// Set when a collective outlived the timeout: the ranks that had not arrived.
+    broken: Option<Vec<usize>>,
     /// Barriers completed; a waiter leaves when it changes.
     generation: u64,
     /// The first rank that left, and whether it panicked.
@@ -38,13 +50,22 @@ struct State {
 }
 
 impl ThreadExchange {
-    /// A group of `size` ranks (`size >= 1`), handle `i` being rank `i`.
+    /// A group of `size` ranks (`size >= 1`), handle `i` being rank `i`, whose
+    /// collectives wait at most [`DEFAULT_TIMEOUT`].
     pub fn group(size: usize) -> Vec<Self> {
+        Self::group_with_timeout(size, DEFAULT_TIMEOUT)
+    }
+
+    /// [`group`](Self::group) with collectives bounded by `timeout`.
+    pub fn group_with_timeout(size: usize, timeout: Duration) -> Vec<Self> {
         assert!(size >= 1, "a thread exchange needs at least one rank");
         let board = Arc::new(Board {
             size,
+            timeout,
             state: Mutex::new(State {
                 arrived: 0,
+                here: vec![false; size],
+                broken: None,
                 generation: 0,
                 gone: None,
                 slots: vec![Vec::new(); size],
@@ -62,6 +83,11 @@ impl ThreadExchange {
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    /// How long a collective waits for the other ranks.
+    pub fn timeout(&self) -> Duration {
+        self.board.timeout
     }
 
     /// Number of ranks.
@@ -82,31 +108,58 @@ impl ThreadExchange {
         Error::ExchangePeerGone { rank, panicked }
     }
 
-    /// Waits for every rank.
+    /// Waits for every rank (at most [`timeout`](Self::timeout)).
     pub fn barrier(&self) -> Result<()> {
         let mut s = self.lock();
+        if let Some(missing) = &s.broken {
+            return Err(self.timeout_error(missing.clone()));
+        }
         if let Some(g) = s.gone {
             return Err(Self::gone_error(g));
         }
         let generation = s.generation;
         s.arrived += 1;
+        s.here[self.rank] = true;
         if s.arrived == self.board.size {
             s.arrived = 0;
+            s.here.iter_mut().for_each(|h| *h = false);
             s.generation += 1;
             self.board.turn.notify_all();
             return Ok(());
         }
+        let deadline = Instant::now() + self.board.timeout;
         while s.generation == generation {
+            // The timeout first: the rank that timed out leaves the group right after,
+            // and that departure is a consequence, not the cause.
+            if let Some(missing) = &s.broken {
+                return Err(self.timeout_error(missing.clone()));
+            }
             if let Some(g) = s.gone {
                 return Err(Self::gone_error(g));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let missing: Vec<usize> = (0..self.board.size).filter(|&r| !s.here[r]).collect();
+                s.broken = Some(missing.clone());
+                self.board.turn.notify_all();
+                return Err(self.timeout_error(missing));
             }
             s = self
                 .board
                 .turn
-                .wait(s)
-                .unwrap_or_else(PoisonError::into_inner);
+                .wait_timeout(s, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
         Ok(())
+    }
+
+    fn timeout_error(&self, missing: Vec<usize>) -> Error {
+        Error::ExchangeTimeout {
+            rank: self.rank,
+            waited: self.board.timeout,
+            missing,
+        }
     }
 
     /// Posts `bytes` as this rank's slot, waits for all, lets `read` look at every slot,
@@ -324,5 +377,24 @@ mod tests {
             ),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn a_rank_that_never_arrives_times_the_others_out_naming_it() {
+        let mut g = ThreadExchange::group_with_timeout(3, Duration::from_millis(200));
+        let late = g.pop().unwrap(); // rank 2: alive, never calls the barrier
+        let waiters: Vec<_> = g
+            .into_iter()
+            .map(|x| std::thread::spawn(move || x.barrier()))
+            .collect();
+        for w in waiters {
+            match w.join().unwrap() {
+                Err(Error::ExchangeTimeout { missing, .. }) => assert_eq!(missing, vec![2]),
+                other => panic!("expected a timeout naming rank 2, got {other:?}"),
+            }
+        }
+        // The group is broken for good: the late rank is told too, at once.
+        let e = late.barrier().unwrap_err();
+        assert!(e.to_string().contains("did not arrive"), "{e}");
     }
 }
