@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The protocol modules of core-nostd (copyrpc, deleg, ipc, flux) may use the shared
+# pieces (shm, wire, ring, credit, sync) but never each other: a change to one protocol
+# must not reach into another. Prints every offending line and exits 1 if there is any.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+protocols=(copyrpc deleg ipc flux)
+bad=0
+for m in "${protocols[@]}"; do
+  others=$(printf '%s\n' "${protocols[@]}" | grep -vx "$m" | paste -sd'|')
+  # `crate::other`, `super::super::other`, and `use crate::{.., other, ..}` groups, in
+  # code (a doc comment may still name a sibling).
+  if grep -rnE "crate::($others)\b|super::super::($others)\b|crate::\{[^}]*\b($others)\b" \
+      "core-nostd/src/$m" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//'; then
+    bad=1
+  fi
+done
+if [ "$bad" -ne 0 ]; then
+  echo "error: a core-nostd protocol module imports a sibling protocol (see above)" >&2
+  exit 1
+fi
+echo "layering ok: ${protocols[*]} import none of each other"
