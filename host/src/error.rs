@@ -1,5 +1,10 @@
 //! The host crate's one error type: a variant per failing call, each naming what it
 //! failed on (the region name, the cpu) and carrying the OS error (STYLE L14).
+//!
+//! The shm variants also print their cause in `Display` (errno text such as "Permission
+//! denied (os error 13)", the core's "no free client id"): the binaries report errors with
+//! `to_string()`, which would otherwise drop it. `source()` still returns the cause for
+//! code that matches on it.
 
 use std::io;
 
@@ -19,7 +24,7 @@ pub enum Error {
         reason: &'static str,
     },
     /// `shm_open` failed (for `open`: the region does not exist, or permissions).
-    #[error("shm_open({name}) failed")]
+    #[error("shm_open({name}) failed: {source}")]
     ShmOpen {
         /// The region name.
         name: String,
@@ -44,7 +49,7 @@ pub enum Error {
         pid: u32,
     },
     /// `ftruncate` while sizing a new region.
-    #[error("ftruncate({name}, {len}) failed")]
+    #[error("ftruncate({name}, {len}) failed: {source}")]
     ShmTruncate {
         /// The region name.
         name: String,
@@ -55,7 +60,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `fstat` of an opened region.
-    #[error("fstat({name}) failed")]
+    #[error("fstat({name}) failed: {source}")]
     ShmStat {
         /// The region name.
         name: String,
@@ -64,7 +69,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `mmap` of a region.
-    #[error("mmap({name}, {len} bytes) failed")]
+    #[error("mmap({name}, {len} bytes) failed: {source}")]
     ShmMap {
         /// The region name.
         name: String,
@@ -75,7 +80,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `shm_unlink`.
-    #[error("shm_unlink({name}) failed")]
+    #[error("shm_unlink({name}) failed: {source}")]
     ShmUnlink {
         /// The region name.
         name: String,
@@ -85,7 +90,7 @@ pub enum Error {
     },
     /// The region's bytes are not the expected layout: bad magic, version, payload size,
     /// truncated, or out-of-range config.
-    #[error("shm region {name} has a bad layout")]
+    #[error("shm region {name} has a bad layout: {source}")]
     ShmLayout {
         /// The region name.
         name: String,
@@ -100,7 +105,7 @@ pub enum Error {
         name: String,
     },
     /// Registration as a client was refused.
-    #[error("connect to shm region {name}")]
+    #[error("connect to shm region {name}: {source}")]
     Connect {
         /// The region name.
         name: String,
@@ -109,7 +114,7 @@ pub enum Error {
         source: ConnectError,
     },
     /// Registration as an ipc client was refused.
-    #[error("connect to ipc region {name}")]
+    #[error("connect to ipc region {name}: {source}")]
     IpcConnect {
         /// The region name.
         name: String,

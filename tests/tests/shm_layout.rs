@@ -121,3 +121,41 @@ fn live_region_fields_at_seed_offsets() {
     c1.poll(|s, r| got.push((s, r[0])));
     assert_eq!(got, [(1, 7), (0, 1)]);
 }
+
+/// Opening a region that does not exist names the OS error, not only the call.
+#[test]
+fn item6_shm_open_error_message_carries_errno_text() {
+    let name = format!("/copyrpc-item6-missing-{}", std::process::id());
+    let e = copyrpc_host::shm::ShmRegion::open(&name).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains(&name), "{msg}");
+    assert!(
+        msg.contains("No such file or directory (os error 2)"),
+        "errno text missing: {msg}"
+    );
+}
+
+/// A refused registration says why ("no free client id"), and so does a bad layout.
+#[test]
+fn item6_connect_error_message_carries_core_cause() {
+    let name = format!("/copyrpc-item6-full-{}", std::process::id());
+    let cfg = Config {
+        max_clients: 1,
+        ring_depth: 2,
+        resp_depth: 1,
+    };
+    let _server = DelegServer::<Req, Resp>::create(&name, cfg, ServerOptions::default()).unwrap();
+    let _only = DelegClient::<Req, Resp>::connect(&name).unwrap();
+    let msg = DelegClient::<Req, Resp>::connect(&name)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains(&name), "{msg}");
+    assert!(msg.contains("no free client id"), "cause missing: {msg}");
+    let msg = DelegClient::<[u64; 5], Resp>::connect(&name)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("payloads of 24/64 bytes"),
+        "cause missing: {msg}"
+    );
+}
