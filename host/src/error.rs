@@ -40,8 +40,10 @@ pub enum Error {
         /// The creator recorded in the region (0 if it never finished initialising).
         pid: u32,
     },
-    /// A region whose creator process is gone (left behind by a crash).
-    #[error("shm region {name} is stale: its creator pid {pid} is gone")]
+    /// A region whose creator process is gone (left behind by a crash): no process with
+    /// the recorded pid and start time exists (the pid may have been reused since), or the
+    /// region is of an older layout that records no start time.
+    #[error("shm region {name} is stale: its creator (pid {pid}) is gone; the pid may now belong to another process")]
     ShmStale {
         /// The region name.
         name: String,

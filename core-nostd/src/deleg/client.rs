@@ -1,6 +1,6 @@
 //! The client side: connect, call (reserve + commit), poll responses, close.
 
-use super::layout::{check_payload_align, claim_client_id, Claim, ClientState, Region};
+use super::layout::{check_payload_align, claim_client_id, Claim, ClientState, Owner, Region};
 use super::{CallError, ConnectError, Payload};
 use crate::sync::{spin_loop, Ordering};
 
@@ -34,8 +34,13 @@ pub struct Reservation<'c, 'a, Req: Payload, Resp: Payload> {
 impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
     /// Registers with the region: a never-used id from `next_client_id` if any is left,
     /// else a freed id (its epoch bumped). `owner` is recorded in the client table (the
-    /// host passes its pid, so the server's host can tell when this process is gone).
-    pub fn connect(region: Region<'a, Req, Resp>, owner: u32) -> Result<Self, ConnectError> {
+    /// host passes its pid and start time, so the server's host can tell when this
+    /// process is gone).
+    pub fn connect(
+        region: Region<'a, Req, Resp>,
+        owner: impl Into<Owner>,
+    ) -> Result<Self, ConnectError> {
+        let owner = owner.into();
         const { check_payload_align::<Req, Resp>() };
         let h = region.header;
         // Relaxed: a flag; nothing is published with it.
@@ -49,14 +54,18 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         .ok_or(ConnectError::NoFreeClientId)
     }
 
-    fn try_take(region: Region<'a, Req, Resp>, id: u32, owner: u32) -> Option<Self> {
+    fn try_take(region: Region<'a, Req, Resp>, id: u32, owner: Owner) -> Option<Self> {
         let e = region.client_entry(id);
         // A4/A6/R6 (`ClientState::activate`; A4 pairs with R4 in
         // Server::process_retirements): the server's last writes to this id's response
         // slots happen before we clear them below.
         let epoch = ClientState::activate(&e.state)?;
-        // Relaxed: the client table is read by the server's host for liveness only.
-        e.owner.store(owner, Ordering::Relaxed);
+        // Relaxed: published by R7 below.
+        e.owner_token.store(owner.token, Ordering::Relaxed);
+        // R7 (pairs with A7 in Server::clients and `Region::owner_of`): a reader that
+        // sees this id sees our token. Until this store the entry reads owner 0 (the
+        // server clears it before freeing the id), which liveness checks skip.
+        e.owner.store(owner.id, Ordering::Release);
         // Relaxed: read by the server only for an evicted client (see Server::hole).
         e.claim_pos.store(0, Ordering::Relaxed);
         for i in 0..region.cfg.resp_depth {

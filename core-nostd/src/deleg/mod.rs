@@ -10,12 +10,13 @@
 //! # Layout (seed 000 §2.1, unchanged; additions marked)
 //!
 //! ```text
-//! 0    header, 128 B      magic u64 "DLGRPCV1" @0, version u32 = 1 @8, max_clients @12,
+//! 0    header, 128 B      magic u64 "DLGRPCV1" @0, version u32 = 2 @8, max_clients @12,
 //!                         ring_depth @16, resp_depth @20, next_client_id @24,
 //!                         server_alive u8 @28,
 //!                         + server_owner u32 @32   (host: the server's pid)
 //!                         + retire_requests u32 @36 (bumped by a closing client)
 //!                         + req_size u32 @40, resp_size u32 @44 (payload type check)
+//!                         + server_owner_token u64 @48 (host: the server's start time)
 //! 128  ring control       head u64 @128 (clients fetch_add), tail u64 @192 (server)
 //! 256  request slots      ring_depth x align_up(16 + size_of::<Req>(), 64):
 //!                         committed u8 @+0, client_id u32 @+4, resp_slot_idx u32 @+8,
@@ -28,6 +29,7 @@
 //!                         state u32 @+0 (epoch << 2 | Free/Active/Closing/Dead),
 //!                         owner u32 @+4 (host: the client's pid),
 //!                         drain_until u64 @+8 (server-private),
+//!                         + owner_token u64 @+16 (host: the client's start time),
 //!                         claim_pos u64 @+64 (own line: stored on every call)
 //! ```
 //!
@@ -125,9 +127,9 @@ mod tests;
 pub use client::{Client, Reservation};
 pub(crate) use layout::claim_client_id;
 pub use layout::{
-    req_slot_size, resp_slot_size, ClientEntry, ClientState, Config, Header, Offsets, Region,
-    ReqSlot, RespSlot, RingControl, CLIENT_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_CLIENTS, MAX_DEPTH,
-    RING_CONTROL_OFFSET, RING_OFFSET, VERSION,
+    req_slot_size, resp_slot_size, ClientEntry, ClientState, Config, Header, Offsets, Owner,
+    Region, ReqSlot, RespSlot, RingControl, CLIENT_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_CLIENTS,
+    MAX_DEPTH, RING_CONTROL_OFFSET, RING_OFFSET, VERSION,
 };
 pub use server::{ClientInfo, RecvEntry, ReplyToken, Server, ServerConfig, ServerStats};
 

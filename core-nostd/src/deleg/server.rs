@@ -85,8 +85,10 @@ pub struct ClientInfo {
     pub state: ClientState,
     /// Registrations of this id so far.
     pub epoch: u32,
-    /// The owner tag the client gave at connect (the host's pid).
+    /// The owner id the client gave at connect (the host's pid); 0 while it registers.
     pub owner: u32,
+    /// The owner token the client gave at connect (the host's process start time).
+    pub owner_token: u64,
 }
 
 /// The delegationrpc server. One per region; `!Sync` by use.
@@ -422,19 +424,10 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         }
     }
 
-    /// The client table, for the host's liveness checks.
+    /// The client table, for the host's liveness checks (see [`Region::client_info`]).
     pub fn clients(&self) -> impl Iterator<Item = ClientInfo> + '_ {
-        self.region.clients.iter().enumerate().map(|(i, e)| {
-            // Relaxed: a snapshot for diagnostics and liveness.
-            let (state, epoch) = ClientState::unpack(e.state.load(Ordering::Relaxed));
-            ClientInfo {
-                id: i as u32,
-                state,
-                epoch,
-                // Relaxed: as above.
-                owner: e.owner.load(Ordering::Relaxed),
-            }
-        })
+        let r = self.region;
+        (0..r.cfg.max_clients).map(move |id| r.client_info(id))
     }
 
     fn process_retirements(&mut self) {
@@ -466,6 +459,10 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             if self.cursor >= until {
                 // Relaxed: server-private field.
                 e.drain_until.store(u64::MAX, Ordering::Relaxed);
+                // Relaxed: published by R4 below; the next owner's entry reads 0 (not yet
+                // recorded) rather than the dead owner's pid until its R7.
+                e.owner.store(0, Ordering::Relaxed);
+                e.owner_token.store(0, Ordering::Relaxed);
                 // R4 (pairs with A4 in ClientState::activate, from Client::try_take): our
                 // last writes to this id's response slots happen before the next owner
                 // clears them.

@@ -8,7 +8,7 @@ use copyrpc_core::deleg::{
     Region, ReplyError, ReplyToken, Server, ServerConfig, ServerStats, MAGIC,
 };
 
-use super::{my_pid, pid_alive, ShmRegion};
+use super::{ProcessId, ShmRegion};
 use crate::error::{Error, Result};
 
 /// Options of [`DelegServer::create`].
@@ -59,34 +59,36 @@ impl<Req: Payload, Resp: Payload> std::fmt::Debug for DelegServer<Req, Resp> {
     }
 }
 
-/// Reads the magic and the creator pid of an existing region (both layouts keep the
-/// creator at offset 32). `None` if the region is shorter than a header.
-pub(crate) fn header_owner(shm: &ShmRegion) -> Option<(u64, u32)> {
+/// The creator of an existing region, if it is a delegationrpc or ipc region of the
+/// current layout versions (both keep magic @0, version @8, the creator's pid @32 and its
+/// start time @48). `None` for anything else: too short, not initialised, another
+/// protocol, or an older layout, whose creator cannot be told from a reused pid.
+pub(crate) fn header_owner(shm: &ShmRegion) -> Option<ProcessId> {
     if shm.len() < 128 {
         return None;
     }
     // SAFETY: the mapping is page aligned and at least 128 bytes; `Header` is all atomics,
     // valid for any bytes, and other processes touch these words only atomically.
     let h = unsafe { &*(shm.as_ptr() as *const Header) };
-    // Relaxed: diagnostics only; a half-initialised region reads as magic 0 / owner 0.
-    Some((
-        h.magic.load(std::sync::atomic::Ordering::Relaxed),
-        h.server_owner.load(std::sync::atomic::Ordering::Relaxed),
-    ))
+    // Relaxed: a half-initialised region reads magic 0 and is taken as stale.
+    let magic = h.magic.load(std::sync::atomic::Ordering::Relaxed);
+    let version = h.version.load(std::sync::atomic::Ordering::Relaxed);
+    let current = (magic == MAGIC && version == copyrpc_core::deleg::VERSION)
+        || (magic == copyrpc_core::ipc::MAGIC && version == copyrpc_core::ipc::VERSION);
+    current.then(|| h.server_owner().into())
 }
 
-/// Creates `name` exclusively. If it exists: [`Error::ShmExists`] when its creator is
+/// Creates `name` exclusively. If it exists: [`Error::ShmExists`] when its creator (pid
+/// and start time) is
 /// alive, else [`Error::ShmStale`] (or, with `replace_stale`, unlink and create anew).
 pub(crate) fn create_exclusive(name: &str, len: usize, replace_stale: bool) -> Result<ShmRegion> {
     match ShmRegion::create(name, len) {
         Err(Error::ShmOpen { source, .. })
             if source.kind() == std::io::ErrorKind::AlreadyExists =>
         {
-            let pid = ShmRegion::open(name)
-                .ok()
-                .and_then(|r| header_owner(&r))
-                .map_or(0, |(_, pid)| pid);
-            if pid_alive(pid) {
+            let owner = ShmRegion::open(name).ok().and_then(|r| header_owner(&r));
+            let pid = owner.map_or(0, |o| o.pid);
+            if owner.is_some_and(|o| o.alive()) {
                 return Err(Error::ShmExists {
                     name: name.to_owned(),
                     pid,
@@ -117,9 +119,10 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
         // SAFETY: a fresh mapping of `len` zero bytes that lives as long as `self`: the
         // region's references are stored only in `server`, which drops before `shm`, and
         // no method hands out anything that outlives `&self`.
-        let region =
-            unsafe { Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, my_pid()) }
-                .map_err(layout_err)?;
+        let region = unsafe {
+            Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, ProcessId::current())
+        }
+        .map_err(layout_err)?;
         let server = Server::new(
             region,
             ServerConfig {
@@ -171,7 +174,7 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
         let dead: Vec<u32> = self
             .server
             .clients()
-            .filter(|c| c.state == ClientState::Active && !pid_alive(c.owner))
+            .filter(|c| c.state == ClientState::Active && owner_gone(c))
             .map(|c| c.id)
             .collect();
         for &id in &dead {
@@ -240,6 +243,16 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
     }
 }
 
+/// True if the client row names an owner (0 while it registers) that is no longer alive.
+pub(crate) fn owner_gone(c: &ClientInfo) -> bool {
+    c.owner != 0
+        && !ProcessId {
+            pid: c.owner,
+            start: c.owner_token,
+        }
+        .alive()
+}
+
 /// A client of a delegationrpc region created by another process (or thread).
 pub struct DelegClient<Req: Payload, Resp: Payload> {
     // Field order matters: `client` borrows the mapping owned by `shm` and drops first.
@@ -278,17 +291,18 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
                 name: name.to_owned(),
             });
         }
-        let pid = h.server_owner.load(std::sync::atomic::Ordering::Relaxed);
-        if !pid_alive(pid) {
+        let server = ProcessId::from(h.server_owner());
+        if !server.alive() {
             return Err(Error::ShmStale {
                 name: name.to_owned(),
-                pid,
+                pid: server.pid,
             });
         }
-        let client = Client::connect(region, my_pid()).map_err(|source| Error::Connect {
-            name: name.to_owned(),
-            source,
-        })?;
+        let client =
+            Client::connect(region, ProcessId::current()).map_err(|source| Error::Connect {
+                name: name.to_owned(),
+                source,
+            })?;
         Ok(Self {
             client,
             region,
@@ -316,13 +330,13 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
         self.client.poll(f)
     }
 
-    /// True while the server runs: its flag is set and its pid is alive. A server killed
-    /// without running its destructor is caught by the pid check.
+    /// True while the server runs: its flag is set and its process (pid and start time)
+    /// is alive. A server killed without running its destructor is caught by the second.
     pub fn server_alive(&self) -> bool {
         let h = self.region.header();
-        // Relaxed: flag and pid.
+        // Relaxed: a flag.
         h.server_alive.load(std::sync::atomic::Ordering::Relaxed)
-            && pid_alive(h.server_owner.load(std::sync::atomic::Ordering::Relaxed))
+            && ProcessId::from(h.server_owner()).alive()
     }
 
     /// The region's name.
@@ -355,6 +369,7 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shm::my_pid;
     use crate::shm::tests::unique;
     use copyrpc_core::deleg::{ConnectError, LayoutError};
     use std::sync::atomic::Ordering;
@@ -461,7 +476,10 @@ mod tests {
                 ..
             })
         ));
-        h.region.header().version.store(1, Ordering::Relaxed);
+        h.region
+            .header()
+            .version
+            .store(copyrpc_core::deleg::VERSION, Ordering::Relaxed);
 
         // Client-id exhaustion (max_clients = 2, `h` holds one).
         let _b = DelegClient::<Req, Resp>::connect(&name).unwrap();
