@@ -115,6 +115,17 @@ pub enum Error {
         #[source]
         source: ConnectError,
     },
+    /// Every client id was taken; some were held by dead (or closing) clients, and the
+    /// server did not free them within the bound (it frees ids in its `poll`).
+    #[error("connect to shm region {name}: no free client id; waited {waited:?} for the server to free ids {ids:?} held by dead or closing clients (is the server polling?)")]
+    ClientIdNotFreed {
+        /// The region name.
+        name: String,
+        /// The ids waited for.
+        ids: Vec<u32>,
+        /// How long.
+        waited: std::time::Duration,
+    },
     /// Registration as an ipc client was refused.
     #[error("connect to ipc region {name}: {source}")]
     IpcConnect {

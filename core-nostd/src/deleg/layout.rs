@@ -720,6 +720,35 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         &self.clients[client_id as usize]
     }
 
+    /// Declares client `id`, registration `epoch`, dead on behalf of the server's host:
+    /// one CAS `Active -> Dead` (refused if the id moved on: closed, evicted, or taken
+    /// again), then the `retire_requests` bump a closing client makes, so the server's
+    /// next `poll` drains and frees the id as if it had evicted it. For a connecting
+    /// client's host that found no free id and checked that the owner's process is gone;
+    /// the caution of [`Server::evict`](super::Server::evict) applies (never for a live
+    /// owner, which could write into a reused slot).
+    pub fn declare_dead(&self, id: u32, epoch: u32) -> bool {
+        let Some(e) = self.clients.get(id as usize) else {
+            return false;
+        };
+        // Relaxed: the retire_requests bump below publishes it.
+        let ok = e
+            .state
+            .compare_exchange(
+                ClientState::Active.pack(epoch),
+                ClientState::Dead.pack(epoch),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if ok {
+            // R5 (pairs with A5 in Server::process_retirements): the server that sees the
+            // bump sees the Dead state.
+            self.header.retire_requests.fetch_add(1, Ordering::Release);
+        }
+        ok
+    }
+
     /// A snapshot of client-table row `id` for liveness checks: its state and epoch, and
     /// the owner recorded for that epoch (id 0 while the client is still registering).
     pub fn client_info(&self, id: u32) -> super::ClientInfo {

@@ -208,13 +208,22 @@ pub enum ConnectError {
 /// Why a call failed. Nothing was delivered in any case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallError {
-    /// `server_alive` is false.
+    /// `server_alive` is false, or the caller's wait callback found the server's process
+    /// gone ([`Client::call_with`]).
     ServerDisconnected,
     /// All of this client's `resp_depth` response slots have a call out; poll first.
     NoResponseSlot,
     /// The server gave up waiting for this claimed position (hole timeout); the request
     /// was not written. Safe to retry.
     Abandoned,
+    /// The ring stayed full until the caller's wait callback gave up: the server released
+    /// no slot (`tail` did not advance far enough). The claimed ring position is kept and
+    /// the next call on this client resumes waiting for it.
+    RingFull,
+    /// `head` or `tail` hold values no run of the protocol can produce (a position behind
+    /// one already claimed, `tail` moving back or past `head`, more positions claimed
+    /// beyond the ring than there are clients): the region was overwritten.
+    RingCorrupt,
 }
 
 /// Why a reply was refused.
@@ -276,6 +285,12 @@ impl fmt::Display for CallError {
             Self::ServerDisconnected => "server disconnected",
             Self::NoResponseSlot => "every response slot has a call in flight",
             Self::Abandoned => "the server abandoned this ring position",
+            Self::RingFull => {
+                "ring full: waited for the server to release a slot (advance tail) and gave up; the claimed position is kept for the next call"
+            }
+            Self::RingCorrupt => {
+                "ring corrupt: head/tail hold impossible positions (region overwritten)"
+            }
         })
     }
 }
