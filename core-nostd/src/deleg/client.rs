@@ -329,13 +329,14 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         self.closed = true;
         let r = self.region;
         let e = r.client_entry(self.id);
-        // Relaxed: the retire_requests bump below publishes it.
+        // R8 (pairs with A8 in Server::process_retirements): a server scan that sees
+        // Closing sees every claim we made. Relaxed failure: nothing to do.
         let ok = e
             .state
             .compare_exchange(
                 ClientState::Active.pack(self.epoch),
                 ClientState::Closing.pack(self.epoch),
-                Ordering::Relaxed,
+                Ordering::Release,
                 Ordering::Relaxed,
             )
             .is_ok();

@@ -731,13 +731,17 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         let Some(e) = self.clients.get(id as usize) else {
             return false;
         };
-        // Relaxed: the retire_requests bump below publishes it.
+        // R8 (pairs with A8 in Server::process_retirements): a server scan that sees Dead
+        // sees what the caller saw of the dead client's claims. The dead client is
+        // another process, so that covers its claims only because it has exited: the
+        // kernel's context switch at its death orders all its stores before the pid
+        // check that found it gone. Relaxed failure: nothing to do.
         let ok = e
             .state
             .compare_exchange(
                 ClientState::Active.pack(epoch),
                 ClientState::Dead.pack(epoch),
-                Ordering::Relaxed,
+                Ordering::Release,
                 Ordering::Relaxed,
             )
             .is_ok();

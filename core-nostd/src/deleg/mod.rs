@@ -80,6 +80,9 @@
 //! - **Client ids** are reclaimed. A client that closes (drop or [`Client::close`]) marks its
 //!   entry `Closing` and bumps `retire_requests`; the host of the server evicts a client
 //!   whose process is gone (it checks the owner pid with `kill(pid, 0)`; the core cannot).
+//!   A connecting client's host that finds no free id may declare the id of a dead owner
+//!   `Dead` itself ([`Region::declare_dead`]: the same CAS and bump, R8/R5), so a
+//!   respawned client need not wait for the server's reaper.
 //!   For a retiring id the server records `drain_until` (the ring head, or the client's
 //!   last claim if later), drops that client's remaining requests, refuses replies to it
 //!   (their token carries the old epoch), and once its cursor passes `drain_until` marks
@@ -91,8 +94,14 @@
 //!
 //! - **Client `call`**: lock-free up to the flow-control wait, then *blocking* on the
 //!   server while the ring is full; it never waits on another client. If the server is
-//!   gone it returns `ServerDisconnected` (the core sees the `server_alive` flag; a server
-//!   killed without clearing it is detected by the host through `server_owner`).
+//!   gone it returns `ServerDisconnected`: the core sees the `server_alive` flag; a server
+//!   killed without clearing it is detected by the host, whose wait callback
+//!   ([`Client::call_with`]) checks `server_owner` and also bounds the wait (`RingFull`;
+//!   the claimed position is parked and resumed by the next call, so a client holds at
+//!   most one position beyond the ring). The wait checks `head`/`tail` against what the
+//!   protocol can produce and returns `RingCorrupt` rather than spin on overwritten
+//!   values (see `Client::wait_for_room`); the server likewise refuses to treat a `head`
+//!   below its cursor as holes ([`Server::ring_corrupt`]).
 //! - **Client `poll`**: wait-free, `O(resp_depth)`.
 //! - **Server**: wait-free per call; progress past a hole needs either the claimer's commit,
 //!   the hole timeout, or the eviction of the claimer. A dead client therefore costs at

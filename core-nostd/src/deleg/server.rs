@@ -470,8 +470,14 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         let mut retiring = 0;
         let mut dead = 0;
         for e in self.region.clients {
-            // Relaxed: Closing is published by A5; Dead is ours.
-            let word = e.state.load(Ordering::Relaxed);
+            // A8 (pairs with R8 in Client::do_close and Region::declare_dead): a scan
+            // may see Closing/Dead before the bump that announces it (a rescan runs for
+            // another id's bump, or at start); the claims made before it — `head` and
+            // `claim_pos` read below — must be visible then too, or `drain_until` could
+            // fall short and free the id with a request of its old owner still in the
+            // ring, which would then be delivered under the next owner's epoch (found by
+            // the loom model `dead_id_declared_by_connecting_host_is_reused`).
+            let word = e.state.load(Ordering::Acquire);
             let (st, epoch) = ClientState::unpack(word);
             if st != ClientState::Closing && st != ClientState::Dead {
                 continue;
