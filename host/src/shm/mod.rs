@@ -70,6 +70,17 @@ impl ShmRegion {
     /// it. Fails with [`Error::ShmOpen`] (kind `AlreadyExists`) if the name exists.
     pub fn create(name: &str, len: usize) -> Result<Self> {
         let c = c_name(name)?;
+        // Registered before the name exists: a sweep in another thread that lists the
+        // new file then finds it ours, instead of taking it for a predecessor's.
+        created_here().push(name.to_owned());
+        let r = Self::create_named(name, &c, len);
+        if r.is_err() {
+            forget_created(name);
+        }
+        r
+    }
+
+    fn create_named(name: &str, c: &CString, len: usize) -> Result<Self> {
         // SAFETY: `c` is a valid C string.
         let fd = unsafe {
             libc::shm_open(
@@ -101,15 +112,12 @@ impl ShmRegion {
             });
         }
         match Self::map(name, fd, len) {
-            Ok(ptr) => {
-                created_here().push(name.to_owned());
-                Ok(Self {
-                    name: name.to_owned(),
-                    ptr,
-                    len,
-                    creator: true,
-                })
-            }
+            Ok(ptr) => Ok(Self {
+                name: name.to_owned(),
+                ptr,
+                len,
+                creator: true,
+            }),
             Err(e) => {
                 unlink();
                 Err(e)
@@ -232,7 +240,7 @@ impl Drop for ShmRegion {
         }
         if self.creator {
             let _ = Self::unlink(&self.name);
-            created_here().retain(|n| n != &self.name);
+            forget_created(&self.name);
         }
     }
 }
@@ -244,6 +252,15 @@ fn created_here() -> std::sync::MutexGuard<'static, Vec<String>> {
     static CREATED: Mutex<Vec<String>> = Mutex::new(Vec::new());
     // A panic while holding the lock leaves the list intact (push / retain only).
     CREATED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Drops one registration of `name` (the same name may be created, dropped and created
+/// again, or be tried by two threads at once).
+fn forget_created(name: &str) {
+    let mut list = created_here();
+    if let Some(i) = list.iter().position(|n| n == name) {
+        list.swap_remove(i);
+    }
 }
 
 /// Unlinks the regions in `dir` (normally `/dev/shm`) named `<prefix><pid><sep>...`
