@@ -356,16 +356,20 @@ pub struct ProcessId {
 }
 
 impl ProcessId {
-    /// This process.
+    /// This process. Cached, but keyed by pid: a forked child is another process.
     pub fn current() -> Self {
         static ME: OnceLock<ProcessId> = OnceLock::new();
-        *ME.get_or_init(|| {
-            let pid = my_pid();
-            Self {
-                pid,
-                start: proc_stat(pid).map_or(0, |(_, start)| start),
-            }
-        })
+        let pid = my_pid();
+        let read = || Self {
+            pid,
+            start: proc_stat(pid).map_or(0, |(_, start)| start),
+        };
+        let me = *ME.get_or_init(read);
+        if me.pid == pid {
+            me
+        } else {
+            read()
+        }
     }
 
     /// True if a process with this pid and this start time exists and is not a zombie.
@@ -491,6 +495,25 @@ mod tests {
         }
         let long = format!("/{}", "x".repeat(300));
         assert!(matches!(ShmRegion::open(&long), Err(Error::ShmName { .. })));
+    }
+
+    #[test]
+    fn item4_process_id_needs_pid_and_start_time() {
+        let me = ProcessId::current();
+        assert_eq!(me.pid, my_pid());
+        assert_ne!(me.start, 0, "/proc/self/stat field 22");
+        assert!(me.alive());
+        let reused = ProcessId {
+            start: me.start + 1,
+            ..me
+        };
+        assert!(!reused.alive(), "our pid, another start time");
+        assert!(!ProcessId { start: 0, ..me }.alive(), "no token");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = proc_stat(pid).map_or(1, |(_, s)| s);
+        child.wait().unwrap();
+        assert!(!ProcessId { pid, start }.alive());
     }
 
     #[test]
