@@ -79,7 +79,7 @@
 //!   word on itself; the server skips the position without waiting.
 //! - **Client ids** are reclaimed. A client that closes (drop or [`Client::close`]) marks its
 //!   entry `Closing` and bumps `retire_requests`; the host of the server evicts a client
-//!   whose process is gone (it checks the owner pid with `kill(pid, 0)`; the core cannot).
+//!   whose process is gone (it checks the owner pid and start time; the core cannot).
 //!   A connecting client's host that finds no free id may declare the id of a dead owner
 //!   `Dead` itself ([`Region::declare_dead`]: the same CAS and bump, R8/R5), so a
 //!   respawned client need not wait for the server's reaper.
