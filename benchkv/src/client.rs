@@ -278,12 +278,19 @@ pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> 
                             deleg_slots[slot as usize] = f;
                             true
                         }
-                        Err(CallError::NoResponseSlot | CallError::Abandoned) => {
+                        // RingFull: the ring stayed full for the call's whole wait; the
+                        // client keeps its position and the next call resumes it.
+                        Err(
+                            CallError::NoResponseSlot | CallError::Abandoned | CallError::RingFull,
+                        ) => {
                             return_ring_credits(s.ring_credits, 1);
                             false
                         }
                         Err(CallError::ServerDisconnected) => {
                             return Err(format!("delegation ring {}: server gone", d.name()))
+                        }
+                        Err(e @ CallError::RingCorrupt) => {
+                            return Err(format!("delegation ring {}: {e}", d.name()))
                         }
                     },
                     _ => {

@@ -222,15 +222,27 @@ mod tests {
             pid
         };
         let me = std::process::id();
+        // A live process that is not us: its region (younger than it) stays.
+        let mut live = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let other = live.id();
         for n in [
             format!("benchkv_{dead}_0_ipc_0"),
             format!("benchkv_{dead}_0_deleg"),
+            // Our pid, but not created by this process: left by an earlier process
+            // that had our pid (pids wrap), so it is reaped too.
             format!("benchkv_{me}_0_ipc_0"),
+            format!("benchkv_{other}_0_ipc_0"),
             "other_region".to_string(),
         ] {
             std::fs::write(dir.join(n), b"").unwrap();
         }
-        assert_eq!(reap_stale_regions(&dir), 2);
+        let reaped = reap_stale_regions(&dir);
+        let _ = live.kill();
+        let _ = live.wait();
+        assert_eq!(reaped, 3);
         let mut left: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -238,7 +250,10 @@ mod tests {
         left.sort();
         assert_eq!(
             left,
-            vec![format!("benchkv_{me}_0_ipc_0"), "other_region".to_string()]
+            vec![
+                format!("benchkv_{other}_0_ipc_0"),
+                "other_region".to_string()
+            ]
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -4,8 +4,8 @@
 #![cfg(loom)]
 
 use copyrpc_core::deleg::{
-    CallError, Client, ClientEntry, Config, Header, Region, ReqSlot, RespSlot, RingControl, Server,
-    ServerConfig,
+    CallError, Client, ClientEntry, ClientState, Config, ConnectError, Header, Owner, Region,
+    ReqSlot, RespSlot, RingControl, Server, ServerConfig,
 };
 use loom::sync::Arc;
 use loom::thread;
@@ -254,5 +254,73 @@ fn concurrent_connects_both_get_an_id() {
         let id = c.id();
         std::mem::forget(c);
         assert_ne!(id, other.join().unwrap(), "two clients on one id");
+    });
+}
+
+/// A client dies with a committed request (max_clients = 1); a new client's host finds no
+/// free id, sees the owner gone and declares the id dead itself (`Region::declare_dead`)
+/// while the server runs. The server frees the id; the newcomer takes it with a new
+/// epoch, reads its own owner in the table from then on (R7/A7, and the server's clearing
+/// of the old owner before R4), and gets only its own answer, never the dead one's.
+#[test]
+fn dead_id_declared_by_connecting_host_is_reused() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 1,
+            ring_depth: 2,
+            resp_depth: 1,
+        });
+        let p2 = parts.clone();
+        let clients = thread::spawn(move || {
+            let region = p2.region();
+            let mut dead = Client::connect(region, 1).unwrap();
+            dead.call(&1).unwrap();
+            std::mem::forget(dead);
+            let me = Owner { id: 2, token: 7 };
+            let mut b = loop {
+                match Client::connect(region, me) {
+                    Ok(b) => break b,
+                    Err(ConnectError::NoFreeClientId) => {
+                        let c = region.client_info(0);
+                        if c.state == ClientState::Active && c.owner == 1 {
+                            assert!(region.declare_dead(0, c.epoch));
+                        }
+                        thread::yield_now();
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            };
+            assert_eq!(b.epoch(), 2);
+            let c = region.client_info(0);
+            assert_eq!((c.epoch, c.owner, c.owner_token), (2, 2, 7));
+            b.call(&2).unwrap();
+            wait_response(&mut b, 20);
+            std::mem::forget(b);
+        });
+        let mut server = Server::new(
+            parts.region(),
+            ServerConfig {
+                hole_timeout: u64::MAX,
+            },
+        );
+        let mut now = 0;
+        let mut second_answered = false;
+        while !second_answered {
+            now += 1;
+            server.poll(now);
+            while let Some(e) = server.recv() {
+                let p = e.payload;
+                // The dead client's request may be taken before it is declared dead; its
+                // reply is then refused or lands in the dead client's slot, which the
+                // newcomer clears when it takes the id.
+                if server.reply(e.token, &(p * 10)).is_ok() && p == 2 {
+                    second_answered = true;
+                }
+            }
+            server.advance_tail();
+            thread::yield_now();
+        }
+        std::mem::forget(server);
+        clients.join().unwrap();
     });
 }

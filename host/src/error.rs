@@ -1,5 +1,10 @@
 //! The host crate's one error type: a variant per failing call, each naming what it
 //! failed on (the region name, the cpu) and carrying the OS error (STYLE L14).
+//!
+//! The shm variants also print their cause in `Display` (errno text such as "Permission
+//! denied (os error 13)", the core's "no free client id"): the binaries report errors with
+//! `to_string()`, which would otherwise drop it. `source()` still returns the cause for
+//! code that matches on it.
 
 use std::io;
 
@@ -19,7 +24,7 @@ pub enum Error {
         reason: &'static str,
     },
     /// `shm_open` failed (for `open`: the region does not exist, or permissions).
-    #[error("shm_open({name}) failed")]
+    #[error("shm_open({name}) failed: {source}")]
     ShmOpen {
         /// The region name.
         name: String,
@@ -35,8 +40,10 @@ pub enum Error {
         /// The creator recorded in the region (0 if it never finished initialising).
         pid: u32,
     },
-    /// A region whose creator process is gone (left behind by a crash).
-    #[error("shm region {name} is stale: its creator pid {pid} is gone")]
+    /// A region whose creator process is gone (left behind by a crash): no process with
+    /// the recorded pid and start time exists (the pid may have been reused since), or the
+    /// region is of an older layout that records no start time.
+    #[error("shm region {name} is stale: its creator (pid {pid}) is gone; the pid may now belong to another process")]
     ShmStale {
         /// The region name.
         name: String,
@@ -44,7 +51,7 @@ pub enum Error {
         pid: u32,
     },
     /// `ftruncate` while sizing a new region.
-    #[error("ftruncate({name}, {len}) failed")]
+    #[error("ftruncate({name}, {len}) failed: {source}")]
     ShmTruncate {
         /// The region name.
         name: String,
@@ -55,7 +62,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `fstat` of an opened region.
-    #[error("fstat({name}) failed")]
+    #[error("fstat({name}) failed: {source}")]
     ShmStat {
         /// The region name.
         name: String,
@@ -64,7 +71,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `mmap` of a region.
-    #[error("mmap({name}, {len} bytes) failed")]
+    #[error("mmap({name}, {len} bytes) failed: {source}")]
     ShmMap {
         /// The region name.
         name: String,
@@ -75,7 +82,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `shm_unlink`.
-    #[error("shm_unlink({name}) failed")]
+    #[error("shm_unlink({name}) failed: {source}")]
     ShmUnlink {
         /// The region name.
         name: String,
@@ -85,7 +92,7 @@ pub enum Error {
     },
     /// The region's bytes are not the expected layout: bad magic, version, payload size,
     /// truncated, or out-of-range config.
-    #[error("shm region {name} has a bad layout")]
+    #[error("shm region {name} has a bad layout: {source}")]
     ShmLayout {
         /// The region name.
         name: String,
@@ -100,7 +107,7 @@ pub enum Error {
         name: String,
     },
     /// Registration as a client was refused.
-    #[error("connect to shm region {name}")]
+    #[error("connect to shm region {name}: {source}")]
     Connect {
         /// The region name.
         name: String,
@@ -108,8 +115,19 @@ pub enum Error {
         #[source]
         source: ConnectError,
     },
+    /// Every client id was taken; some were held by dead (or closing) clients, and the
+    /// server did not free them within the bound (it frees ids in its `poll`).
+    #[error("connect to shm region {name}: no free client id; waited {waited:?} for the server to free ids {ids:?} held by dead or closing clients (is the server polling?)")]
+    ClientIdNotFreed {
+        /// The region name.
+        name: String,
+        /// The ids waited for.
+        ids: Vec<u32>,
+        /// How long.
+        waited: std::time::Duration,
+    },
     /// Registration as an ipc client was refused.
-    #[error("connect to ipc region {name}")]
+    #[error("connect to ipc region {name}: {source}")]
     IpcConnect {
         /// The region name.
         name: String,

@@ -1,8 +1,17 @@
 //! The client side: connect, call (reserve + commit), poll responses, close.
 
-use super::layout::{check_payload_align, claim_client_id, Claim, ClientState, Region};
+use super::layout::{check_payload_align, claim_client_id, Claim, ClientState, Owner, Region};
 use super::{CallError, ConnectError, Payload};
 use crate::sync::{spin_loop, Ordering};
+
+/// Spins of the flow-control wait between two calls of the caller's wait callback (it may
+/// read a clock or a pid, which costs far more than a spin).
+const WAIT_EVERY: u32 = 256;
+
+/// Consecutive reloads that must show the same impossible `head`/`tail` before the wait
+/// reports [`CallError::RingCorrupt`]: one reading may be stale (the loads are not
+/// ordered after every store they are compared with), a persisting one is not.
+const CORRUPT_CONFIRM: u32 = 64;
 
 /// One delegationrpc client. `!Sync` by use: one thread calls and polls.
 #[derive(Debug)]
@@ -15,6 +24,13 @@ pub struct Client<'a, Req: Payload, Resp: Payload> {
     in_flight: u32,
     /// Last `tail` seen; refreshed only when it says "full" (L9, rtrb's cached head).
     cached_tail: u64,
+    /// One past the last position this client claimed: `head` only grows, so a claim
+    /// below it means `head` was overwritten.
+    next_min_pos: u64,
+    /// A claimed position whose flow-control wait the caller's callback cut short
+    /// ([`CallError::RingFull`]); the next reserve resumes it instead of claiming anew,
+    /// so a client never holds more than one position beyond the ring.
+    parked: Option<u64>,
     closed: bool,
 }
 
@@ -34,8 +50,13 @@ pub struct Reservation<'c, 'a, Req: Payload, Resp: Payload> {
 impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
     /// Registers with the region: a never-used id from `next_client_id` if any is left,
     /// else a freed id (its epoch bumped). `owner` is recorded in the client table (the
-    /// host passes its pid, so the server's host can tell when this process is gone).
-    pub fn connect(region: Region<'a, Req, Resp>, owner: u32) -> Result<Self, ConnectError> {
+    /// host passes its pid and start time, so the server's host can tell when this
+    /// process is gone).
+    pub fn connect(
+        region: Region<'a, Req, Resp>,
+        owner: impl Into<Owner>,
+    ) -> Result<Self, ConnectError> {
+        let owner = owner.into();
         const { check_payload_align::<Req, Resp>() };
         let h = region.header;
         // Relaxed: a flag; nothing is published with it.
@@ -49,14 +70,18 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         .ok_or(ConnectError::NoFreeClientId)
     }
 
-    fn try_take(region: Region<'a, Req, Resp>, id: u32, owner: u32) -> Option<Self> {
+    fn try_take(region: Region<'a, Req, Resp>, id: u32, owner: Owner) -> Option<Self> {
         let e = region.client_entry(id);
         // A4/A6/R6 (`ClientState::activate`; A4 pairs with R4 in
         // Server::process_retirements): the server's last writes to this id's response
         // slots happen before we clear them below.
         let epoch = ClientState::activate(&e.state)?;
-        // Relaxed: the client table is read by the server's host for liveness only.
-        e.owner.store(owner, Ordering::Relaxed);
+        // Relaxed: published by R7 below.
+        e.owner_token.store(owner.token, Ordering::Relaxed);
+        // R7 (pairs with A7 in Server::clients and `Region::owner_of`): a reader that
+        // sees this id sees our token. Until this store the entry reads owner 0 (the
+        // server clears it before freeing the id), which liveness checks skip.
+        e.owner.store(owner.id, Ordering::Release);
         // Relaxed: read by the server only for an evicted client (see Server::hole).
         e.claim_pos.store(0, Ordering::Relaxed);
         for i in 0..region.cfg.resp_depth {
@@ -73,6 +98,8 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
             next_resp: 0,
             in_flight: 0,
             cached_tail: 0,
+            next_min_pos: 0,
+            parked: None,
             closed: false,
         })
     }
@@ -93,40 +120,48 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
     }
 
     /// Sends `req`; returns the response slot (the call's ticket until its response is
-    /// polled). Blocks only while the ring is full (see the module docs).
+    /// polled). Blocks only while the ring is full (see the module docs), and without
+    /// bound if the server stops serving without clearing `server_alive`: a host that can
+    /// tell uses [`call_with`](Self::call_with).
     pub fn call(&mut self, req: &Req) -> Result<u32, CallError> {
         self.reserve()?.commit(req)
     }
 
+    /// [`call`](Self::call) whose wait for room in a full ring calls `wait` every few
+    /// hundred spins and ends with its error: the host checks there that the server's
+    /// process lives (`ServerDisconnected`) and bounds the wait (`RingFull`), which the
+    /// core, without a clock or pids, cannot.
+    pub fn call_with(
+        &mut self,
+        req: &Req,
+        wait: impl FnMut() -> Result<(), CallError>,
+    ) -> Result<u32, CallError> {
+        self.reserve_with(wait)?.commit(req)
+    }
+
     /// Steps 1–3 of a call: a response slot, a ring position, and room for it.
     pub fn reserve(&mut self) -> Result<Reservation<'_, 'a, Req, Resp>, CallError> {
+        self.reserve_with(|| Ok(()))
+    }
+
+    /// [`reserve`](Self::reserve) with the wait callback of [`call_with`](Self::call_with).
+    /// If `wait` fails, the claimed position stays with this client (see `RingFull`).
+    pub fn reserve_with(
+        &mut self,
+        wait: impl FnMut() -> Result<(), CallError>,
+    ) -> Result<Reservation<'_, 'a, Req, Resp>, CallError> {
         let r = self.region;
         // Relaxed: a flag; nothing is published with it.
         if !r.header.server_alive.load(Ordering::Relaxed) {
             return Err(CallError::ServerDisconnected);
         }
         let resp_slot = self.free_resp_slot().ok_or(CallError::NoResponseSlot)?;
-        // Relaxed: fetch_add only hands out unique positions; the slot's claim word and
-        // `committed` carry every synchronisation (seed §2.2 step 3).
-        let pos = r.ctrl.head.fetch_add(1, Ordering::Relaxed);
-        // Relaxed: published to the server by the claim CAS (AcqRel) in commit; read only
-        // for evicted clients, where a stale value only delays the hole's resolution.
-        r.client_entry(self.id)
-            .claim_pos
-            .store(pos + 1, Ordering::Relaxed);
-        let depth = r.cfg.ring_depth as u64;
-        while pos.wrapping_sub(self.cached_tail) >= depth {
-            // A2 (pairs with R2 in Server::advance_tail): the server released every slot
-            // below tail, including the previous lap of ours.
-            self.cached_tail = r.ctrl.tail.load(Ordering::Acquire);
-            if pos.wrapping_sub(self.cached_tail) < depth {
-                break;
-            }
-            // Relaxed: a flag.
-            if !r.header.server_alive.load(Ordering::Relaxed) {
-                return Err(CallError::ServerDisconnected);
-            }
-            spin_loop();
+        let pos = match self.parked.take() {
+            Some(pos) => pos,
+            None => self.claim()?,
+        };
+        if pos.wrapping_sub(self.cached_tail) >= r.cfg.ring_depth as u64 {
+            self.wait_for_room(pos, wait)?;
         }
         Ok(Reservation {
             client: self,
@@ -134,6 +169,93 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
             resp_slot,
             done: false,
         })
+    }
+
+    /// Step 2: a new ring position.
+    #[inline]
+    fn claim(&mut self) -> Result<u64, CallError> {
+        let r = self.region;
+        // Relaxed: fetch_add only hands out unique positions; the slot's claim word and
+        // `committed` carry every synchronisation (seed §2.2 step 3).
+        let pos = r.ctrl.head.fetch_add(1, Ordering::Relaxed);
+        if pos < self.next_min_pos {
+            // The RMW reads the latest `head`; below our own last claim it went back.
+            return Err(Self::corrupt());
+        }
+        self.next_min_pos = pos + 1;
+        // Relaxed: published to the server by the claim CAS (AcqRel) in commit; read only
+        // for evicted clients, where a stale value only delays the hole's resolution.
+        r.client_entry(self.id)
+            .claim_pos
+            .store(pos + 1, Ordering::Relaxed);
+        Ok(pos)
+    }
+
+    #[cold]
+    fn corrupt() -> CallError {
+        CallError::RingCorrupt
+    }
+
+    /// Step 3, out of line: spins until `pos` is within `ring_depth` of `tail`.
+    ///
+    /// Ends early — keeping `pos` parked — when `server_alive` drops or `wait` fails, and
+    /// with `RingCorrupt` when `head`/`tail` persistently read values no run produces:
+    /// `tail` below a value seen before or above `head`, or `pos - tail` beyond the ring
+    /// plus one waiting claim per client id (positions at or past `tail + ring_depth`
+    /// are claims still waiting here, at most one per client; a dead client's is drained
+    /// before its id is reused). A `tail` past `pos` is not corruption: the server
+    /// abandoned our position while we were descheduled; commit then reports `Abandoned`.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_room(
+        &mut self,
+        pos: u64,
+        mut wait: impl FnMut() -> Result<(), CallError>,
+    ) -> Result<(), CallError> {
+        let r = self.region;
+        let depth = r.cfg.ring_depth as u64;
+        let limit = depth + u64::from(r.cfg.max_clients);
+        let mut spins = 0u32;
+        let mut suspect = 0u32;
+        loop {
+            // A2 (pairs with R2 in Server::advance_tail): the server released every slot
+            // below tail, including the previous lap of ours.
+            let tail = r.ctrl.tail.load(Ordering::Acquire);
+            let bad = if tail < self.cached_tail {
+                true
+            } else if tail > pos {
+                // Relaxed: only compared; head never goes back, so a stale read is caught
+                // by the next reload.
+                tail > r.ctrl.head.load(Ordering::Relaxed)
+            } else {
+                pos - tail >= limit
+            };
+            if bad {
+                suspect += 1;
+                if suspect >= CORRUPT_CONFIRM {
+                    return Err(Self::corrupt());
+                }
+            } else {
+                suspect = 0;
+                self.cached_tail = tail;
+                if tail > pos || pos - tail < depth {
+                    return Ok(());
+                }
+            }
+            // Relaxed: a flag.
+            if !r.header.server_alive.load(Ordering::Relaxed) {
+                self.parked = Some(pos);
+                return Err(CallError::ServerDisconnected);
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(WAIT_EVERY) {
+                if let Err(e) = wait() {
+                    self.parked = Some(pos);
+                    return Err(e);
+                }
+            }
+            spin_loop();
+        }
     }
 
     fn free_resp_slot(&mut self) -> Option<u32> {
@@ -207,13 +329,14 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         self.closed = true;
         let r = self.region;
         let e = r.client_entry(self.id);
-        // Relaxed: the retire_requests bump below publishes it.
+        // R8 (pairs with A8 in Server::process_retirements): a server scan that sees
+        // Closing sees every claim we made. Relaxed failure: nothing to do.
         let ok = e
             .state
             .compare_exchange(
                 ClientState::Active.pack(self.epoch),
                 ClientState::Closing.pack(self.epoch),
-                Ordering::Relaxed,
+                Ordering::Release,
                 Ordering::Relaxed,
             )
             .is_ok();

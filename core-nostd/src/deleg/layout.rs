@@ -15,8 +15,9 @@ use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering, UnsafeCe
 
 /// The seed's magic `0x444C_4752_5043_5631` (`"DLGRPCV1"` as a big-endian number).
 pub const MAGIC: u64 = 0x444C_4752_5043_5631;
-/// Layout version in the header.
-pub const VERSION: u32 = 1;
+/// Layout version in the header (2: owner tokens next to the owner ids, header @48 and
+/// client entry @+16, so a reused pid is not taken for the process that recorded it).
+pub const VERSION: u32 = 2;
 /// Bytes of the header.
 pub const HEADER_SIZE: usize = 128;
 /// Offset of the ring control block (head at +0, tail at +64).
@@ -61,7 +62,28 @@ pub struct Header {
     pub req_size: AtomicU32,
     /// @44 (addition) `size_of::<Resp>()`.
     pub resp_size: AtomicU32,
-    _pad48: [u8; 80],
+    /// @48 (addition, version 2) the server's owner token (the host's process start time),
+    /// which tells the process that recorded `server_owner` from a later one with its pid.
+    pub server_owner_token: AtomicU64,
+    _pad56: [u8; 72],
+}
+
+/// Who holds a role in a region, as its host records it: an opaque `id` (the host's pid)
+/// and a `token` telling apart two holders with the same id (the host's process start
+/// time: pids are reused). The core only stores them; the host judges liveness.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// The owner id (pid); 0 means "not recorded yet".
+    pub id: u32,
+    /// The owner token (process start time); 0 if the host has none.
+    pub token: u64,
+}
+
+impl From<u32> for Owner {
+    /// An owner with no token.
+    fn from(id: u32) -> Self {
+        Self { id, token: 0 }
+    }
 }
 
 /// Seed §2.1 ring control, 128 bytes at offset 128: `head` and `tail` on separate lines.
@@ -138,7 +160,10 @@ pub struct ClientEntry {
     /// @+8 server-private: exclusive end of the positions to drain before the id is
     /// freed, or `u64::MAX` when not retiring.
     pub drain_until: AtomicU64,
-    _pad0: [u8; 48],
+    /// @+16 (version 2) the owner's token (the host's process start time), stored before
+    /// `owner` (R7).
+    pub owner_token: AtomicU64,
+    _pad0: [u8; 40],
     /// @+64 `pos + 1` of the client's latest claimed ring position, 0 before any; stored
     /// on every call, read by the server only for an evicted client.
     pub claim_pos: AtomicU64,
@@ -268,6 +293,7 @@ mod asserts {
     const _: () = assert!(offset_of!(Header, retire_requests) == 36);
     const _: () = assert!(offset_of!(Header, req_size) == 40);
     const _: () = assert!(offset_of!(Header, resp_size) == 44);
+    const _: () = assert!(offset_of!(Header, server_owner_token) == 48);
     const _: () = assert!(size_of::<RingControl>() == 128);
     const _: () = assert!(offset_of!(RingControl, head) == 0);
     const _: () = assert!(offset_of!(RingControl, tail) == 64);
@@ -285,7 +311,9 @@ mod asserts {
     const _: () = assert!(offset_of!(RespSlot<u64>, pending) == 1);
     const _: () = assert!(offset_of!(RespSlot<u64>, payload) == 8);
     const _: () = assert!(size_of::<ClientEntry>() == CLIENT_ENTRY_SIZE);
+    const _: () = assert!(offset_of!(ClientEntry, owner) == 4);
     const _: () = assert!(offset_of!(ClientEntry, drain_until) == 8);
+    const _: () = assert!(offset_of!(ClientEntry, owner_token) == 16);
     const _: () = assert!(offset_of!(ClientEntry, claim_pos) == 64);
 }
 
@@ -412,21 +440,24 @@ impl Header {
             retire_requests: AtomicU32::new(0),
             req_size: AtomicU32::new(0),
             resp_size: AtomicU32::new(0),
-            _pad48: [0; 80],
+            server_owner_token: AtomicU64::new(0),
+            _pad56: [0; 72],
         };
-        h.publish::<Req, Resp>(cfg, 0);
+        h.publish::<Req, Resp>(cfg, Owner::default());
         h
     }
 
     /// Stores every field, `magic` last.
-    fn publish<Req, Resp>(&self, cfg: &Config, owner: u32) {
+    fn publish<Req, Resp>(&self, cfg: &Config, owner: Owner) {
         // Relaxed for all fields but magic: R0 below publishes them.
         self.version.store(VERSION, Ordering::Relaxed);
         self.max_clients.store(cfg.max_clients, Ordering::Relaxed);
         self.ring_depth.store(cfg.ring_depth, Ordering::Relaxed);
         self.resp_depth.store(cfg.resp_depth, Ordering::Relaxed);
         self.next_client_id.store(0, Ordering::Relaxed);
-        self.server_owner.store(owner, Ordering::Relaxed);
+        self.server_owner.store(owner.id, Ordering::Relaxed);
+        self.server_owner_token
+            .store(owner.token, Ordering::Relaxed);
         self.retire_requests.store(0, Ordering::Relaxed);
         self.req_size
             .store(size_of::<Req>() as u32, Ordering::Relaxed);
@@ -435,6 +466,15 @@ impl Header {
         self.server_alive.store(true, Ordering::Relaxed);
         // R0 (pairs with A0 in Header::read_config): publishes every field above.
         self.magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// The server's owner as recorded at init (0 / 0 before the magic is published).
+    pub fn server_owner(&self) -> Owner {
+        // Relaxed: written once before R0; a reader racing the creator sees zeros.
+        Owner {
+            id: self.server_owner.load(Ordering::Relaxed),
+            token: self.server_owner_token.load(Ordering::Relaxed),
+        }
     }
 
     /// Validates magic, version, payload sizes and ranges; returns the config.
@@ -571,7 +611,8 @@ impl ClientEntry {
             state: AtomicU32::new(0),
             owner: AtomicU32::new(0),
             drain_until: AtomicU64::new(u64::MAX),
-            _pad0: [0; 48],
+            owner_token: AtomicU64::new(0),
+            _pad0: [0; 40],
             claim_pos: AtomicU64::new(0),
             _pad1: [0; 56],
         }
@@ -679,6 +720,60 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         &self.clients[client_id as usize]
     }
 
+    /// Declares client `id`, registration `epoch`, dead on behalf of the server's host:
+    /// one CAS `Active -> Dead` (refused if the id moved on: closed, evicted, or taken
+    /// again), then the `retire_requests` bump a closing client makes, so the server's
+    /// next `poll` drains and frees the id as if it had evicted it. For a connecting
+    /// client's host that found no free id and checked that the owner's process is gone;
+    /// the caution of [`Server::evict`](super::Server::evict) applies (never for a live
+    /// owner, which could write into a reused slot).
+    pub fn declare_dead(&self, id: u32, epoch: u32) -> bool {
+        let Some(e) = self.clients.get(id as usize) else {
+            return false;
+        };
+        // R8 (pairs with A8 in Server::process_retirements): a server scan that sees Dead
+        // sees what the caller saw of the dead client's claims. The dead client is
+        // another process, so that covers its claims only because it has exited: the
+        // kernel's context switch at its death orders all its stores before the pid
+        // check that found it gone. Relaxed failure: nothing to do.
+        let ok = e
+            .state
+            .compare_exchange(
+                ClientState::Active.pack(epoch),
+                ClientState::Dead.pack(epoch),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if ok {
+            // R5 (pairs with A5 in Server::process_retirements): the server that sees the
+            // bump sees the Dead state.
+            self.header.retire_requests.fetch_add(1, Ordering::Release);
+        }
+        ok
+    }
+
+    /// A snapshot of client-table row `id` for liveness checks: its state and epoch, and
+    /// the owner recorded for that epoch (id 0 while the client is still registering).
+    pub fn client_info(&self, id: u32) -> super::ClientInfo {
+        let e = self.client_entry(id);
+        // A6 (pairs with R6 of the activating CAS, and through it with R4 of the server
+        // that freed the id): the freeing server's clearing of `owner` is visible, so a
+        // new epoch never shows the previous owner's pid.
+        let (state, epoch) = ClientState::unpack(e.state.load(Ordering::Acquire));
+        // A7 (pairs with R7 in Client::try_take): the token stored before the id.
+        let owner = e.owner.load(Ordering::Acquire);
+        // Relaxed: ordered after A7.
+        let owner_token = e.owner_token.load(Ordering::Relaxed);
+        super::ClientInfo {
+            id,
+            state,
+            epoch,
+            owner,
+            owner_token,
+        }
+    }
+
     /// The slot of a free-running position.
     #[inline]
     pub(crate) fn slot(&self, pos: u64) -> &'a ReqSlot<Req> {
@@ -695,7 +790,8 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
     }
 
     /// Initialises a new region in zero-filled memory and returns its view.
-    /// `owner` is recorded at header offset 32 (the host passes its pid).
+    /// `owner` is recorded at header offsets 32 and 48 (the host passes its pid and start
+    /// time).
     ///
     /// # Safety
     ///
@@ -707,7 +803,7 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         ptr: *mut u8,
         len: usize,
         cfg: &Config,
-        owner: u32,
+        owner: impl Into<Owner>,
     ) -> Result<Self, LayoutError> {
         let off = cfg.offsets::<Req, Resp>()?;
         check_span(ptr, len, off.region_len)?;
@@ -722,7 +818,7 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
             // Relaxed: published by R0 (the magic store) below.
             e.drain_until.store(u64::MAX, Ordering::Relaxed);
         }
-        region.header.publish::<Req, Resp>(cfg, owner);
+        region.header.publish::<Req, Resp>(cfg, owner.into());
         Ok(region)
     }
 

@@ -10,12 +10,13 @@
 //! # Layout (seed 000 §2.1, unchanged; additions marked)
 //!
 //! ```text
-//! 0    header, 128 B      magic u64 "DLGRPCV1" @0, version u32 = 1 @8, max_clients @12,
+//! 0    header, 128 B      magic u64 "DLGRPCV1" @0, version u32 = 2 @8, max_clients @12,
 //!                         ring_depth @16, resp_depth @20, next_client_id @24,
 //!                         server_alive u8 @28,
 //!                         + server_owner u32 @32   (host: the server's pid)
 //!                         + retire_requests u32 @36 (bumped by a closing client)
 //!                         + req_size u32 @40, resp_size u32 @44 (payload type check)
+//!                         + server_owner_token u64 @48 (host: the server's start time)
 //! 128  ring control       head u64 @128 (clients fetch_add), tail u64 @192 (server)
 //! 256  request slots      ring_depth x align_up(16 + size_of::<Req>(), 64):
 //!                         committed u8 @+0, client_id u32 @+4, resp_slot_idx u32 @+8,
@@ -28,6 +29,7 @@
 //!                         state u32 @+0 (epoch << 2 | Free/Active/Closing/Dead),
 //!                         owner u32 @+4 (host: the client's pid),
 //!                         drain_until u64 @+8 (server-private),
+//!                         + owner_token u64 @+16 (host: the client's start time),
 //!                         claim_pos u64 @+64 (own line: stored on every call)
 //! ```
 //!
@@ -77,7 +79,10 @@
 //!   word on itself; the server skips the position without waiting.
 //! - **Client ids** are reclaimed. A client that closes (drop or [`Client::close`]) marks its
 //!   entry `Closing` and bumps `retire_requests`; the host of the server evicts a client
-//!   whose process is gone (it checks the owner pid with `kill(pid, 0)`; the core cannot).
+//!   whose process is gone (it checks the owner pid and start time; the core cannot).
+//!   A connecting client's host that finds no free id may declare the id of a dead owner
+//!   `Dead` itself ([`Region::declare_dead`]: the same CAS and bump, R8/R5), so a
+//!   respawned client need not wait for the server's reaper.
 //!   For a retiring id the server records `drain_until` (the ring head, or the client's
 //!   last claim if later), drops that client's remaining requests, refuses replies to it
 //!   (their token carries the old epoch), and once its cursor passes `drain_until` marks
@@ -89,8 +94,14 @@
 //!
 //! - **Client `call`**: lock-free up to the flow-control wait, then *blocking* on the
 //!   server while the ring is full; it never waits on another client. If the server is
-//!   gone it returns `ServerDisconnected` (the core sees the `server_alive` flag; a server
-//!   killed without clearing it is detected by the host through `server_owner`).
+//!   gone it returns `ServerDisconnected`: the core sees the `server_alive` flag; a server
+//!   killed without clearing it is detected by the host, whose wait callback
+//!   ([`Client::call_with`]) checks `server_owner` and also bounds the wait (`RingFull`;
+//!   the claimed position is parked and resumed by the next call, so a client holds at
+//!   most one position beyond the ring). The wait checks `head`/`tail` against what the
+//!   protocol can produce and returns `RingCorrupt` rather than spin on overwritten
+//!   values (see `Client::wait_for_room`); the server likewise refuses to treat a `head`
+//!   below its cursor as holes ([`Server::ring_corrupt`]).
 //! - **Client `poll`**: wait-free, `O(resp_depth)`.
 //! - **Server**: wait-free per call; progress past a hole needs either the claimer's commit,
 //!   the hole timeout, or the eviction of the claimer. A dead client therefore costs at
@@ -125,9 +136,9 @@ mod tests;
 pub use client::{Client, Reservation};
 pub(crate) use layout::claim_client_id;
 pub use layout::{
-    req_slot_size, resp_slot_size, ClientEntry, ClientState, Config, Header, Offsets, Region,
-    ReqSlot, RespSlot, RingControl, CLIENT_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_CLIENTS, MAX_DEPTH,
-    RING_CONTROL_OFFSET, RING_OFFSET, VERSION,
+    req_slot_size, resp_slot_size, ClientEntry, ClientState, Config, Header, Offsets, Owner,
+    Region, ReqSlot, RespSlot, RingControl, CLIENT_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_CLIENTS,
+    MAX_DEPTH, RING_CONTROL_OFFSET, RING_OFFSET, VERSION,
 };
 pub use server::{ClientInfo, RecvEntry, ReplyToken, Server, ServerConfig, ServerStats};
 
@@ -206,13 +217,22 @@ pub enum ConnectError {
 /// Why a call failed. Nothing was delivered in any case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallError {
-    /// `server_alive` is false.
+    /// `server_alive` is false, or the caller's wait callback found the server's process
+    /// gone ([`Client::call_with`]).
     ServerDisconnected,
     /// All of this client's `resp_depth` response slots have a call out; poll first.
     NoResponseSlot,
     /// The server gave up waiting for this claimed position (hole timeout); the request
     /// was not written. Safe to retry.
     Abandoned,
+    /// The ring stayed full until the caller's wait callback gave up: the server released
+    /// no slot (`tail` did not advance far enough). The claimed ring position is kept and
+    /// the next call on this client resumes waiting for it.
+    RingFull,
+    /// `head` or `tail` hold values no run of the protocol can produce (a position behind
+    /// one already claimed, `tail` moving back or past `head`, more positions claimed
+    /// beyond the ring than there are clients): the region was overwritten.
+    RingCorrupt,
 }
 
 /// Why a reply was refused.
@@ -274,6 +294,12 @@ impl fmt::Display for CallError {
             Self::ServerDisconnected => "server disconnected",
             Self::NoResponseSlot => "every response slot has a call in flight",
             Self::Abandoned => "the server abandoned this ring position",
+            Self::RingFull => {
+                "ring full: waited for the server to release a slot (advance tail) and gave up; the claimed position is kept for the next call"
+            }
+            Self::RingCorrupt => {
+                "ring corrupt: head/tail hold impossible positions (region overwritten)"
+            }
         })
     }
 }

@@ -10,6 +10,10 @@ use crate::sync::Ordering;
 /// its timeout counts from then.
 const HEAD_EVERY: u32 = 64;
 
+/// Consecutive `head` samples below the cursor after which [`Server::ring_corrupt`] says
+/// so (one sample may be stale: a cancelled position is seen void without ordering).
+const CORRUPT_CONFIRM: u32 = 16;
+
 /// Server settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -85,8 +89,10 @@ pub struct ClientInfo {
     pub state: ClientState,
     /// Registrations of this id so far.
     pub epoch: u32,
-    /// The owner tag the client gave at connect (the host's pid).
+    /// The owner id the client gave at connect (the host's pid); 0 while it registers.
     pub owner: u32,
+    /// The owner token the client gave at connect (the host's process start time).
+    pub owner_token: u64,
 }
 
 /// The delegationrpc server. One per region; `!Sync` by use.
@@ -107,6 +113,9 @@ pub struct Server<'a, Req: Payload, Resp: Payload> {
     retiring: u32,
     /// Evicted ids not yet freed (their claims resolve holes at once).
     dead: u32,
+    /// Consecutive `head` samples found below the cursor (impossible: the cursor passes
+    /// only claimed positions).
+    head_behind: u32,
     stats: ServerStats,
 }
 
@@ -130,6 +139,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             // Scan the table once at start: ids may be retiring from an earlier server.
             retiring: 1,
             dead: 0,
+            head_behind: 0,
             stats: ServerStats::default(),
         }
     }
@@ -147,6 +157,13 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// Next position to consume.
     pub fn cursor(&self) -> u64 {
         self.cursor
+    }
+
+    /// True once `head` has read below the cursor on several samples in a row: the ring
+    /// control block was overwritten. `poll` then abandons nothing (every position would
+    /// look like a hole) and reports no work; the host should stop serving the region.
+    pub fn ring_corrupt(&self) -> bool {
+        self.head_behind >= CORRUPT_CONFIRM
     }
 
     /// The hole being timed at the cursor: `(position, first seen at)`.
@@ -200,8 +217,17 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 };
                 if self.cursor == h {
                     self.hole = None;
+                    self.head_behind = 0;
                     return 0;
                 }
+                if h < self.cursor {
+                    // Not a hole: nobody can claim below head. Resolving it would abandon
+                    // positions not yet handed out, and the cursor would run ahead of head.
+                    self.hole = None;
+                    self.head_behind = self.head_behind.saturating_add(1);
+                    return 0;
+                }
+                self.head_behind = 0;
             }
             if !self.resolve_hole(now) {
                 return 0;
@@ -296,7 +322,9 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
     fn claimed_by_dead(&self, p: u64) -> bool {
         self.region.clients.iter().any(|e| {
-            // Relaxed: only this thread writes Dead (evict).
+            // Relaxed: Dead is written by evict (this thread) or by `Region::declare_dead`,
+            // whose bump (A5) made `self.dead` count it; a later one only falls back to
+            // the timeout until the next scan.
             let (st, _) = ClientState::unpack(e.state.load(Ordering::Relaxed));
             // Relaxed: the dead process stored it before dying; a stale value only means
             // we fall back to the timeout.
@@ -395,12 +423,14 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             .clients
             .get(id as usize)
             .ok_or(EvictError::BadId)?;
-        // Relaxed: the CAS re-checks; a racing Closing from the client is fine either way.
+        // Relaxed: the CAS re-checks; a racing Closing from the client, or Dead from another
+        // client's host (`Region::declare_dead`), is fine either way: both bump
+        // retire_requests, and a failed CAS below still rescans the table.
         let word = e.state.load(Ordering::Relaxed);
         let (st, epoch) = ClientState::unpack(word);
         match st {
             ClientState::Active | ClientState::Closing => {
-                // Relaxed: only this thread reads Dead.
+                // Relaxed: only this server reads Dead (its table scans).
                 if e.state
                     .compare_exchange(
                         word,
@@ -410,7 +440,8 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                     )
                     .is_err()
                 {
-                    // The client closed meanwhile: retire it as Closing.
+                    // The client closed meanwhile, or another client's host declared it
+                    // dead: the next scan retires it either way.
                     self.retiring += 1;
                     return Ok(());
                 }
@@ -422,19 +453,10 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         }
     }
 
-    /// The client table, for the host's liveness checks.
+    /// The client table, for the host's liveness checks (see [`Region::client_info`]).
     pub fn clients(&self) -> impl Iterator<Item = ClientInfo> + '_ {
-        self.region.clients.iter().enumerate().map(|(i, e)| {
-            // Relaxed: a snapshot for diagnostics and liveness.
-            let (state, epoch) = ClientState::unpack(e.state.load(Ordering::Relaxed));
-            ClientInfo {
-                id: i as u32,
-                state,
-                epoch,
-                // Relaxed: as above.
-                owner: e.owner.load(Ordering::Relaxed),
-            }
-        })
+        let r = self.region;
+        (0..r.cfg.max_clients).map(move |id| r.client_info(id))
     }
 
     fn process_retirements(&mut self) {
@@ -448,8 +470,14 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         let mut retiring = 0;
         let mut dead = 0;
         for e in self.region.clients {
-            // Relaxed: Closing is published by A5; Dead is ours.
-            let word = e.state.load(Ordering::Relaxed);
+            // A8 (pairs with R8 in Client::do_close and Region::declare_dead): a scan
+            // may see Closing/Dead before the bump that announces it (a rescan runs for
+            // another id's bump, or at start); the claims made before it — `head` and
+            // `claim_pos` read below — must be visible then too, or `drain_until` could
+            // fall short and free the id with a request of its old owner still in the
+            // ring, which would then be delivered under the next owner's epoch (found by
+            // the loom model `dead_id_declared_by_connecting_host_is_reused`).
+            let word = e.state.load(Ordering::Acquire);
             let (st, epoch) = ClientState::unpack(word);
             if st != ClientState::Closing && st != ClientState::Dead {
                 continue;
@@ -466,6 +494,10 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             if self.cursor >= until {
                 // Relaxed: server-private field.
                 e.drain_until.store(u64::MAX, Ordering::Relaxed);
+                // Relaxed: published by R4 below; the next owner's entry reads 0 (not yet
+                // recorded) rather than the dead owner's pid until its R7.
+                e.owner.store(0, Ordering::Relaxed);
+                e.owner_token.store(0, Ordering::Relaxed);
                 // R4 (pairs with A4 in ClientState::activate, from Client::try_take): our
                 // last writes to this id's response slots happen before the next owner
                 // clears them.

@@ -102,11 +102,14 @@ fn attach_refuses_bad_input() {
     assert_eq!(e, LayoutError::PayloadSize { req: 16, resp: 16 });
     // SAFETY: as above.
     assert!(unsafe { Region::<Req, Resp>::attach(p, need) }.is_ok());
-    r.header().version.store(2, crate::sync::Ordering::Relaxed);
+    // Version 1, the layout without owner tokens, is refused as such.
+    r.header().version.store(1, crate::sync::Ordering::Relaxed);
     // SAFETY: as above.
     let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
-    assert_eq!(e, LayoutError::BadVersion { found: 2 });
-    r.header().version.store(1, crate::sync::Ordering::Relaxed);
+    assert_eq!(e, LayoutError::BadVersion { found: 1 });
+    r.header()
+        .version
+        .store(super::VERSION, crate::sync::Ordering::Relaxed);
     r.header()
         .ring_depth
         .store(3, crate::sync::Ordering::Relaxed);

@@ -7,7 +7,7 @@
 
 use super::layout::Region;
 use super::{IpcCallError, IpcConnectError};
-use crate::deleg::{claim_client_id, ClientState, Payload};
+use crate::deleg::{claim_client_id, ClientState, Owner, Payload};
 use crate::flux::{Msg, Slab, Token};
 use crate::sync::Ordering;
 
@@ -28,9 +28,10 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
     /// are in flight.
     pub fn connect(
         region: Region<'a, Req, Resp>,
-        owner: u32,
+        owner: impl Into<Owner>,
         slab: Slab<'s, U>,
     ) -> Result<Self, IpcConnectError> {
+        let owner = owner.into();
         let h = region.header;
         // Relaxed: a flag.
         if !h.server_alive.load(Ordering::Relaxed) {
@@ -48,8 +49,11 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
         })
         .ok_or(IpcConnectError::NoFreeClientId)?;
         let e = region.client_entry(id);
-        // Relaxed: for the server's host (liveness).
-        e.owner.store(owner, Ordering::Relaxed);
+        // Relaxed: published by R7 below.
+        e.owner_token.store(owner.token, Ordering::Relaxed);
+        // R7 (pairs with A7 in ClientEntry::info): a reader that sees the id sees the
+        // token; until now the entry read owner 0, which liveness checks skip.
+        e.owner.store(owner.id, Ordering::Release);
         // SAFETY: A4 orders the server's drain of our request ring and its last reply to
         // the previous owner before this; the server pushes to us only after we send a
         // request, and we are the id's only user now.

@@ -7,14 +7,15 @@
 use core::mem::size_of;
 
 use super::spsc::{RingCtl, Slot, Slots};
-use crate::deleg::{LayoutError, Payload};
+use crate::deleg::{ClientInfo, ClientState, LayoutError, Owner, Payload};
 use crate::flux::Msg;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// `"CPRIPCV1"` as a big-endian number.
 pub const MAGIC: u64 = 0x4350_5249_5043_5631;
-/// Layout version (2: request and response slot `i` share a [`Cell`]).
-pub const VERSION: u32 = 2;
+/// Layout version (2: request and response slot `i` share a [`Cell`]; 3: owner tokens
+/// next to the owner ids, header @48 and client entry @+8, against pid reuse).
+pub const VERSION: u32 = 3;
 /// Largest `max_clients`.
 pub const MAX_CLIENTS: u32 = 1 << 12;
 /// Largest per-client `depth`.
@@ -46,7 +47,9 @@ pub struct Header {
     pub req_size: AtomicU32,
     /// @44 `size_of::<Resp>()`.
     pub resp_size: AtomicU32,
-    _pad48: [u8; 80],
+    /// @48 (version 3) the server's owner token (the host's process start time).
+    pub server_owner_token: AtomicU64,
+    _pad56: [u8; 72],
 }
 
 /// Client-table entry, 64 bytes.
@@ -55,9 +58,11 @@ pub struct Header {
 pub struct ClientEntry {
     /// `epoch << 2 | state` with [`crate::deleg::ClientState`] values.
     pub state: AtomicU32,
-    /// The client's owner tag (the host's pid).
+    /// @+4 the client's owner id (the host's pid); 0 until recorded (R7).
     pub owner: AtomicU32,
-    _pad: [u8; 56],
+    /// @+8 (version 3) the client's owner token (the host's process start time).
+    pub owner_token: AtomicU64,
+    _pad: [u8; 48],
 }
 
 /// Request slot `i` and response slot `i` of one client, side by side (one 64 B line for
@@ -131,6 +136,9 @@ mod asserts {
     const _: () = assert!(offset_of!(Header, server_alive) == 28);
     const _: () = assert!(offset_of!(Header, server_owner) == 32);
     const _: () = assert!(offset_of!(Header, req_size) == 40);
+    const _: () = assert!(offset_of!(Header, server_owner_token) == 48);
+    const _: () = assert!(offset_of!(ClientEntry, owner) == 4);
+    const _: () = assert!(offset_of!(ClientEntry, owner_token) == 8);
     const _: () = assert!(size_of::<ClientEntry>() == 64);
     const _: () = assert!(size_of::<RingCtl>() == 256);
     const _: () = assert!(size_of::<Cell<[u64; 2], [u64; 2]>>() == 64);
@@ -220,18 +228,21 @@ impl Header {
             _pad36: [0; 4],
             req_size: AtomicU32::new(0),
             resp_size: AtomicU32::new(0),
-            _pad48: [0; 80],
+            server_owner_token: AtomicU64::new(0),
+            _pad56: [0; 72],
         };
-        h.publish::<Req, Resp>(cfg, 0);
+        h.publish::<Req, Resp>(cfg, Owner::default());
         h
     }
 
-    fn publish<Req, Resp>(&self, cfg: &Config, owner: u32) {
+    fn publish<Req, Resp>(&self, cfg: &Config, owner: Owner) {
         // Relaxed: published by R0 below.
         self.version.store(VERSION, Ordering::Relaxed);
         self.max_clients.store(cfg.max_clients, Ordering::Relaxed);
         self.depth.store(cfg.depth, Ordering::Relaxed);
-        self.server_owner.store(owner, Ordering::Relaxed);
+        self.server_owner.store(owner.id, Ordering::Relaxed);
+        self.server_owner_token
+            .store(owner.token, Ordering::Relaxed);
         self.req_size
             .store(size_of::<Req>() as u32, Ordering::Relaxed);
         self.resp_size
@@ -269,13 +280,44 @@ impl Header {
     }
 }
 
+impl Header {
+    /// The server's owner as recorded at init.
+    pub fn server_owner(&self) -> Owner {
+        // Relaxed: written once before R0.
+        Owner {
+            id: self.server_owner.load(Ordering::Relaxed),
+            token: self.server_owner_token.load(Ordering::Relaxed),
+        }
+    }
+}
+
 impl ClientEntry {
+    /// A snapshot of this row for liveness checks (orderings as in the delegationrpc
+    /// `Region::client_info`: A6 on the state, A7 on the owner id).
+    pub fn info(&self, id: u32) -> ClientInfo {
+        // A6 (pairs with R6 of the activating CAS, through it with R4 of the freeing
+        // server, which cleared the owner).
+        let (state, epoch) = ClientState::unpack(self.state.load(Ordering::Acquire));
+        // A7 (pairs with R7 in Client::connect).
+        let owner = self.owner.load(Ordering::Acquire);
+        // Relaxed: ordered after A7.
+        let owner_token = self.owner_token.load(Ordering::Relaxed);
+        ClientInfo {
+            id,
+            state,
+            epoch,
+            owner,
+            owner_token,
+        }
+    }
+
     /// Free, epoch 0.
     pub fn new() -> Self {
         Self {
             state: AtomicU32::new(0),
             owner: AtomicU32::new(0),
-            _pad: [0; 56],
+            owner_token: AtomicU64::new(0),
+            _pad: [0; 48],
         }
     }
 }
@@ -372,7 +414,7 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         Ok(cfg.offsets::<Req, Resp>()?.region_len)
     }
 
-    /// Initialises a region in zero-filled memory; `owner` goes to header offset 32.
+    /// Initialises a region in zero-filled memory; `owner` goes to header offsets 32 / 48.
     ///
     /// # Safety
     ///
@@ -382,7 +424,7 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         ptr: *mut u8,
         len: usize,
         cfg: &Config,
-        owner: u32,
+        owner: impl Into<Owner>,
     ) -> Result<Self, LayoutError> {
         let off = cfg.offsets::<Req, Resp>()?;
         check_span(ptr, len, off.region_len)?;
@@ -393,7 +435,7 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         if r.header.magic.load(Ordering::Relaxed) != 0 {
             return Err(LayoutError::NotZeroed);
         }
-        r.header.publish::<Req, Resp>(cfg, owner);
+        r.header.publish::<Req, Resp>(cfg, owner.into());
         Ok(r)
     }
 

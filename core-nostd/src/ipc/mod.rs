@@ -11,12 +11,14 @@
 //! # Layout
 //!
 //! ```text
-//! 0     header, 128 B   magic u64 "CPRIPCV1" @0, version u32 = 2 @8, max_clients @12,
+//! 0     header, 128 B   magic u64 "CPRIPCV1" @0, version u32 = 3 @8, max_clients @12,
 //!                       depth @16, next_client_id @24, server_alive u8 @28,
 //!                       server_owner u32 @32 (host: the server's pid),
-//!                       req_size @40, resp_size @44
+//!                       req_size @40, resp_size @44,
+//!                       server_owner_token u64 @48 (host: the server's start time)
 //! 128   client table    max_clients x 64 B: state u32 (epoch << 2 | Free/Active/
-//!                       Closing/Dead) @+0, owner u32 (host: the client's pid) @+4
+//!                       Closing/Dead) @+0, owner u32 (host: the client's pid) @+4,
+//!                       owner_token u64 (host: the client's start time) @+8
 //! C     request ring positions, max_clients x 256 B (producer's line, consumer's line,
 //!                       128 B apart; each written only by its side)
 //! C+256n response ring positions, max_clients x 256 B

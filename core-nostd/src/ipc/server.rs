@@ -97,10 +97,13 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         unsafe {
             self.region.req_ctl[id as usize].discard_all(&self.region.req_slots(id));
         }
+        let e = &self.region.clients[id as usize];
+        // Relaxed: published by R4 below; the next owner reads 0 until its R7.
+        e.owner.store(0, Ordering::Relaxed);
+        e.owner_token.store(0, Ordering::Relaxed);
         // R4 (pairs with A4 in ClientState::activate, from Client::connect): the drain
         // and our last replies happen before the next owner of the id takes the rings.
-        self.region.clients[id as usize]
-            .state
+        e.state
             .store(ClientState::Free.pack(epoch), Ordering::Release);
     }
 
@@ -192,17 +195,11 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
     /// The client table.
     pub fn clients(&self) -> impl Iterator<Item = ClientInfo> + '_ {
-        self.region.clients.iter().enumerate().map(|(i, e)| {
-            // Relaxed: a snapshot.
-            let (state, epoch) = ClientState::unpack(e.state.load(Ordering::Relaxed));
-            ClientInfo {
-                id: i as u32,
-                state,
-                epoch,
-                // Relaxed: a snapshot.
-                owner: e.owner.load(Ordering::Relaxed),
-            }
-        })
+        self.region
+            .clients
+            .iter()
+            .enumerate()
+            .map(|(i, e)| e.info(i as u32))
     }
 }
 

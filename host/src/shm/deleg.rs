@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use copyrpc_core::deleg::{
-    CallError, Client, ClientInfo, ClientState, Config, EvictError, Header, Payload, RecvEntry,
-    Region, ReplyError, ReplyToken, Server, ServerConfig, ServerStats, MAGIC,
+    CallError, Client, ClientInfo, ClientState, Config, ConnectError, EvictError, Header, Payload,
+    RecvEntry, Region, ReplyError, ReplyToken, Server, ServerConfig, ServerStats, MAGIC,
 };
 
-use super::{my_pid, pid_alive, ShmRegion};
+use super::{ProcessId, ShmRegion};
 use crate::error::{Error, Result};
 
 /// Options of [`DelegServer::create`].
@@ -59,34 +59,36 @@ impl<Req: Payload, Resp: Payload> std::fmt::Debug for DelegServer<Req, Resp> {
     }
 }
 
-/// Reads the magic and the creator pid of an existing region (both layouts keep the
-/// creator at offset 32). `None` if the region is shorter than a header.
-pub(crate) fn header_owner(shm: &ShmRegion) -> Option<(u64, u32)> {
+/// The creator of an existing region, if it is a delegationrpc or ipc region of the
+/// current layout versions (both keep magic @0, version @8, the creator's pid @32 and its
+/// start time @48). `None` for anything else: too short, not initialised, another
+/// protocol, or an older layout, whose creator cannot be told from a reused pid.
+pub(crate) fn header_owner(shm: &ShmRegion) -> Option<ProcessId> {
     if shm.len() < 128 {
         return None;
     }
     // SAFETY: the mapping is page aligned and at least 128 bytes; `Header` is all atomics,
     // valid for any bytes, and other processes touch these words only atomically.
     let h = unsafe { &*(shm.as_ptr() as *const Header) };
-    // Relaxed: diagnostics only; a half-initialised region reads as magic 0 / owner 0.
-    Some((
-        h.magic.load(std::sync::atomic::Ordering::Relaxed),
-        h.server_owner.load(std::sync::atomic::Ordering::Relaxed),
-    ))
+    // Relaxed: a half-initialised region reads magic 0 and is taken as stale.
+    let magic = h.magic.load(std::sync::atomic::Ordering::Relaxed);
+    let version = h.version.load(std::sync::atomic::Ordering::Relaxed);
+    let current = (magic == MAGIC && version == copyrpc_core::deleg::VERSION)
+        || (magic == copyrpc_core::ipc::MAGIC && version == copyrpc_core::ipc::VERSION);
+    current.then(|| h.server_owner().into())
 }
 
-/// Creates `name` exclusively. If it exists: [`Error::ShmExists`] when its creator is
+/// Creates `name` exclusively. If it exists: [`Error::ShmExists`] when its creator (pid
+/// and start time) is
 /// alive, else [`Error::ShmStale`] (or, with `replace_stale`, unlink and create anew).
 pub(crate) fn create_exclusive(name: &str, len: usize, replace_stale: bool) -> Result<ShmRegion> {
     match ShmRegion::create(name, len) {
         Err(Error::ShmOpen { source, .. })
             if source.kind() == std::io::ErrorKind::AlreadyExists =>
         {
-            let pid = ShmRegion::open(name)
-                .ok()
-                .and_then(|r| header_owner(&r))
-                .map_or(0, |(_, pid)| pid);
-            if pid_alive(pid) {
+            let owner = ShmRegion::open(name).ok().and_then(|r| header_owner(&r));
+            let pid = owner.map_or(0, |o| o.pid);
+            if owner.is_some_and(|o| o.alive()) {
                 return Err(Error::ShmExists {
                     name: name.to_owned(),
                     pid,
@@ -117,9 +119,10 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
         // SAFETY: a fresh mapping of `len` zero bytes that lives as long as `self`: the
         // region's references are stored only in `server`, which drops before `shm`, and
         // no method hands out anything that outlives `&self`.
-        let region =
-            unsafe { Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, my_pid()) }
-                .map_err(layout_err)?;
+        let region = unsafe {
+            Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, ProcessId::current())
+        }
+        .map_err(layout_err)?;
         let server = Server::new(
             region,
             ServerConfig {
@@ -171,7 +174,7 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
         let dead: Vec<u32> = self
             .server
             .clients()
-            .filter(|c| c.state == ClientState::Active && !pid_alive(c.owner))
+            .filter(|c| c.state == ClientState::Active && owner_gone(c))
             .map(|c| c.id)
             .collect();
         for &id in &dead {
@@ -200,6 +203,12 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
         self.server.stats()
     }
 
+    /// True once the core found `head` persistently behind its cursor: the ring control
+    /// block was overwritten, and `poll` reports no work from then on.
+    pub fn ring_corrupt(&self) -> bool {
+        self.server.ring_corrupt()
+    }
+
     /// A one-line snapshot for failure messages: cursor, head, tail, the cursor slot's
     /// `committed` and claim word, counters and the client table.
     pub fn diagnostics(&self) -> String {
@@ -209,9 +218,10 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
         let slot = r.req_slot((cur & (r.config().ring_depth as u64 - 1)) as usize);
         // Relaxed: a snapshot for humans.
         format!(
-            "cursor={cur} head={} tail={} committed={} claim={:#x} hole={:?} stats={:?} clients={:?} ring={:?}",
+            "cursor={cur} head={} tail={} corrupt={} committed={} claim={:#x} hole={:?} stats={:?} clients={:?} ring={:?}",
             r.ring_control().head.load(Relaxed),
             r.ring_control().tail.load(Relaxed),
+            self.server.ring_corrupt(),
             slot.committed.load(Relaxed),
             slot.claim.load(Relaxed),
             self.server.hole(),
@@ -240,12 +250,87 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
     }
 }
 
+/// How long [`DelegClient::connect`] waits for the server to free ids of dead clients.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(2);
+
+/// Registers; if every id is taken, declares the ids of dead owners dead (the server's
+/// own reaper may not have run yet: it checks every `reap_interval`) and waits, bounded
+/// by [`CONNECT_WAIT`], for the server to drain and free them — or ids of closing
+/// clients — and retries. Only the server may free an id: the dead client's requests
+/// still in the ring must be dropped before a new owner takes its response slots.
+fn connect_reclaiming<Req: Payload, Resp: Payload>(
+    region: Region<'static, Req, Resp>,
+    name: &str,
+    server: ProcessId,
+) -> Result<Client<'static, Req, Resp>> {
+    let connect_err = |source| Error::Connect {
+        name: name.to_owned(),
+        source,
+    };
+    let me = ProcessId::current();
+    let start = Instant::now();
+    let mut waiting_for = Vec::new();
+    loop {
+        match Client::connect(region, me) {
+            Ok(c) => return Ok(c),
+            Err(ConnectError::NoFreeClientId) => {}
+            Err(e) => return Err(connect_err(e)),
+        }
+        waiting_for.clear();
+        for id in 0..region.config().max_clients {
+            let c = region.client_info(id);
+            let dead = c.state == ClientState::Active
+                && owner_gone(&c)
+                && region.declare_dead(id, c.epoch);
+            if dead || matches!(c.state, ClientState::Closing | ClientState::Dead) {
+                waiting_for.push(id);
+            }
+        }
+        if waiting_for.is_empty() {
+            return Err(connect_err(ConnectError::NoFreeClientId));
+        }
+        if !server.alive() {
+            return Err(Error::ShmStale {
+                name: name.to_owned(),
+                pid: server.pid,
+            });
+        }
+        let waited = start.elapsed();
+        if waited >= CONNECT_WAIT {
+            return Err(Error::ClientIdNotFreed {
+                name: name.to_owned(),
+                ids: waiting_for,
+                waited,
+            });
+        }
+        // The server frees ids in its poll loop; give it the core meanwhile.
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// True if the client row names an owner (0 while it registers) that is no longer alive.
+pub(crate) fn owner_gone(c: &ClientInfo) -> bool {
+    c.owner != 0
+        && !ProcessId {
+            pid: c.owner,
+            start: c.owner_token,
+        }
+        .alive()
+}
+
+/// How long [`DelegClient::call`] waits for room in a full ring by default.
+pub const DEFAULT_CALL_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a waiting call checks that the server's process lives.
+const LIVENESS_EVERY: Duration = Duration::from_millis(1);
+
 /// A client of a delegationrpc region created by another process (or thread).
 pub struct DelegClient<Req: Payload, Resp: Payload> {
     // Field order matters: `client` borrows the mapping owned by `shm` and drops first.
     client: Client<'static, Req, Resp>,
     region: Region<'static, Req, Resp>,
     shm: ShmRegion,
+    call_wait: Duration,
 }
 
 impl<Req: Payload, Resp: Payload> std::fmt::Debug for DelegClient<Req, Resp> {
@@ -278,22 +363,25 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
                 name: name.to_owned(),
             });
         }
-        let pid = h.server_owner.load(std::sync::atomic::Ordering::Relaxed);
-        if !pid_alive(pid) {
+        let server = ProcessId::from(h.server_owner());
+        if !server.alive() {
             return Err(Error::ShmStale {
                 name: name.to_owned(),
-                pid,
+                pid: server.pid,
             });
         }
-        let client = Client::connect(region, my_pid()).map_err(|source| Error::Connect {
-            name: name.to_owned(),
-            source,
-        })?;
+        let client = connect_reclaiming(region, name, server)?;
         Ok(Self {
             client,
             region,
             shm,
+            call_wait: DEFAULT_CALL_WAIT,
         })
+    }
+
+    /// Bounds how long one [`call`](Self::call) waits for room in a full ring.
+    pub fn set_call_wait(&mut self, wait: Duration) {
+        self.call_wait = wait;
     }
 
     /// This client's id.
@@ -306,9 +394,31 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
         self.client.in_flight()
     }
 
-    /// Core `call`.
+    /// Core `call`, with a bounded wait while the ring is full: every millisecond of
+    /// it checks the server's process (pid and start time; a SIGKILLed server never
+    /// clears `server_alive`) and ends with `ServerDisconnected` if it is gone, and after
+    /// [`set_call_wait`](Self::set_call_wait) (default [`DEFAULT_CALL_WAIT`]) it ends with
+    /// `RingFull`. `RingCorrupt` if `head`/`tail` were overwritten.
     pub fn call(&mut self, req: &Req) -> Result<u32, CallError> {
-        self.client.call(req)
+        let server = ProcessId::from(self.region.header().server_owner());
+        let bound = self.call_wait;
+        let mut since: Option<(Instant, Instant)> = None;
+        self.client.call_with(req, || {
+            let now = Instant::now();
+            let (start, checked) = since.get_or_insert((now, now));
+            if now.duration_since(*checked) >= LIVENESS_EVERY {
+                *checked = now;
+                if !server.alive() {
+                    return Err(CallError::ServerDisconnected);
+                }
+            }
+            if now.duration_since(*start) >= bound {
+                return Err(CallError::RingFull);
+            }
+            // Waiting for another process: leave it the core if it shares ours.
+            std::thread::yield_now();
+            Ok(())
+        })
     }
 
     /// Core `poll`.
@@ -316,13 +426,13 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
         self.client.poll(f)
     }
 
-    /// True while the server runs: its flag is set and its pid is alive. A server killed
-    /// without running its destructor is caught by the pid check.
+    /// True while the server runs: its flag is set and its process (pid and start time)
+    /// is alive. A server killed without running its destructor is caught by the second.
     pub fn server_alive(&self) -> bool {
         let h = self.region.header();
-        // Relaxed: flag and pid.
+        // Relaxed: a flag.
         h.server_alive.load(std::sync::atomic::Ordering::Relaxed)
-            && pid_alive(h.server_owner.load(std::sync::atomic::Ordering::Relaxed))
+            && ProcessId::from(h.server_owner()).alive()
     }
 
     /// The region's name.
@@ -355,6 +465,7 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shm::my_pid;
     use crate::shm::tests::unique;
     use copyrpc_core::deleg::{ConnectError, LayoutError};
     use std::sync::atomic::Ordering;
@@ -461,7 +572,10 @@ mod tests {
                 ..
             })
         ));
-        h.region.header().version.store(1, Ordering::Relaxed);
+        h.region
+            .header()
+            .version
+            .store(copyrpc_core::deleg::VERSION, Ordering::Relaxed);
 
         // Client-id exhaustion (max_clients = 2, `h` holds one).
         let _b = DelegClient::<Req, Resp>::connect(&name).unwrap();
@@ -544,16 +658,81 @@ mod tests {
             .owner
             .store(dead_pid(), Ordering::Relaxed);
         std::mem::forget(c);
-        assert!(matches!(
-            DelegClient::<Req, Resp>::connect(&name),
-            Err(Error::Connect {
-                source: ConnectError::NoFreeClientId,
-                ..
-            })
-        ));
         assert_eq!(s.reap_dead_clients(), 1);
         s.poll();
         let c2 = DelegClient::<Req, Resp>::connect(&name).unwrap();
         assert_eq!(c2.id(), 0);
+    }
+
+    /// A call on a full ring that the (live) server does not drain ends with `RingFull`
+    /// after the client's bound, keeping its position: the next call resumes it rather
+    /// than claiming another, and is delivered once the server makes room.
+    #[test]
+    fn item3_full_ring_wait_is_bounded_and_resumes() {
+        let name = unique("full");
+        let cfg = Config {
+            max_clients: 1,
+            ring_depth: 2,
+            resp_depth: 4,
+        };
+        let mut s = DelegServer::<Req, Resp>::create(&name, cfg, ServerOptions::default()).unwrap();
+        let mut c = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        c.set_call_wait(Duration::from_millis(50));
+        c.call(&[1, 1]).unwrap();
+        c.call(&[2, 2]).unwrap();
+        let t = Instant::now();
+        assert_eq!(c.call(&[3, 3]), Err(CallError::RingFull));
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(CallError::RingFull.to_string().contains("advance tail"));
+        assert_eq!(c.call(&[3, 3]), Err(CallError::RingFull));
+        let head = || {
+            s.server
+                .region()
+                .ring_control()
+                .head
+                .load(Ordering::Relaxed)
+        };
+        assert_eq!(head(), 3, "one position claimed for both attempts");
+        assert_eq!(s.poll(), 2);
+        while let Some(e) = s.recv() {
+            s.reply(e.token, &e.payload).unwrap();
+        }
+        s.advance_tail();
+        c.call(&[3, 3]).unwrap();
+        assert_eq!(s.poll(), 1);
+        assert_eq!(s.recv().unwrap().payload, [3, 3]);
+        assert_eq!(s.stats().abandoned, 0);
+    }
+
+    /// A connecting client that finds every id taken declares the dead owner's id dead
+    /// itself; if the server does not poll (and so never frees it), connect ends after
+    /// its bound with an error naming the id it waited for, and succeeds once it polls.
+    #[test]
+    fn item9_connect_waits_bounded_for_a_dead_clients_id() {
+        let name = unique("reclaim");
+        let cfg = Config {
+            max_clients: 1,
+            ..CFG
+        };
+        let mut s = DelegServer::<Req, Resp>::create(&name, cfg, ServerOptions::default()).unwrap();
+        let c = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        c.region
+            .client_entry(c.id())
+            .owner
+            .store(dead_pid(), Ordering::Relaxed);
+        std::mem::forget(c);
+        let e = DelegClient::<Req, Resp>::connect(&name).unwrap_err();
+        match &e {
+            Error::ClientIdNotFreed { ids, waited, .. } => {
+                assert_eq!(ids, &[0]);
+                assert!(*waited >= CONNECT_WAIT);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(e.to_string().contains("free ids [0]"), "{e}");
+        // Declared dead by the connecting host: the server's reaper has nothing left to do.
+        assert_eq!(s.reap_dead_clients(), 0);
+        s.poll();
+        assert_eq!(DelegClient::<Req, Resp>::connect(&name).unwrap().id(), 0);
     }
 }

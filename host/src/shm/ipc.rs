@@ -5,8 +5,8 @@ use copyrpc_core::deleg::{ClientInfo, ClientState, EvictError, Payload};
 use copyrpc_core::flux::{Slab, SlabEntry};
 use copyrpc_core::ipc::{Client, Config, IpcCallError, IpcReplyError, RecvHandle, Region, Server};
 
-use super::deleg::create_exclusive;
-use super::{my_pid, pid_alive, ShmRegion};
+use super::deleg::{create_exclusive, owner_gone};
+use super::{ProcessId, ShmRegion};
 use crate::error::{Error, Result};
 
 /// The server of an ipc region it created; dropping it clears `server_alive` and unlinks.
@@ -36,9 +36,10 @@ impl<Req: Payload, Resp: Payload> IpcServer<Req, Resp> {
         let shm = create_exclusive(name, len, replace_stale)?;
         // SAFETY: a fresh zero-filled mapping of `len` bytes that outlives `server` (field
         // order), and nothing derived from it is handed out beyond `&self`.
-        let region =
-            unsafe { Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, my_pid()) }
-                .map_err(layout_err)?;
+        let region = unsafe {
+            Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, ProcessId::current())
+        }
+        .map_err(layout_err)?;
         Ok(Self {
             server: Server::new(region),
             shm,
@@ -86,7 +87,7 @@ impl<Req: Payload, Resp: Payload> IpcServer<Req, Resp> {
         let dead: Vec<u32> = self
             .server
             .clients()
-            .filter(|c| c.state == ClientState::Active && !pid_alive(c.owner))
+            .filter(|c| c.state == ClientState::Active && owner_gone(c))
             .map(|c| c.id)
             .collect();
         for &id in &dead {
@@ -146,11 +147,11 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
                 name: name.to_owned(),
             });
         }
-        let pid = h.server_owner.load(std::sync::atomic::Ordering::Relaxed);
-        if !pid_alive(pid) {
+        let server = ProcessId::from(h.server_owner());
+        if !server.alive() {
             return Err(Error::ShmStale {
                 name: name.to_owned(),
-                pid,
+                pid: server.pid,
             });
         }
         let depth = region.config().depth as usize;
@@ -159,10 +160,11 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
         // SAFETY: `raw` is a live allocation owned by `slab_box`, which is dropped after
         // the client that borrows it; nothing else aliases it.
         let slab = Slab::new(unsafe { &mut *raw });
-        let client = Client::connect(region, my_pid(), slab).map_err(|e| Error::IpcConnect {
-            name: name.to_owned(),
-            source: e,
-        })?;
+        let client =
+            Client::connect(region, ProcessId::current(), slab).map_err(|e| Error::IpcConnect {
+                name: name.to_owned(),
+                source: e,
+            })?;
         Ok(Self {
             client,
             _slab: slab_box,
@@ -191,12 +193,12 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
         self.client.poll(f)
     }
 
-    /// True while the server's flag is set and its pid is alive.
+    /// True while the server's flag is set and its process (pid and start time) is alive.
     pub fn server_alive(&self) -> bool {
         let h = self.region.header();
-        // Relaxed: flag and pid.
+        // Relaxed: a flag.
         h.server_alive.load(std::sync::atomic::Ordering::Relaxed)
-            && pid_alive(h.server_owner.load(std::sync::atomic::Ordering::Relaxed))
+            && ProcessId::from(h.server_owner()).alive()
     }
 }
 

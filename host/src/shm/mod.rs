@@ -7,12 +7,17 @@
 //! The protocol wrappers ([`deleg`], [`ipc`]) put a core layout in a region: the creator
 //! initialises it (the core stores the magic last) and records its pid in the header; an
 //! opener validates magic, version, payload sizes and length through the core, and checks
-//! that the creator is alive. A region whose creator pid is gone is *stale*
+//! that the creator is alive. A region whose creator is gone is *stale*
 //! ([`Error::ShmStale`]): `create` refuses it unless asked to replace it, `open` refuses it.
 //!
+//! "Alive" means the same process, not the same pid: pids wrap (at 32768 by default), so
+//! a region left by a dead process may carry the pid of a live one, even ours. Every
+//! owner is recorded as a [`ProcessId`] — pid and process start time — and is alive only
+//! while a process with that pid *and* that start time exists.
+//!
 //! What the core does and what the host does: the core never sees a pid. The host records
-//! pids in the opaque owner words of the layouts and turns "that pid is gone" into
-//! `evict` calls (delegation clients) or stale-region errors (servers).
+//! pids and start times in the opaque owner words of the layouts and turns "that process
+//! is gone" into `evict` calls (delegation clients) or stale-region errors (servers).
 
 pub mod deleg;
 pub mod ipc;
@@ -20,6 +25,10 @@ pub mod ipc;
 use std::ffi::CString;
 use std::io;
 use std::ptr::NonNull;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use copyrpc_core::deleg::Owner;
 
 use crate::error::{Error, Result};
 
@@ -61,6 +70,17 @@ impl ShmRegion {
     /// it. Fails with [`Error::ShmOpen`] (kind `AlreadyExists`) if the name exists.
     pub fn create(name: &str, len: usize) -> Result<Self> {
         let c = c_name(name)?;
+        // Registered before the name exists: a sweep in another thread that lists the
+        // new file then finds it ours, instead of taking it for a predecessor's.
+        created_here().push(name.to_owned());
+        let r = Self::create_named(name, &c, len);
+        if r.is_err() {
+            forget_created(name);
+        }
+        r
+    }
+
+    fn create_named(name: &str, c: &CString, len: usize) -> Result<Self> {
         // SAFETY: `c` is a valid C string.
         let fd = unsafe {
             libc::shm_open(
@@ -220,24 +240,169 @@ impl Drop for ShmRegion {
         }
         if self.creator {
             let _ = Self::unlink(&self.name);
+            forget_created(&self.name);
         }
     }
 }
 
+/// Names (with their leading `/`) of the regions this process created and has not
+/// dropped: a region named with our pid that is not here was left by an earlier process
+/// that had our pid.
+fn created_here() -> std::sync::MutexGuard<'static, Vec<String>> {
+    static CREATED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    // A panic while holding the lock leaves the list intact (push / retain only).
+    CREATED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Drops one registration of `name` (the same name may be created, dropped and created
+/// again, or be tried by two threads at once).
+fn forget_created(name: &str) {
+    let mut list = created_here();
+    if let Some(i) = list.iter().position(|n| n == name) {
+        list.swap_remove(i);
+    }
+}
+
 /// Unlinks the regions in `dir` (normally `/dev/shm`) named `<prefix><pid><sep>...`
-/// whose process `pid` is gone: a process killed by a signal (or by `mpirun` tearing a
-/// failed job down) cannot unlink its regions, and nothing else would until reboot.
-/// Regions of live processes and other names are left alone; one that cannot be removed
-/// is skipped. Returns how many were removed.
+/// whose creator is gone: a process killed by a signal (or by `mpirun` tearing a failed
+/// job down) cannot unlink its regions, and nothing else would until reboot.
+///
+/// The name holds only a pid, and pids are reused, so a region also counts as left
+/// behind when its pid is ours but this process did not create it, or when its pid is
+/// alive but the file is older than that process (see [`region_predates`]). Regions of
+/// live creators and other names are left alone; one that cannot be removed is skipped.
+/// Returns how many were removed.
 pub fn reap_dead_regions(dir: &std::path::Path, prefix: &str, sep: char) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
     entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| region_creator(n, prefix, sep).is_some_and(|pid| !pid_alive(pid)))
+        .filter(|n| {
+            region_creator(n, prefix, sep).is_some_and(|pid| {
+                if pid == my_pid() {
+                    let ours = format!("/{n}");
+                    !created_here().contains(&ours)
+                } else {
+                    !pid_alive(pid) || region_predates(&dir.join(n), pid)
+                }
+            })
+        })
         .filter(|n| std::fs::remove_file(dir.join(n)).is_ok())
         .count()
+}
+
+/// True if the file at `path` is older than process `pid`, so that process cannot have
+/// created it. Every timestamp of a file is at or after its creation, so the earliest
+/// one bounds the creation from above; it must be more than a second before the process
+/// started (start times have clock-tick resolution, and the wall clock may have been
+/// stepped since). False when either time cannot be read.
+pub fn region_predates(path: &std::path::Path, pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(meta), Some(started)) = (std::fs::metadata(path), process_started_at(pid)) else {
+        return false;
+    };
+    let ctime = SystemTime::UNIX_EPOCH + Duration::new(meta.ctime().max(0) as u64, 0);
+    let earliest = [meta.modified().ok(), meta.created().ok(), Some(ctime)]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(ctime);
+    earliest + Duration::from_secs(1) < started
+}
+
+/// Wall-clock time at which process `pid` started: its start time (clock ticks since
+/// boot) placed on the wall clock through the current boot-time offset.
+fn process_started_at(pid: u32) -> Option<SystemTime> {
+    let ticks = proc_stat(pid)?.1;
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        return None;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return None;
+    }
+    let since_boot = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+    let at_start = Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz as u64);
+    SystemTime::now().checked_sub(since_boot.checked_sub(at_start)?)
+}
+
+/// `(state, start time)` of process `pid` from `/proc/<pid>/stat` (fields 3 and 22).
+fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may contain spaces or parens: field 3
+    // (state) is the first, field 22 (starttime) the twentieth.
+    let mut rest = s.rsplit_once(')')?.1.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let start = rest.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// One process, as the regions record their owners: a pid and the process's start time
+/// (clock ticks after boot, `/proc/<pid>/stat` field 22). Unlike the pid alone, the pair
+/// is not reused while the machine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessId {
+    /// The pid.
+    pub pid: u32,
+    /// Its start time; 0 if `/proc` could not be read when it was recorded.
+    pub start: u64,
+}
+
+impl ProcessId {
+    /// This process. Cached, but keyed by pid: a forked child is another process.
+    pub fn current() -> Self {
+        static ME: OnceLock<ProcessId> = OnceLock::new();
+        let pid = my_pid();
+        let read = || Self {
+            pid,
+            start: proc_stat(pid).map_or(0, |(_, start)| start),
+        };
+        let me = *ME.get_or_init(read);
+        if me.pid == pid {
+            me
+        } else {
+            read()
+        }
+    }
+
+    /// True if a process with this pid and this start time exists and is not a zombie.
+    /// A recorded start of 0 (no token: an old layout, or a recorder without `/proc`)
+    /// matches no live process. Only if `/proc/<pid>/stat` cannot be read while the pid
+    /// exists is the pid alone taken.
+    pub fn alive(&self) -> bool {
+        if !pid_alive(self.pid) {
+            return false;
+        }
+        match proc_stat(self.pid) {
+            Some((_, start)) => start == self.start,
+            None => true,
+        }
+    }
+}
+
+impl From<ProcessId> for Owner {
+    fn from(p: ProcessId) -> Self {
+        Owner {
+            id: p.pid,
+            token: p.start,
+        }
+    }
+}
+
+impl From<Owner> for ProcessId {
+    fn from(o: Owner) -> Self {
+        ProcessId {
+            pid: o.id,
+            start: o.token,
+        }
+    }
 }
 
 /// The pid in a region name `<prefix><pid><sep>...`, if the name has that shape.
@@ -330,6 +495,25 @@ mod tests {
         }
         let long = format!("/{}", "x".repeat(300));
         assert!(matches!(ShmRegion::open(&long), Err(Error::ShmName { .. })));
+    }
+
+    #[test]
+    fn item4_process_id_needs_pid_and_start_time() {
+        let me = ProcessId::current();
+        assert_eq!(me.pid, my_pid());
+        assert_ne!(me.start, 0, "/proc/self/stat field 22");
+        assert!(me.alive());
+        let reused = ProcessId {
+            start: me.start + 1,
+            ..me
+        };
+        assert!(!reused.alive(), "our pid, another start time");
+        assert!(!ProcessId { start: 0, ..me }.alive(), "no token");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = proc_stat(pid).map_or(1, |(_, s)| s);
+        child.wait().unwrap();
+        assert!(!ProcessId { pid, start }.alive());
     }
 
     #[test]
