@@ -82,7 +82,11 @@ fn refusals_name_the_step_that_is_wrong() {
         let r = unsafe { p.a.ctx.post_rdma_read(ea, to_b, &many) };
         assert_eq!(r, Err(Error::TooManySges));
         assert_eq!(p.a.ctx.raw_pending(ea), 0);
-        for e in [Error::AlreadyConnected, Error::SgeTooLong, Error::TooManySges] {
+        for e in [
+            Error::AlreadyConnected,
+            Error::SgeTooLong,
+            Error::TooManySges,
+        ] {
             assert!(!e.is_retryable(), "{e} is permanent");
         }
     });
@@ -96,13 +100,16 @@ fn a_bounded_poll_hands_out_a_burst_over_several_calls_once_each_in_order() {
         const N: u64 = 10;
         const MAX: u32 = 3;
         for k in 0..N {
-            p.a.ctx.call_with_allowance(ea, &k.to_le_bytes(), 8, k).unwrap();
+            p.a.ctx
+                .call_with_allowance(ea, &k.to_le_bytes(), 8, k)
+                .unwrap();
         }
         // B answers each request in a batch of its own (a flush after each reply), so
         // A's recv CQ receives N completions, one response each.
         let mut answered = 0;
         while answered < N {
-            p.a.ctx.poll(|_, _| unreachable!("no response before B answers"));
+            p.a.ctx
+                .poll(|_, _| unreachable!("no response before B answers"));
             p.b.ctx.poll(|_, _| unreachable!());
             while let Some(h) = p.b.ctx.recv() {
                 h.reply_with(&mut p.b.ctx, 8, |req, out| out.copy_from_slice(req))
@@ -132,12 +139,19 @@ fn a_bounded_poll_hands_out_a_burst_over_several_calls_once_each_in_order() {
                 got.push(k);
                 this_call += 1;
             });
-            assert!(this_call <= MAX as usize, "{this_call} responses in one call");
+            assert!(
+                this_call <= MAX as usize,
+                "{this_call} responses in one call"
+            );
             calls += 1;
             assert!(calls <= N, "responses stopped coming: {got:?}");
         }
         assert_eq!(got, (0..N).collect::<Vec<_>>(), "each once, in order");
-        assert_eq!(calls, N.div_ceil(u64::from(MAX)), "as few calls as the bound allows");
+        assert_eq!(
+            calls,
+            N.div_ceil(u64::from(MAX)),
+            "as few calls as the bound allows"
+        );
         assert_eq!(p.a.ctx.pending_calls(), 0);
     });
 }
