@@ -6,13 +6,13 @@ use core::mem::MaybeUninit;
 use mlx5_raw::{Cq, CqDesc, SqDesc, Srq, SrqDesc};
 
 use super::config::EndpointConfig;
-use super::endpoint::{Endpoint, EpData, EpState, CONSUMER_WORD, CONTROL_BYTES};
+use super::endpoint::{Endpoint, EpData, Flush, CONSUMER_WORD, CONTROL_BYTES};
 use super::mem::{Control, Dma, Region};
 use super::pending::Pending;
 use super::qpn_map::QpnMap;
 use super::requests::{Link, Tag};
 use super::stats::Stats;
-use super::{CallError, EndpointInfo, Error, RecvHandle};
+use super::{CallError, EndpointInfo, Error, FailureCause, RecvHandle};
 use crate::credit;
 use crate::ring::RingSize;
 
@@ -84,22 +84,27 @@ pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
 /// Invariant: an endpoint whose bit is clear is one whose last flush found nothing due
 /// (no queued range, no open batch, no READ wanted or due, no credit batch wanted) and
 /// not failed-undrained, and none of whose inputs to that decision changed since, the
-/// poll count aside. Every change sets the bit: a call or reply that opens a batch or
-/// wraps (appending to an open batch needs none: an open batch keeps the bit set), a
-/// refused call, a received batch or send completion of the endpoint, a failure,
-/// `connect`. The poll count only matters for the idle-peer probe, and the probe sweep
-/// sets the bit of every endpoint with pending calls every `probe_sweep` polls. So
-/// skipping a clear endpoint skips only a flush that would do nothing (or a probe the
-/// next sweep catches), and an idle poll is two CQ checks and two compares.
+/// poll count aside. Every endpoint method that changes such an input returns a
+/// [`Flush`] (a call or reply that opens a batch or wraps, a received batch or send
+/// completion, a failure, `connect`: `Needed`; a message appended to an open batch,
+/// which keeps the bit set: `Covered`), and [`note`](Self::note) is the one place it
+/// becomes the bit. A refused call is noted as `Needed` too (it may have wanted a READ).
+/// The poll count only matters for the idle-peer probe, and the probe sweep notes every
+/// endpoint with pending calls every `probe_sweep` polls. So skipping a clear endpoint
+/// skips only a flush that would do nothing (or a probe the next sweep catches), and an
+/// idle poll is two CQ checks and two compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Dirty([u64; 4]);
 
 impl Dirty {
     pub(crate) const NONE: Self = Self([0; 4]);
 
-    #[inline]
-    pub(crate) fn set(&mut self, ep: u16) {
-        self.0[usize::from(ep >> 6) & 3] |= 1 << (ep & 63);
+    /// Turns what an endpoint method said about endpoint `ep` into its bit.
+    #[inline(always)]
+    pub(crate) fn note(&mut self, ep: u16, flush: Flush) {
+        if flush == Flush::Needed {
+            self.0[usize::from(ep >> 6) & 3] |= 1 << (ep & 63);
+        }
     }
 
     #[inline]
@@ -155,21 +160,20 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         queues: &Queues,
     ) -> Result<&'s mut Self, Error> {
         if EPS > 256 || EPS == 0 || CALLS == 0 || !REQS.is_power_of_two() {
-            return Err(Error::BadConfig);
+            return Err(Error::BadTableSize);
         }
         // Every step that can fail comes before the first write into `slot`.
         // SAFETY: forwarded from this function's contract.
         let mut srq =
-            unsafe { Srq::new(&queues.srq, queues.srq_lkey) }.map_err(|_| Error::BadQueue)?;
+            unsafe { Srq::new(&queues.srq, queues.srq_lkey) }.map_err(|_| Error::BadSrq)?;
         // SAFETY: as above.
-        let send_cq = unsafe { Cq::new(&queues.send_cq) }.map_err(|_| Error::BadQueue)?;
+        let send_cq = unsafe { Cq::new(&queues.send_cq) }.map_err(|_| Error::BadSendCq)?;
         // SAFETY: as above.
-        let recv_cq = unsafe { Cq::new(&queues.recv_cq) }.map_err(|_| Error::BadQueue)?;
+        let recv_cq = unsafe { Cq::new(&queues.recv_cq) }.map_err(|_| Error::BadRecvCq)?;
         if recv_cq.cqe_cnt() < srq.capacity() {
-            return Err(Error::BadConfig);
+            return Err(Error::RecvCqTooSmall);
         }
-        srq.post_batch(srq.capacity())
-            .map_err(|_| Error::BadQueue)?;
+        srq.post_batch(srq.capacity()).map_err(|_| Error::SrqFill)?;
         // Every field is written below; adding one without writing it fails to compile.
         let _: fn(&Self) = |c| {
             let Self {
@@ -237,14 +241,16 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             .iter()
             .position(Option::is_none)
             .ok_or(Error::TooManyEndpoints)?;
-        let recv_size = RingSize::new(mem.recv_ring.len as u64).map_err(|_| Error::BadConfig)?;
+        let recv_size = RingSize::new(mem.recv_ring.len as u64).map_err(|_| Error::BadRecvRing)?;
         let reqs_needed = recv_size.get() / crate::wire::ALIGNMENT;
-        if (REQS as u64) < reqs_needed
-            || mem.control.len < CONTROL_BYTES
-            || !mem.control.addr.addr().is_multiple_of(8)
-            || cfg.max_resp_reservation < 2 * crate::wire::ALIGNMENT
-        {
-            return Err(Error::BadConfig);
+        if (REQS as u64) < reqs_needed {
+            return Err(Error::TooFewRequestSlots);
+        }
+        if mem.control.len < CONTROL_BYTES || !mem.control.addr.addr().is_multiple_of(8) {
+            return Err(Error::BadControlRegion);
+        }
+        if cfg.max_resp_reservation < 2 * crate::wire::ALIGNMENT {
+            return Err(Error::BadReservation);
         }
         // SAFETY: the region contracts are this function's.
         let (send_mem, recv_mem, ctrl) = unsafe {
@@ -254,13 +260,13 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 Dma::new(&mem.control),
             )
         };
-        let (Some(send_mem), Some(recv_mem), Some(ctrl)) =
-            (send_mem, recv_mem, ctrl.and_then(Control::new))
-        else {
-            return Err(Error::BadConfig);
+        let (Some(send_mem), Some(recv_mem), Some(ctrl)) = (send_mem, recv_mem, ctrl) else {
+            return Err(Error::NullRegion);
         };
+        // Checked above: 16 bytes, 8-aligned.
+        let ctrl = Control::new(ctrl).ok_or(Error::BadControlRegion)?;
         // SAFETY: forwarded from this function's contract.
-        let sq = unsafe { mlx5_raw::Sq::new(sq, cfg.sq_config()) }.map_err(|_| Error::BadQueue)?;
+        let sq = unsafe { mlx5_raw::Sq::new(sq, cfg.sq_config()) }.map_err(|_| Error::BadSq)?;
         self.map
             .insert(sq.qpn(), slot as u16)
             .map_err(|()| Error::TooManyEndpoints)?;
@@ -298,11 +304,11 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         let e = self.ep(id)?;
         Ok(EndpointInfo {
             qpn: e.sq.qpn(),
-            recv_ring_addr: e.d.recv_mem.va_at(0),
-            recv_ring_rkey: e.d.recv_mem.rkey(),
-            recv_ring_size: e.d.recv_mem.len() as u64,
-            consumer_addr: e.d.ctrl.dma().va_at(CONSUMER_WORD),
-            consumer_rkey: e.d.ctrl.dma().rkey(),
+            recv_ring_addr: e.d.rx.mem().va_at(0),
+            recv_ring_rkey: e.d.rx.mem().rkey(),
+            recv_ring_size: e.d.rx.mem().len() as u64,
+            consumer_addr: e.d.rx.ctrl().dma().va_at(CONSUMER_WORD),
+            consumer_rkey: e.d.rx.ctrl().dma().rkey(),
             initial_credit: credit::initial_credit(e.d.cfg.max_resp_reservation),
         })
     }
@@ -312,8 +318,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// (verbs `ibv_modify_qp`, or the device model's `connect`); no message is
     /// exchanged: both sides start with the credit the infos imply.
     pub fn connect(&mut self, id: EndpointId, remote: &EndpointInfo) -> Result<(), Error> {
-        self.ep_mut(id)?.d.connect(remote)?;
-        self.dirty.set(id.0);
+        let flush = self.ep_mut(id)?.d.connect(remote)?;
+        self.dirty.note(id.0, flush);
         Ok(())
     }
 
@@ -339,9 +345,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// hands `user_data` back and changes nothing.
     ///
     /// Always inlined, with `write_call`, as `recv` and the reply path are: out of
-    /// line (the compiler's choice once an application calls it from two places) a
-    /// call cost 144 instructions instead of 91, arguments and the result crossing
-    /// memory (docs/PERFORMANCE.md, "Inlining").
+    /// line (the compiler's choice once an application calls it from two places) the
+    /// arguments and the result cross memory, which costs a call about half again
+    /// (docs/PERFORMANCE.md, "Why the code is shaped this way").
     #[inline(always)]
     pub fn call_with_allowance(
         &mut self,
@@ -351,10 +357,10 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         user_data: U,
     ) -> Result<u32, CallError<U>> {
         let e = match self.eps.get_mut(usize::from(id.0)) {
-            Some(Some(e)) if e.d.state == EpState::Connected => e,
+            Some(Some(e)) if e.d.is_connected() => e,
             other => {
                 let error = match other {
-                    Some(Some(e)) if e.d.state == EpState::Created => Error::NotConnected,
+                    Some(Some(e)) if e.d.is_created() => Error::NotConnected,
                     Some(Some(_)) => Error::EndpointFailed,
                     _ => Error::NoSuchEndpoint,
                 };
@@ -365,20 +371,22 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         // refused call leaves the table untouched.
         let Some(call_id) = self.pending.free_id() else {
             return Err(CallError {
-                error: e.d.refuse_no_slot(payload.len(), response_allowance),
+                error: e.d.tx.refuse_no_slot(payload.len(), response_allowance),
                 user_data,
             });
         };
-        match e.d.write_call(call_id.get(), payload, response_allowance) {
-            Ok(opened) => {
-                if opened {
-                    self.dirty.set(id.0);
-                }
+        match e
+            .d
+            .tx
+            .write_call(call_id.get(), payload, response_allowance)
+        {
+            Ok(flush) => {
+                self.dirty.note(id.0, flush);
                 Ok(self.pending.insert_free(call_id, id.0, user_data))
             }
             Err(error) => {
-                // A refusal may have armed a READ of the peer's consumer.
-                self.dirty.set(id.0);
+                // A refusal may have wanted a READ of the peer's consumer.
+                self.dirty.note(id.0, Flush::Needed);
                 Err(CallError { error, user_data })
             }
         }
@@ -394,13 +402,15 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         loop {
             let (ep, seq) = self.rq_head.get()?;
             let e = self.eps[usize::from(ep)].as_mut()?;
-            let r = e.d.requests.queued_mut(seq);
+            let failed = e.d.is_failed();
+            let requests = e.d.rx.requests_mut();
+            let r = requests.queued_mut(seq);
             self.rq_head = r.next;
             if self.rq_head.is_none() {
                 self.rq_tail = Link::NONE;
             }
-            if matches!(e.d.state, EpState::Failed { .. }) {
-                e.d.requests.release(seq);
+            if failed {
+                requests.release(seq);
                 continue;
             }
             r.tag = Tag::delivered(seq);
@@ -423,14 +433,14 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             return;
         };
         let last = end.wrapping_sub(1);
-        if let Some(r) = e.d.requests.get_mut(last) {
+        if let Some(r) = e.d.rx.requests_mut().get_mut(last) {
             r.next = Link::NONE;
         }
         match self.rq_tail.get() {
             Some((tep, tseq)) => {
                 if let Some(r) = self.eps[usize::from(tep)]
                     .as_mut()
-                    .and_then(|t| t.d.requests.get_mut(tseq))
+                    .and_then(|t| t.d.rx.requests_mut().get_mut(tseq))
                 {
                     r.next = Link::to(ep, first);
                 }
@@ -442,14 +452,12 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
 
     /// Marks the endpoint failed, as a QP error would: the next poll completes each of
     /// its pending calls with [`Error::EndpointFailed`]. For failures only the
-    /// application can see (a peer process that died, a timeout of its own).
+    /// application can see (a peer process that died, a timeout of its own). Its
+    /// [`failure_cause`](Self::failure_cause) is [`FailureCause::Application`], unless
+    /// it had failed already (the first cause is kept).
     pub fn fail_endpoint(&mut self, id: EndpointId) -> Result<(), Error> {
-        let e = self.ep_mut(id)?;
-        if !matches!(e.d.state, EpState::Failed { .. }) {
-            e.d.state = EpState::Failed { drained: false };
-            self.stats.endpoints_failed += 1;
-            self.dirty.set(id.0);
-        }
+        self.ep(id)?;
+        self.fail(id.0, FailureCause::Application);
         Ok(())
     }
 
@@ -459,16 +467,25 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// `Ok(None)`: not even an empty response fits (a tiny ring or cap).
     pub fn max_response_allowance(&self, id: EndpointId) -> Result<Option<u32>, Error> {
         let e = self.ep(id)?;
-        match e.d.state {
-            EpState::Created => Err(Error::NotConnected),
-            _ => Ok(e.d.max_response_allowance()),
+        if e.d.is_created() {
+            return Err(Error::NotConnected);
         }
+        Ok(e.d.max_response_allowance())
     }
 
     /// Whether the endpoint has failed.
     pub fn is_failed(&self, id: EndpointId) -> bool {
-        self.ep(id)
-            .is_ok_and(|e| matches!(e.d.state, EpState::Failed { .. }))
+        self.ep(id).is_ok_and(|e| e.d.is_failed())
+    }
+
+    /// Why the endpoint failed: the first cause, kept for as long as the endpoint
+    /// exists. `None` while it has not failed (or if there is no such endpoint).
+    /// Calls on a failed endpoint complete (and are refused) with
+    /// [`Error::EndpointFailed`] whatever the cause; this says what to look at: the
+    /// peer or link (an error completion's syndrome), the peer's protocol, or the
+    /// application's own [`fail_endpoint`](Self::fail_endpoint).
+    pub fn failure_cause(&self, id: EndpointId) -> Option<FailureCause> {
+        self.ep(id).ok().and_then(|e| e.d.failure_cause())
     }
 
     /// Calls awaiting a response, on all endpoints.
@@ -496,14 +513,14 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     pub fn credit_snapshot(&self, id: EndpointId) -> Result<CreditSnapshot, Error> {
         let d = &self.ep(id)?.d;
         Ok(CreditSnapshot {
-            peer_credit_balance: d.credit.peer_credit_balance(),
-            resp_reservation: d.credit.resp_reservation(),
-            in_flight: d.in_flight(),
-            send_producer: d.send.producer(),
-            remote_consumer: d.consumer.position(),
-            recv_consumer: d.recv.last_recv_pos(),
-            recv_notified: d.recv.last_notified_recv_pos(),
-            unanswered_requests: d.requests.len(),
+            peer_credit_balance: d.tx.credit().peer_credit_balance(),
+            resp_reservation: d.tx.credit().resp_reservation(),
+            in_flight: d.tx.in_flight(),
+            send_producer: d.tx.producer(),
+            remote_consumer: d.tx.consumer_position(),
+            recv_consumer: d.rx.ring().last_recv_pos(),
+            recv_notified: d.rx.ring().last_notified_recv_pos(),
+            unanswered_requests: d.rx.requests().len(),
         })
     }
 }

@@ -2,6 +2,9 @@
 
 use core::fmt;
 
+use mlx5_raw::layout::CqeError;
+use mlx5_raw::PostError;
+
 /// Why a call, a reply or a setup step was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Error {
@@ -35,12 +38,50 @@ pub enum Error {
     NoSuchEndpoint,
     /// The endpoint table (or the QPN map) is full.
     TooManyEndpoints,
-    /// A configuration or memory description is unusable (sizes, alignment, null).
-    BadConfig,
-    /// A queue description was rejected by the driver.
-    BadQueue,
     /// The send queue has no room for the operation; poll and retry.
     SqFull,
+    /// The context's table sizes are out of range: `EPS` must be in 1 ..= 256, `CALLS`
+    /// at least 1, `REQS` a power of two.
+    BadTableSize,
+    /// The driver rejected the SRQ description (null, misaligned, stride, WQE count,
+    /// not fresh).
+    BadSrq,
+    /// The driver rejected the send CQ description.
+    BadSendCq,
+    /// The driver rejected the recv CQ description.
+    BadRecvCq,
+    /// The recv CQ has fewer entries than the SRQ has WQEs: a full SRQ's completions
+    /// could overrun it.
+    RecvCqTooSmall,
+    /// The SRQ could not be filled: its WQE list is corrupt (the memory is not a fresh
+    /// SRQ's).
+    SrqFill,
+    /// The driver rejected the endpoint's send queue description, or the inline sizes
+    /// or signal interval of its [`EndpointConfig`](super::EndpointConfig).
+    BadSq,
+    /// The recv ring's length is not a power of two in 128 B ..= 64 GiB.
+    BadRecvRing,
+    /// `REQS` is below the recv ring size / 32: a ring full of the smallest requests
+    /// would overflow the request table. Raise `REQS` or shrink the ring.
+    TooFewRequestSlots,
+    /// The control region is shorter than 16 bytes or not 8-aligned.
+    BadControlRegion,
+    /// `max_resp_reservation` is below 64 bytes (two blocks): no call could ever be
+    /// granted an allowance.
+    BadReservation,
+    /// A region of the endpoint's memory has a null address.
+    NullRegion,
+    /// The peer's recv ring size (in its [`EndpointInfo`](super::EndpointInfo)) is not a
+    /// power of two in 128 B ..= 64 GiB.
+    BadPeerRing,
+    /// Our send ring is smaller than the peer's recv ring, which it mirrors.
+    SendRingTooSmall,
+    /// `connect` on an endpoint that is already connected (or failed).
+    AlreadyConnected,
+    /// A raw operation's scatter/gather list is too long for one WQE.
+    TooManySges,
+    /// A raw operation's scatter/gather entry is 2 GiB or longer.
+    SgeTooLong,
 }
 
 impl Error {
@@ -74,9 +115,26 @@ impl fmt::Display for Error {
             Self::StaleHandle => "handle of no live request",
             Self::NoSuchEndpoint => "no such endpoint",
             Self::TooManyEndpoints => "endpoint table full",
-            Self::BadConfig => "unusable configuration or memory",
-            Self::BadQueue => "queue description rejected",
             Self::SqFull => "send queue full",
+            Self::BadTableSize => {
+                "context table sizes out of range (EPS 1..=256, CALLS >= 1, REQS a power of two)"
+            }
+            Self::BadSrq => "SRQ description rejected by the driver",
+            Self::BadSendCq => "send CQ description rejected by the driver",
+            Self::BadRecvCq => "recv CQ description rejected by the driver",
+            Self::RecvCqTooSmall => "recv CQ has fewer entries than the SRQ has WQEs",
+            Self::SrqFill => "SRQ could not be filled (corrupt WQE list)",
+            Self::BadSq => "send queue description or inline/signal configuration rejected",
+            Self::BadRecvRing => "recv ring length not a power of two in 128 B..=64 GiB",
+            Self::TooFewRequestSlots => "REQS below the recv ring size / 32",
+            Self::BadControlRegion => "control region shorter than 16 B or not 8-aligned",
+            Self::BadReservation => "max_resp_reservation below 64 B",
+            Self::NullRegion => "memory region with a null address",
+            Self::BadPeerRing => "peer's recv ring size not a power of two in 128 B..=64 GiB",
+            Self::SendRingTooSmall => "send ring smaller than the peer's recv ring",
+            Self::AlreadyConnected => "endpoint already connected",
+            Self::TooManySges => "scatter/gather list too long for one WQE",
+            Self::SgeTooLong => "scatter/gather entry of 2 GiB or more",
         })
     }
 }
@@ -99,4 +157,81 @@ pub struct ReplyError {
     /// The request, still unanswered. `None` when the endpoint failed: the request was
     /// released and cannot be answered any more.
     pub handle: Option<super::RecvHandle>,
+}
+
+/// Which queue of an endpoint's QP a completion came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The send queue (our WRITEs and READs).
+    Send,
+    /// The receive side (the peer's WRITE_IMMs, through the SRQ).
+    Recv,
+}
+
+/// Why an endpoint failed ([`Context::failure_cause`](super::Context::failure_cause)).
+/// Whatever the cause, its calls complete with [`Error::EndpointFailed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureCause {
+    /// [`Context::fail_endpoint`](super::Context::fail_endpoint): the application saw a
+    /// failure copyrpc cannot (a peer process that died, a timeout of its own).
+    Application,
+    /// An error completion on the endpoint's QP, with its syndromes. A flush
+    /// (`WrFlushErr`) follows an earlier error, or a QP moved to the error state from
+    /// outside; a retry-exceeded syndrome is the usual sign of a dead peer or link
+    /// (the idle-peer probe turns silence into one).
+    ErrorCompletion {
+        /// The queue that reported it.
+        side: Side,
+        /// The CQE's syndrome and vendor syndrome.
+        error: CqeError,
+    },
+    /// A completion copyrpc never causes (receive side: a SEND, or a WRITE_IMM
+    /// scattered into the CQE) or one that retires no WQE it posted (send side).
+    UnexpectedCompletion {
+        /// The queue that reported it.
+        side: Side,
+    },
+    /// A batch from the peer broke the protocol: its immediate, metadata or messages
+    /// are invalid, it overruns the ring, or it holds more requests than the table.
+    ProtocolViolation,
+    /// Our READ of the peer's consumer returned a position the peer cannot have.
+    BadConsumerRead,
+    /// A reply could not be written: the endpoint's credit or ring state contradicted
+    /// itself (unreachable while copyrpc's invariants hold).
+    ReplyWrite,
+    /// The send queue refused a batch or READ WQE for a reason other than room.
+    PostRejected(PostError),
+}
+
+impl fmt::Display for FailureCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Application => f.write_str("failed by the application"),
+            Self::ErrorCompletion { side, error } => write!(
+                f,
+                "error completion on the {} side: {:?} (vendor syndrome {:#04x})",
+                side.name(),
+                error.syndrome,
+                error.vendor_syndrome
+            ),
+            Self::UnexpectedCompletion { side } => {
+                write!(f, "unexpected completion on the {} side", side.name())
+            }
+            Self::ProtocolViolation => f.write_str("the peer broke the protocol"),
+            Self::BadConsumerRead => {
+                f.write_str("READ of the peer's consumer returned an impossible position")
+            }
+            Self::ReplyWrite => f.write_str("a reply found the endpoint's send state inconsistent"),
+            Self::PostRejected(e) => write!(f, "send queue rejected a WQE: {e:?}"),
+        }
+    }
+}
+
+impl Side {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Send => "send",
+            Self::Recv => "receive",
+        }
+    }
 }

@@ -1,8 +1,8 @@
 //! A received request, answered at most once.
 
 use super::context::{Context, EndpointId};
-use super::endpoint::{EpState, ReplyFail};
-use super::{Error, ReplyError};
+use super::tx::ReplyFail;
+use super::{Error, FailureCause, ReplyError};
 use crate::credit;
 use crate::wire::{FLOW_METADATA_SIZE, HEADER_SIZE};
 
@@ -66,7 +66,7 @@ impl RecvHandle {
     ) -> usize {
         ctx.ep(self.ep)
             .ok()
-            .and_then(|e| e.d.requests.delivered(self.seq))
+            .and_then(|e| e.d.rx.requests().delivered(self.seq))
             .map_or(0, |r| {
                 let allowance = credit::internal_allowance_for_blocks(r.blocks);
                 (allowance - FLOW_METADATA_SIZE - HEADER_SIZE) as usize
@@ -106,20 +106,20 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         let Some((e, r)) = self
             .ep(h.ep)
             .ok()
-            .and_then(|e| Some((e, e.d.requests.delivered(h.seq)?)))
+            .and_then(|e| Some((e, e.d.rx.requests().delivered(h.seq)?)))
         else {
             return &[];
         };
-        let off = e.d.recv.size().offset(r.start) as usize + HEADER_SIZE as usize;
-        e.d.recv_mem.bytes(off, r.len as usize)
+        e.d.rx.request_bytes(r)
     }
 
     /// [`RecvHandle::reply_with`].
     ///
-    /// Always inlined, with `write_reply` and `ReplyWriter::write`: out of line (the
-    /// compiler's choice once an application replies from two places) the answering
-    /// side cost 310 instructions per request instead of 247 (docs/PERFORMANCE.md,
-    /// "Inlining").
+    /// Always inlined, with `write_reply` and `Tx::write_reply`: out of line (the
+    /// compiler's choice once an application replies from two places) the request, the
+    /// closure and the result cross memory, which costs the answering side about a
+    /// quarter more per request (docs/PERFORMANCE.md, "Why the code is shaped this
+    /// way").
     #[inline(always)]
     pub fn reply_with(
         &mut self,
@@ -130,7 +130,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         // One lookup of the endpoint and the request (`live`'s test, on `&mut`).
         let found = self.eps.get_mut(usize::from(h.ep.0)).and_then(|e| {
             let e = e.as_mut()?;
-            let r = *e.d.requests.delivered(h.seq)?;
+            let r = *e.d.rx.requests().delivered(h.seq)?;
             (r.call_id == h.call_id).then_some((e, r))
         });
         let Some((e, req)) = found else {
@@ -139,19 +139,17 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 handle: Some(h),
             });
         };
-        if matches!(e.d.state, EpState::Failed { .. }) {
+        if e.d.is_failed() {
             // A failed endpoint flushes nothing: no change for poll to see.
-            e.d.requests.release(h.seq);
+            e.d.rx.requests_mut().release(h.seq);
             return Err(ReplyError {
                 error: Error::EndpointFailed,
                 handle: None,
             });
         }
         match e.d.write_reply(h.seq, &req, len, fill) {
-            Ok(opened) => {
-                if opened {
-                    self.dirty.set(h.ep.0);
-                }
+            Ok(flush) => {
+                self.dirty.note(h.ep.0, flush);
                 Ok(())
             }
             // Over the allowance: refused before anything changed, the handle comes back.
@@ -160,10 +158,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 handle: Some(h),
             }),
             Err(ReplyFail::Failed(error)) => {
-                e.d.state = EpState::Failed { drained: false };
-                e.d.requests.release(h.seq);
-                self.stats.endpoints_failed += 1;
-                self.dirty.set(h.ep.0);
+                e.d.rx.requests_mut().release(h.seq);
+                let flush = e.d.fail(FailureCause::ReplyWrite, &mut self.stats);
+                self.dirty.note(h.ep.0, flush);
                 Err(ReplyError {
                     error,
                     handle: None,

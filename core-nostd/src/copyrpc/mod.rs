@@ -15,9 +15,12 @@
 //! | file | holds |
 //! |---|---|
 //! | `context` | [`Context`], setup ([`Queues`], [`EndpointMem`]), `call`, `recv`, failure |
-//! | `endpoint` | one connection: rings, credit, wrap ranges, calls and replies into the ring, consumption |
+//! | `endpoint` | one connection: its sides and state, failing it ([`FailureCause`]), what needs both sides |
+//! | `tx` | the send side: send ring, credit, wrap ranges, the peer's consumer; calls, replies, batch posts |
+//! | `rx` | the receive side: recv ring, held requests, the consumer exported to the peer |
+//! | `liveness` | the READ in flight and the quiet clock of the idle-peer probe |
 //! | `post` | what an endpoint posts (batches, READ fallback, raw ops) and the completions retiring it |
-//! | `poll` | [`Context::poll`] and completion handling |
+//! | `poll` | [`Context::poll`], [`Context::poll_bounded`] and completion handling |
 //! | `handle` | [`RecvHandle`]: zero-copy request bytes, `reply` once |
 //! | `serve` | [`Context::poll_serve`]: requests answered as they are parsed ([`Incoming`]) |
 //! | `requests` | per-endpoint received requests; the ring consumer waits for the oldest unanswered |
@@ -55,7 +58,7 @@
 //!
 //! An error completion on an endpoint's QP (or [`Context::fail_endpoint`]) fails the
 //! endpoint: every pending call on it completes once, through the same callback as a
-//! response, with [`Error::EndpointFailed`]; its queued requests are dropped; calls and
+//! response, with [`Error::EndpointFailed`] ([`Context::failure_cause`] says why); its queued requests are dropped; calls and
 //! replies on it are refused. While calls wait and nothing arrives or is sent, an
 //! endpoint READs the peer's consumer every `probe_interval` polls, so a dead peer or
 //! link turns into an error completion rather than silence. The polls are counted by
@@ -68,6 +71,7 @@ mod error;
 mod fifo;
 mod handle;
 mod info;
+mod liveness;
 mod mem;
 mod pending;
 mod poll;
@@ -75,12 +79,14 @@ mod post;
 mod qpn_map;
 mod raw;
 mod requests;
+mod rx;
 mod serve;
 mod stats;
+mod tx;
 
 pub use config::EndpointConfig;
 pub use context::{Context, CreditSnapshot, EndpointId, EndpointMem, Queues};
-pub use error::{CallError, Error, ReplyError};
+pub use error::{CallError, Error, FailureCause, ReplyError, Side};
 pub use handle::RecvHandle;
 pub use info::EndpointInfo;
 pub use mem::Region;

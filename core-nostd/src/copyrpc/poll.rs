@@ -3,84 +3,107 @@
 use mlx5_raw::layout::{Completion, CqeBrief, CqeOpcode};
 
 use super::context::{Context, EndpointId};
-use super::endpoint::{reply_writer, Endpoint, EpState};
+use super::endpoint::{EpData, Flush};
 use super::pending::Pending;
 use super::requests::Link;
 use super::serve::{Incoming, Outcome};
 use super::stats::Stats;
-use super::Error;
+use super::{Error, FailureCause, Side};
 use crate::wire::{decode_imm, from_response_id, parse_batch, Imm, FLOW_METADATA_SIZE};
 
-/// Why a received batch broke the protocol; the endpoint fails.
-#[derive(Debug)]
-struct Violation;
+/// Why a received batch failed its endpoint.
+#[derive(Debug, Clone, Copy)]
+enum Violation {
+    /// The batch broke the protocol.
+    Protocol,
+    /// A `poll_serve` handler's reply could not be written.
+    Reply,
+}
+
+impl Violation {
+    #[cold]
+    fn cause(self) -> FailureCause {
+        match self {
+            Self::Protocol => FailureCause::ProtocolViolation,
+            Self::Reply => FailureCause::ReplyWrite,
+        }
+    }
+}
+
+/// Where a batch's messages go: responses to their pending calls and `on_response`,
+/// requests to `on_request` (with `SERVE`, while offered; see `serve`) or the
+/// endpoint's request table.
+struct Delivery<'a, U, const CALLS: usize, R, Q> {
+    pending: &'a mut Pending<U, CALLS>,
+    stats: &'a mut Stats,
+    on_response: &'a mut R,
+    on_request: &'a mut Q,
+}
 
 /// Processes one received batch of endpoint `ep`: metadata first (credit before the
-/// messages it makes room for), then each message in ring order; responses go to the
-/// callback, requests to `on_request` while `offer` holds (with `SERVE`; see `serve`)
-/// and to the endpoint's request list otherwise. Returns the sequence range of the
+/// messages it makes room for), then each message in ring order; requests are offered
+/// while `offer` holds, and listed otherwise. Returns the sequence range of the
 /// requests listed.
-#[allow(clippy::too_many_arguments)]
 #[inline]
-fn on_batch<U, const CALLS: usize, const REQS: usize, const SERVE: bool>(
+fn on_batch<U, const CALLS: usize, const REQS: usize, const SERVE: bool, R, Q>(
     ep: u16,
-    e: &mut Endpoint<REQS>,
+    d: &mut EpData<REQS>,
     imm: [u8; 4],
-    pending: &mut Pending<U, CALLS>,
-    stats: &mut Stats,
-    on_response: &mut impl FnMut(U, Result<&[u8], Error>),
     mut offer: bool,
-    on_request: &mut impl FnMut(Incoming<'_>),
-) -> Result<(u32, u32), Violation> {
-    let d = &mut e.d;
-    let span = d
-        .recv
-        .on_imm(decode_imm(Imm::from_bytes(imm)))
-        .map_err(|_| Violation)?;
-    let first = d.requests.tail();
-    let bytes = d.recv_mem.bytes(span.offset as usize, span.len as usize);
-    let batch = parse_batch(bytes).map_err(|_| Violation)?;
+    to: Delivery<'_, U, CALLS, R, Q>,
+) -> Result<(u32, u32), Violation>
+where
+    R: FnMut(U, Result<&[u8], Error>),
+    Q: FnMut(Incoming<'_>),
+{
+    let (span, bytes, requests) =
+        d.rx.arrive(decode_imm(Imm::from_bytes(imm)))
+            .map_err(|_| Violation::Protocol)?;
+    let first = requests.tail();
+    let batch = parse_batch(bytes).map_err(|_| Violation::Protocol)?;
     let meta = batch.meta();
-    d.consumer
-        .on_credit_return(meta.ring_credit_return, d.send.producer())
-        .map_err(|_| Violation)?;
-    d.credit.on_grant_received(meta.credit_grant);
+    d.tx.on_metadata(meta.ring_credit_return, meta.credit_grant)
+        .map_err(|_| Violation::Protocol)?;
     let mut pos = span.start + FLOW_METADATA_SIZE;
     for m in batch.messages() {
-        let m = m.map_err(|_| Violation)?;
+        // Not `map_err(..)?`: rebuilding the result around a message cost every
+        // message a few instructions.
+        let Ok(m) = m else {
+            return Err(Violation::Protocol);
+        };
         if m.is_response() {
-            match pending.remove(ep, from_response_id(m.call_id)) {
-                Some(u) => on_response(u, Ok(m.payload)),
-                None => stats.stray_responses += 1,
+            match to.pending.remove(ep, from_response_id(m.call_id)) {
+                Some(u) => (to.on_response)(u, Ok(m.payload)),
+                None => to.stats.stray_responses += 1,
             }
         } else {
             if SERVE && offer {
                 let mut outcome = Outcome::Left;
-                on_request(Incoming {
+                (to.on_request)(Incoming {
                     ep: EndpointId(ep),
                     call_id: m.call_id,
                     blocks: m.piggyback,
                     data: m.payload,
-                    writer: reply_writer!(d),
+                    writer: &mut d.tx,
                     outcome: &mut outcome,
                 });
                 match outcome {
                     Outcome::Replied => {
-                        stats.served_in_poll += 1;
+                        to.stats.served_in_poll += 1;
                         pos += m.padded_len();
                         continue;
                     }
                     // The rest of the batch fails with the endpoint; its pending calls
                     // complete through the fail-drain, once each.
-                    Outcome::Failed => return Err(Violation),
+                    Outcome::Failed => return Err(Violation::Reply),
                     // Later requests queue behind it (arrival order).
                     Outcome::Left => offer = false,
                 }
             }
             // Linked to the next sequence number; `link_requests` ends the chain at
             // the batch's last request.
-            let seq = d.requests.tail();
-            d.requests
+            let seq = requests.tail();
+            requests
                 .push(
                     pos,
                     m.call_id,
@@ -88,13 +111,12 @@ fn on_batch<U, const CALLS: usize, const REQS: usize, const SERVE: bool>(
                     m.payload.len() as u32,
                     Link::to(ep, seq.wrapping_add(1)),
                 )
-                .ok_or(Violation)?;
+                .ok_or(Violation::Protocol)?;
         }
         pos += m.padded_len();
     }
-    d.parsed = span.start + span.len;
-    d.advance_consumer();
-    Ok((first, d.requests.tail()))
+    d.rx.parsed_to(span.start + span.len);
+    Ok((first, d.rx.requests().tail()))
 }
 
 impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {
@@ -117,7 +139,28 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         if self.start_poll() {
             return 0;
         }
-        self.poll_inner::<false>(on_response, |_| {})
+        self.poll_inner::<false>(u32::MAX, on_response, |_| {})
+    }
+
+    /// [`poll`](Self::poll), taking at most `max` completions from the recv CQ (each an
+    /// arrived batch: its responses go to `on_response`, its requests to the receive
+    /// queue); the rest stay in the CQ, in arrival order, for the next call. For a loop
+    /// that serves several protocols and bounds each one's turn. The other steps run as
+    /// in `poll` (send completions hand nothing out; a failed endpoint's pending calls
+    /// still complete in one go). `max == 0` reads no batch but still runs them.
+    /// Returns the number of completions handled, of both CQs.
+    ///
+    /// A batch is one unit: every message it carries is handed out with it, so `max`
+    /// bounds batches, not responses.
+    pub fn poll_bounded(
+        &mut self,
+        max: u32,
+        on_response: impl FnMut(U, Result<&[u8], Error>),
+    ) -> usize {
+        if self.start_poll() {
+            return 0;
+        }
+        self.poll_inner::<false>(max, on_response, |_| {})
     }
 
     /// Counts a poll and says whether it has nothing to do: no CQE in either CQ, every
@@ -143,21 +186,23 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         self.next_sweep = self.polls.saturating_add(self.probe_sweep);
         for (i, e) in self.eps.iter().enumerate() {
             if e.is_some() && self.pending.on_ep(i as u16) > 0 {
-                self.dirty.set(i as u16);
+                self.dirty.note(i as u16, Flush::Needed);
             }
         }
     }
 
     /// [`poll`](Self::poll), and with `SERVE` [`poll_serve`](Self::poll_serve), once
-    /// [`start_poll`](Self::start_poll) said there is something to do.
+    /// [`start_poll`](Self::start_poll) said there is something to do; at most
+    /// `max_recv` recv completions are taken.
     #[inline]
     pub(crate) fn poll_inner<const SERVE: bool>(
         &mut self,
+        max_recv: u32,
         mut on_response: impl FnMut(U, Result<&[u8], Error>),
         mut on_request: impl FnMut(Incoming<'_>),
     ) -> usize {
         let mut handled = 0;
-        for _ in 0..self.recv_cq.cqe_cnt() {
+        for _ in 0..self.recv_cq.cqe_cnt().min(max_recv) {
             let Some(cqe) = self.recv_cq.poll() else {
                 break;
             };
@@ -247,15 +292,15 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 let pending = self.pending.on_ep(i as u16);
                 let idle = match e.flush(pending, turn, self.polls, &mut self.stats) {
                     Ok(idle) => idle,
-                    Err(_) => {
-                        e.d.state = EpState::Failed { drained: false };
-                        self.stats.endpoints_failed += 1;
+                    Err(error) => {
+                        let cause = FailureCause::PostRejected(error);
+                        self.dirty.note(i as u16, e.d.fail(cause, &mut self.stats));
                         false
                     }
                 };
-                if e.d.state == (EpState::Failed { drained: false }) {
+                if e.d.undrained() {
                     if drain(&mut self.pending, i as u16) {
-                        e.d.state = EpState::Failed { drained: true };
+                        e.d.set_drained();
                         self.dirty.clear(i);
                     }
                 } else if idle {
@@ -265,13 +310,11 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         }
     }
 
-    fn fail(&mut self, ep: u16) {
+    /// Fails endpoint `ep` for `cause` ([`EpData::fail`]), for the drain to see.
+    #[cold]
+    pub(crate) fn fail(&mut self, ep: u16, cause: FailureCause) {
         if let Some(e) = self.eps[usize::from(ep)].as_mut() {
-            if !matches!(e.d.state, EpState::Failed { .. }) {
-                e.d.state = EpState::Failed { drained: false };
-                self.stats.endpoints_failed += 1;
-                self.dirty.set(ep);
-            }
+            self.dirty.note(ep, e.d.fail(cause, &mut self.stats));
         }
     }
 
@@ -296,27 +339,22 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         let Some(e) = self.eps[usize::from(ep)].as_mut() else {
             return;
         };
-        if e.d.state != EpState::Connected {
+        if !e.d.is_connected() {
             return;
         }
         self.stats.batches_received += 1;
-        e.d.quiet_since = self.polls;
-        // Credit, consumer and pending calls change: the next flush decides anew.
-        self.dirty.set(ep);
+        self.dirty.note(ep, e.d.batch_arrived(self.polls));
         // Offered only while nothing waits in the receive queue (arrival order).
         let offer = self.rq_head.is_none();
-        match on_batch::<U, CALLS, REQS, SERVE>(
-            ep,
-            e,
-            c.imm,
-            &mut self.pending,
-            &mut self.stats,
+        let to = Delivery {
+            pending: &mut self.pending,
+            stats: &mut self.stats,
             on_response,
-            offer,
             on_request,
-        ) {
+        };
+        match on_batch::<U, CALLS, REQS, SERVE, _, _>(ep, &mut e.d, c.imm, offer, to) {
             Ok((first, end)) => self.link_requests(ep, first, end),
-            Err(Violation) => self.fail(ep),
+            Err(v) => self.fail(ep, v.cause()),
         }
     }
 
@@ -327,8 +365,13 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         if c.opcode.is_responder() && self.srq.free(c.wqe_counter).is_ok() {
             self.stats.srq_freed += 1;
         }
+        let side = Side::Recv;
+        let cause = match c.error {
+            Some(error) => FailureCause::ErrorCompletion { side, error },
+            None => FailureCause::UnexpectedCompletion { side },
+        };
         match self.map.get(c.qpn) {
-            Some(ep) => self.fail(ep),
+            Some(ep) => self.fail(ep, cause),
             None => self.stats.stray_completions += 1,
         }
     }
@@ -341,10 +384,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         let Some(e) = self.eps[usize::from(ep)].as_mut() else {
             return;
         };
-        // Send-queue room, the peer's consumer (a READ) may change: flush decides anew.
-        self.dirty.set(ep);
-        if !e.on_send_completion(c, self.polls, &mut self.stats) {
-            self.fail(ep);
+        match e.on_send_completion(c, self.polls, &mut self.stats) {
+            Ok(flush) => self.dirty.note(ep, flush),
+            Err(cause) => self.fail(ep, cause),
         }
     }
 }

@@ -1,11 +1,11 @@
 //! Answering requests inside `poll`, as they are parsed (run to completion): see
 //! [`Context::poll_serve`] for what it promises. Here: the [`Incoming`] a handler gets,
 //! which lends the request bytes (recv ring) and the endpoint's send side
-//! ([`ReplyWriter`]) for the length of one handler call, and records whether the
+//! ([`Tx`]) for the length of one handler call, and records whether the
 //! request was answered so `on_batch` (in `poll`) can skip queueing it.
 
 use super::context::{Context, EndpointId};
-use super::endpoint::{ReplyFail, ReplyWriter};
+use super::tx::{ReplyFail, Tx};
 use super::Error;
 use crate::credit;
 use crate::wire::{FLOW_METADATA_SIZE, HEADER_SIZE};
@@ -35,7 +35,7 @@ pub struct Incoming<'a> {
     pub(crate) call_id: u32,
     pub(crate) blocks: u32,
     pub(crate) data: &'a [u8],
-    pub(crate) writer: ReplyWriter<'a>,
+    pub(crate) writer: &'a mut Tx,
     pub(crate) outcome: &'a mut Outcome,
 }
 
@@ -80,15 +80,17 @@ impl<'a> Incoming<'a> {
 
     /// Answers with `len` bytes written in place by `fill(request, response)`.
     pub fn reply_with(
-        mut self,
+        self,
         len: usize,
         fill: impl FnOnce(&[u8], &mut [u8]),
     ) -> Result<(), ServeError<'a>> {
         let data = self.data;
         match self
             .writer
-            .write(self.call_id, self.blocks, len, |out| fill(data, out))
+            .write_reply(self.call_id, self.blocks, len, |out| fill(data, out))
         {
+            // The batch that brought the request already noted its endpoint for a
+            // visit (`on_batch_completion`), so the reply's `Flush` is covered.
             Ok(_) => {
                 *self.outcome = Outcome::Replied;
                 Ok(())
@@ -130,6 +132,6 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         if self.start_poll() {
             return 0;
         }
-        self.poll_inner::<true>(on_response, on_request)
+        self.poll_inner::<true>(u32::MAX, on_response, on_request)
     }
 }

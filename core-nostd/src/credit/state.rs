@@ -141,8 +141,9 @@ impl CreditState {
     /// [`CreditError::InsufficientCredit`] when the peer may still grant enough (retry
     /// after a poll), [`CreditError::AllowanceTooLarge`] when it never can.
     ///
-    /// Inline: with the out-of-line refusal in it, the compiler stopped inlining it
-    /// into the call path on its own (+7 instructions per call, measured).
+    /// Inline: with the out-of-line refusal in it, the compiler stops inlining it into
+    /// the call path on its own, and every call pays for the call (docs/PERFORMANCE.md,
+    /// "Why the code is shaped this way").
     #[inline]
     pub fn try_reserve_for_call(
         &mut self,

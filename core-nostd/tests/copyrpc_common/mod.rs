@@ -72,6 +72,8 @@ pub struct Side<const E: usize, const C: usize, const R: usize> {
     /// scratch area for raw READ/WRITE tests.
     pub data: DmaBuf,
     pub scratch_off: usize,
+    /// The recv CQ's number, to watch completions arrive (`Dev::cq_info`).
+    pub recv_cqn: u32,
     _queues: Vec<DmaBuf>,
 }
 
@@ -174,6 +176,7 @@ fn side<const E: usize, const C: usize, const R: usize>(
             qpns: sqds.iter().map(|d| d.qpn).collect(),
             keys,
             scratch_off: o.endpoints * per_ep,
+            recv_cqn: rcqd.cqn,
             data,
             _queues: vec![scq, rcq, srq, sqs, dbrecs],
         };

@@ -216,7 +216,15 @@ pub fn run(x: &impl Collectives, fabric: Fabric, cfg: &EchoConfig) -> Result<Ech
         });
         progressed |= n > 0;
         if let Some(why) = bad.take() {
-            return Err(fail(why));
+            // Why any endpoint failed (copyrpc keeps the first cause).
+            let mut causes = String::new();
+            for &p in &peers {
+                let id = node.endpoint(p).expect("an endpoint per peer");
+                if let Some(c) = node.ctx().failure_cause(id) {
+                    causes.push_str(&format!("; endpoint to rank {p} failed: {c}"));
+                }
+            }
+            return Err(fail(format!("{why}{causes}")));
         }
         while let Some(h) = node.ctx().recv() {
             let id = h.endpoint();

@@ -140,8 +140,9 @@ fn write_wrapping_wqe(
 /// [`write_wqe`] for a WQE without gather entries (ctrl, raddr, inline data, at most one
 /// data segment) into `wqe`, exactly its bytes, before the ring end: each segment is one
 /// fixed-size store into a slice split off the front instead of a cursor write at a
-/// running offset (measured: `write_wqe` over a `Span` costs copyrpc ~70 instructions
-/// more per batch WQE). The layout is `write_wqe`'s (the tests compare both).
+/// running offset, whose bounds checks and offset arithmetic `write_wqe` pays per
+/// segment (docs/PERFORMANCE.md, "Why the code is shaped this way"). The layout is
+/// `write_wqe`'s (the tests compare both).
 #[inline(always)]
 fn write_contig(
     wqe: &mut [u8],

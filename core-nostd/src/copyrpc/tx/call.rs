@@ -1,0 +1,150 @@
+//! Writing a request into the send ring, after every check that could refuse it.
+
+use super::{queue_wrap_ranges, Tx, RANGES};
+use crate::copyrpc::endpoint::Flush;
+use crate::copyrpc::Error;
+use crate::credit::{self, CallCredit};
+use crate::wire::{emit_message, padded_message_size};
+
+impl Tx {
+    /// Writes a request into the send ring, after every check that could refuse it.
+    /// Returns whether it opened a batch or wrapped (the endpoint then needs a flush;
+    /// an append to an open batch does not change that).
+    ///
+    /// Always inlined: see `Context::reply_with` and `Context::call_with_allowance`.
+    /// Only the append to an open batch is: a call that opens one (once a batch) goes
+    /// out of line to [`write_call_opening`](Self::write_call_opening), so a loop of
+    /// calls keeps the append path's values in registers.
+    #[inline(always)]
+    pub(crate) fn write_call(
+        &mut self,
+        call_id: u32,
+        payload: &[u8],
+        response_allowance: u32,
+    ) -> Result<Flush, Error> {
+        let len = u32::try_from(payload.len()).map_err(|_| Error::PayloadTooLarge)?;
+        let padded = padded_message_size(len);
+        if !self.ring.fits_open_batch(padded) {
+            return self.write_call_opening(call_id, payload, response_allowance);
+        }
+        let paid = self.pay_for_call(padded, response_allowance)?;
+        let size = self.ring.size();
+        let pos = self.ring.append_to_open_batch(padded);
+        let buf = self.mem.ring_bytes_mut(size, pos, padded as usize);
+        emit_message(buf, call_id, paid.allowance_blocks, payload)
+            .map_err(|_| Error::PayloadTooLarge)?;
+        // Joined an open batch, whose endpoint is already in the dirty set (an open
+        // batch keeps its bit set: `Dirty`'s invariant).
+        Ok(Flush::Covered)
+    }
+
+    /// [`write_call`](Self::write_call) for a request that opens a batch, wrapping the
+    /// ring first if it must.
+    #[inline(never)]
+    fn write_call_opening(
+        &mut self,
+        call_id: u32,
+        payload: &[u8],
+        response_allowance: u32,
+    ) -> Result<Flush, Error> {
+        // Recomputed rather than passed in: keeping `padded` live across the call costs
+        // the inlined caller a register spill on every call.
+        let len = u32::try_from(payload.len()).map_err(|_| Error::PayloadTooLarge)?;
+        let padded = padded_message_size(len);
+        // The refusals in the order the append path gives them: the allowance first.
+        self.check_allowance(response_allowance)?;
+        // A message that opens a batch can wrap, queueing up to two ranges.
+        if self.ranges.len() + 2 > RANGES {
+            return Err(Error::RingFull);
+        }
+        let advance = self
+            .ring
+            .plan(padded)
+            .map_err(|_| Error::PayloadTooLarge)?
+            .advance;
+        let paid = self.pay_for_call(advance, response_allowance)?;
+        let size = self.ring.size();
+        let reserved = self
+            .ring
+            .reserve_message(padded)
+            .map_err(|_| Error::PayloadTooLarge)?;
+        if let Some(w) = reserved.wrap {
+            queue_wrap_ranges(&mut self.ranges, w)?;
+        }
+        let buf = self.mem.ring_bytes_mut(size, reserved.pos, padded as usize);
+        emit_message(buf, call_id, paid.allowance_blocks, payload)
+            .map_err(|_| Error::PayloadTooLarge)?;
+        // Alone in its batch: it opened it (or wrapped into a new one).
+        Ok(Flush::needed_if(self.ring.batch_count() == 1))
+    }
+
+    /// The checks a call passes before anything changes, and its payment: a response
+    /// allowance the peer's ring can carry, room for the producer to move by `advance`,
+    /// and the peer's credit for the allowance (deducted).
+    #[inline(always)]
+    fn pay_for_call(&mut self, advance: u64, response_allowance: u32) -> Result<CallCredit, Error> {
+        self.check_allowance(response_allowance)?;
+        if !self.call_has_room(advance) {
+            return Err(self.refuse_ring_full(response_allowance));
+        }
+        self.credit
+            .try_reserve_for_call(response_allowance)
+            .map_err(call_credit_refusal)
+    }
+
+    /// `credit.has_room(in_flight, advance)`, tested against the cached limit first.
+    #[inline]
+    fn call_has_room(&mut self, advance: u64) -> bool {
+        // A plain add, like every producer move: positions never come near 2^64 (the
+        // ring module's overflow note), and `advance` is below one lap.
+        let end = self.ring.producer() + advance;
+        if end > self.call_limit {
+            self.refresh_call_limit();
+            if end > self.call_limit {
+                debug_assert!(!self.credit.has_room(self.in_flight(), advance));
+                return false;
+            }
+        }
+        debug_assert!(self.credit.has_room(self.in_flight(), advance));
+        true
+    }
+
+    /// A call found no ring room: [`Error::RingFull`] (and a READ of the peer's
+    /// consumer at the next flush), unless its allowance can never be paid for, which
+    /// no room would change.
+    #[cold]
+    #[inline(never)]
+    fn refuse_ring_full(&mut self, response_allowance: u32) -> Error {
+        if !self.credit.can_ever_pay(response_allowance) {
+            return Error::AllowanceTooLarge;
+        }
+        self.want_read = true;
+        Error::RingFull
+    }
+
+    /// Why a call may not be made on this endpoint while every pending-call slot is
+    /// taken: [`Error::TooManyCalls`], unless it could never be made at all.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn refuse_no_slot(&self, payload_len: usize, response_allowance: u32) -> Error {
+        let fits = u32::try_from(payload_len)
+            .is_ok_and(|len| self.ring.plan(padded_message_size(len)).is_ok());
+        if !fits || self.check_allowance(response_allowance).is_err() {
+            Error::PayloadTooLarge
+        } else if !self.credit.can_ever_pay(response_allowance) {
+            Error::AllowanceTooLarge
+        } else {
+            Error::TooManyCalls
+        }
+    }
+}
+
+/// The call refusal of a credit refusal; out of line, as only refused calls need it.
+#[cold]
+#[inline(never)]
+fn call_credit_refusal(e: credit::CreditError) -> Error {
+    match e {
+        credit::CreditError::AllowanceTooLarge => Error::AllowanceTooLarge,
+        _ => Error::InsufficientCredit,
+    }
+}

@@ -1,0 +1,238 @@
+//! The send side of an endpoint: the send ring and its memory, the peer's credit, wrap
+//! ranges waiting for send-queue room, and the peer's consumer as we know it. A reply
+//! writer is a borrow of it ([`Tx::write_reply`]), so the recv side, where a request's
+//! bytes are, stays borrowable while the reply is built.
+//!
+//! Metadata (credit return and grant) is computed only when the batch's WQE is about to
+//! be posted ([`Tx::post_range`]), after the send queue was found to have room for it.
+//! A flush that finds the queue full therefore takes nothing: the batch stays open (or
+//! its wrap ranges stay queued) and the next poll posts it with whatever credit is due
+//! then, so no credit return or grant is ever computed for a WQE that is not posted.
+
+mod call;
+mod post;
+mod reply;
+
+use mlx5_raw::Remote;
+
+use super::fifo::Fifo;
+use super::mem::Dma;
+use super::Error;
+use crate::credit::{self, CreditState};
+use crate::ring::{FlushRange, RemoteConsumer, RingError, RingSize, SendRing, Wrap};
+use crate::wire::{padded_message_size, ALIGNMENT, FLOW_METADATA_SIZE};
+
+pub(crate) use reply::ReplyFail;
+
+/// Ranges a wrap queued that are not posted yet. At most two wraps can be pending
+/// (a third would need more than a lap in flight, which the invariant forbids), each
+/// with a flushed batch and a marker.
+pub(crate) const RANGES: usize = 8;
+
+/// The send side of an endpoint (module docs).
+#[derive(Debug)]
+pub(crate) struct Tx {
+    ring: SendRing,
+    mem: Dma,
+    credit: CreditState,
+    /// The peer's consumer as we know it (piggybacked returns and READ results).
+    consumer: RemoteConsumer,
+    /// A lower bound of `credit.call_limit(consumer.position())`: where a call's write
+    /// may end. Refreshed when a grant lowers the exact limit (`post_range`) and when it
+    /// refuses a call; between those the exact limit only rises, so testing against
+    /// this copy never admits a call `has_room` would refuse.
+    call_limit: u64,
+    /// Wrap ranges waiting for send-queue room, in posting order.
+    ranges: Fifo<FlushRange, RANGES>,
+    /// Our recv ring's size: that of the peer's send ring, which carries our replies.
+    reply_ring: RingSize,
+    /// Where the peer's recv ring is.
+    peer_recv: Remote,
+    /// A call found the ring full, or a grant was blocked only by a stale view of the
+    /// peer's consumer: read it at the next flush.
+    want_read: bool,
+}
+
+impl Tx {
+    /// Placeholder sizes until `connect` learns the peer's; nothing runs before it.
+    pub(crate) fn new(mem: Dma) -> Self {
+        let size = RingSize::new(RingSize::MIN).unwrap_or_else(|_| unreachable!());
+        Self {
+            ring: SendRing::new(size),
+            mem,
+            credit: CreditState::connect(0, size, size, 0),
+            consumer: RemoteConsumer::new(0),
+            call_limit: 0,
+            ranges: Fifo::new(),
+            reply_ring: size,
+            peer_recv: Remote { addr: 0, rkey: 0 },
+            want_read: false,
+        }
+    }
+
+    /// Bytes of the send ring's memory.
+    pub(crate) fn mem_len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// Starts over for a peer whose recv ring (`remote`, at `peer_recv`) granted
+    /// `initial_credit`; `local` is our recv ring's size.
+    pub(crate) fn connect(
+        &mut self,
+        max_resp_reservation: u64,
+        local: RingSize,
+        remote: RingSize,
+        initial_credit: u64,
+        peer_recv: Remote,
+    ) {
+        self.ring = SendRing::new(remote);
+        self.consumer = RemoteConsumer::new(0);
+        self.credit = CreditState::connect(max_resp_reservation, local, remote, initial_credit);
+        self.reply_ring = local;
+        self.peer_recv = peer_recv;
+        self.refresh_call_limit();
+    }
+
+    /// Recomputes [`call_limit`](Self::call_limit) from the current counters.
+    #[inline]
+    fn refresh_call_limit(&mut self) {
+        self.call_limit = self.credit.call_limit(self.consumer.position());
+    }
+
+    /// Bytes written towards the peer it is not known to have consumed.
+    #[inline]
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.consumer.in_flight(self.ring.producer())
+    }
+
+    /// The credit counters, for diagnostics and the allowance limits.
+    #[inline]
+    pub(crate) const fn credit(&self) -> &CreditState {
+        &self.credit
+    }
+
+    /// Our send producer.
+    #[inline]
+    pub(crate) const fn producer(&self) -> u64 {
+        self.ring.producer()
+    }
+
+    /// The peer's consumer as we know it.
+    #[inline]
+    pub(crate) const fn consumer_position(&self) -> u64 {
+        self.consumer.position()
+    }
+
+    /// A batch's metadata arrived: the peer consumed `credit_return` more bytes and
+    /// granted `grant` credit.
+    #[inline(always)]
+    pub(crate) fn on_metadata(&mut self, credit_return: u64, grant: u64) -> Result<(), RingError> {
+        self.consumer
+            .on_credit_return(credit_return, self.ring.producer())?;
+        self.credit.on_grant_received(grant);
+        Ok(())
+    }
+
+    /// Our READ of the peer's consumer returned `value`.
+    pub(crate) fn on_consumer_read(&mut self, value: u64) -> Result<(), RingError> {
+        self.consumer.on_read(value, self.ring.producer())
+    }
+
+    /// Whether a READ of the peer's consumer is wanted.
+    #[inline(always)]
+    pub(crate) const fn read_wanted(&self) -> bool {
+        self.want_read
+    }
+
+    /// Wants a READ of the peer's consumer at the next flush (or, `false`, no more).
+    #[inline]
+    pub(crate) fn want_read(&mut self, wanted: bool) {
+        self.want_read = wanted;
+    }
+
+    /// Wrap ranges queued for send-queue room.
+    #[inline(always)]
+    pub(crate) const fn queued_ranges(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Whether another wrap (two more ranges) could still be queued.
+    #[inline]
+    pub(crate) const fn can_queue_wrap(&self) -> bool {
+        self.ranges.len() + 2 <= RANGES
+    }
+
+    /// Messages in the open batch (0: none open, or one opened without messages).
+    #[inline(always)]
+    pub(crate) const fn batch_count(&self) -> u32 {
+        self.ring.batch_count()
+    }
+
+    /// Whether a batch is open (even one without messages).
+    #[inline(always)]
+    pub(crate) const fn batch_open(&self) -> bool {
+        self.ring.meta_pos().is_some()
+    }
+
+    /// Whether the ring has room for a metadata-only batch now.
+    pub(crate) fn credit_batch_room(&self) -> bool {
+        self.ring
+            .plan(0)
+            .is_ok_and(|p| self.credit.has_room(self.in_flight(), p.advance))
+    }
+
+    /// Whether a metadata-only batch should go out, as far as credit goes: the peer
+    /// looks short of credit and we can grant some. `unanswered` is asked (only if it
+    /// matters) for our unanswered requests and their allowance blocks. Wants a READ
+    /// when a grant is blocked only by a stale view of the peer's consumer.
+    #[inline(always)]
+    pub(crate) fn wants_grant(&mut self, unanswered: impl FnOnce() -> (u32, u64)) -> bool {
+        let r = self.credit.resp_reservation();
+        let max = self.credit.max_resp_reservation();
+        // R is the peer's balance plus grants in transit plus our unanswered
+        // allowances; with nothing in transit this is the peer's balance exactly.
+        if max.saturating_sub(r) < 2 * ALIGNMENT {
+            return false;
+        }
+        let (requests, blocks) = unanswered();
+        let unreplied = credit::internal_allowance_sum(u64::from(requests), blocks);
+        let peer_balance = r.saturating_sub(unreplied);
+        if peer_balance >= max / 2 {
+            return false;
+        }
+        let grant = credit::grant(self.in_flight(), r, max, self.credit.remote_ring_size());
+        if grant >= 2 * ALIGNMENT {
+            return true;
+        }
+        self.want_read = true;
+        false
+    }
+
+    /// Refuses a response allowance no reply could carry: the reply travels in the
+    /// peer's send ring, which has our recv ring's size.
+    #[inline(always)]
+    fn check_allowance(&self, response_allowance: u32) -> Result<(), Error> {
+        if padded_message_size(response_allowance).saturating_add(FLOW_METADATA_SIZE)
+            >= self.reply_ring.get()
+        {
+            return Err(Error::PayloadTooLarge);
+        }
+        Ok(())
+    }
+
+    /// The largest response allowance a call can ever pay for.
+    pub(crate) fn max_response_allowance(&self) -> Option<u32> {
+        credit::max_response_allowance(self.credit.max_peer_credit())
+    }
+}
+
+/// Queues the ranges a wrap closed, in posting order.
+#[cold]
+fn queue_wrap_ranges(ranges: &mut Fifo<FlushRange, RANGES>, w: Wrap) -> Result<(), Error> {
+    for r in w.flushed.into_iter().chain(Some(w.marker)) {
+        // Unreachable while the invariant holds (see RANGES); failing the
+        // endpoint beats corrupting the stream if it ever did.
+        ranges.push(r).map_err(|_| Error::EndpointFailed)?;
+    }
+    Ok(())
+}
