@@ -7,50 +7,111 @@
 //!
 //! `copyrpc-instr idle POLLS`: A polls POLLS times while one call waits unanswered
 //! (`echo_rig::idle`); the script divides A's poll cost by POLLS.
+//!
+//! A bad argument is a usage error (exit 2) naming it, never a panic.
+
+use std::process::ExitCode;
 
 use copyrpc_tests::echo_rig::{Pattern, Serve};
 
-fn main() {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("idle") {
-        let polls: u64 = args
-            .get(1)
-            .and_then(|a| a.parse().ok())
-            .expect("usage: copyrpc-instr idle POLLS");
-        return on_big_stack(move || {
-            let mut p = copyrpc_tests::echo_rig::pair();
-            let probes = copyrpc_tests::echo_rig::idle(&mut p, polls);
-            println!("polls={polls} probes={probes}");
-        });
+const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS";
+
+/// What to run, from the command line.
+enum Job {
+    Idle(u64),
+    Echo {
+        batch: u32,
+        rounds: u64,
+        payload: usize,
+        serve: Serve,
+        pattern: Pattern,
+    },
+}
+
+/// `name` as a number in `lo..=hi`, or a sentence saying why not.
+fn number(name: &str, v: Option<&String>, lo: u64, hi: u64) -> Result<u64, String> {
+    let v = v.ok_or(format!("{name} is missing"))?;
+    match v.parse::<u64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{name} {v:?} must be a whole number in {lo}..={hi}"
+        )),
     }
+}
+
+fn parse(args: &[String]) -> Result<Job, String> {
+    if args.first().map(String::as_str) == Some("idle") {
+        if args.len() > 2 {
+            return Err(format!("unexpected argument {:?}", args[2]));
+        }
+        return Ok(Job::Idle(number("POLLS", args.get(1), 1, 1 << 32)?));
+    }
+    if args.len() > 5 {
+        return Err(format!("unexpected argument {:?}", args[5]));
+    }
+    // The rig's context holds 256 calls and a window keeps two batches in flight; its
+    // 64 KiB rings take 64 messages of 1 KiB in a batch.
+    let batch = number("BATCH", args.first(), 1, 64)? as u32;
+    let rounds = number("ROUNDS", args.get(1), 1, 100_000_000)?;
+    let payload = match args.get(2) {
+        None => 32,
+        v => number("PAYLOAD", v, 0, 1024)? as usize,
+    };
     let serve = match args.get(3).map(String::as_str) {
         None | Some("recv") => Serve::Recv,
         Some("flush") => Serve::RecvFlush,
         Some("inpoll") => Serve::InPoll,
-        Some(other) => panic!("unknown serve mode {other:?}: recv, flush or inpoll"),
+        Some(other) => {
+            return Err(format!(
+                "unknown serve mode {other:?}: recv, flush or inpoll"
+            ))
+        }
     };
     let pattern = match args.get(4).map(String::as_str) {
         None | Some("rounds") => Pattern::Rounds,
         Some("window") => Pattern::Window,
-        Some(other) => panic!("unknown pattern {other:?}: rounds or window"),
+        Some(other) => return Err(format!("unknown pattern {other:?}: rounds or window")),
     };
-    args.truncate(3);
-    let args: Vec<u64> = args
-        .iter()
-        .map(|a| {
-            a.parse()
-                .expect("usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|inpoll [rounds|window]]]")
-        })
-        .collect();
-    let (batch, rounds) = (args[0] as u32, args[1]);
-    let payload = vec![0x5a; args.get(2).copied().unwrap_or(32) as usize];
-    on_big_stack(move || {
-        let mut p = copyrpc_tests::echo_rig::pair();
-        let k = rounds * u64::from(batch);
-        copyrpc_tests::echo_rig::run(&mut p, batch, &payload, 0, k, serve, pattern);
-        // Requests plus responses, each handled once by each side.
-        println!("calls={k} messages={}", 2 * k);
-    });
+    Ok(Job::Echo {
+        batch,
+        rounds,
+        payload,
+        serve,
+        pattern,
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let job = match parse(&args) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("copyrpc-instr: error: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match job {
+        Job::Idle(polls) => on_big_stack(move || {
+            let mut p = copyrpc_tests::echo_rig::pair();
+            let probes = copyrpc_tests::echo_rig::idle(&mut p, polls);
+            println!("polls={polls} probes={probes}");
+        }),
+        Job::Echo {
+            batch,
+            rounds,
+            payload,
+            serve,
+            pattern,
+        } => on_big_stack(move || {
+            let payload = vec![0x5a; payload];
+            let mut p = copyrpc_tests::echo_rig::pair();
+            let k = rounds * u64::from(batch);
+            copyrpc_tests::echo_rig::run(&mut p, batch, &payload, 0, k, serve, pattern);
+            // Requests plus responses, each handled once by each side.
+            println!("calls={k} messages={}", 2 * k);
+        }),
+    }
+    ExitCode::SUCCESS
 }
 
 /// Runs `f` on a thread with room for the device model, a large value built on the
