@@ -37,7 +37,7 @@ fn start(tag: &str) -> Job {
             "--keys",
             "4096",
             "--duration",
-            "30s",
+            "8s",
             "--drain-timeout",
             DRAIN,
             "--verify",
