@@ -4,9 +4,10 @@
 #![cfg(loom)]
 
 use copyrpc_core::deleg::{
-    CallError, Client, ClientEntry, ClientState, Config, ConnectError, Header, Owner, Region,
-    ReqSlot, RespSlot, RingControl, Server, ServerConfig,
+    CallError, Client, ClientEntry, Config, ConnectError, DelegRegion, Header, ReqSlot, RespSlot,
+    RingControl, Server, ServerConfig,
 };
+use copyrpc_core::shm::{ClientState, Owner};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -34,8 +35,8 @@ impl Parts {
             clients: (0..cfg.max_clients).map(|_| ClientEntry::new()).collect(),
         })
     }
-    fn region(&self) -> Region<'_, Req, Resp> {
-        Region::from_parts(
+    fn region(&self) -> DelegRegion<'_, Req, Resp> {
+        DelegRegion::from_parts(
             &self.header,
             &self.ctrl,
             &self.ring,
@@ -258,7 +259,7 @@ fn concurrent_connects_both_get_an_id() {
 }
 
 /// A client dies with a committed request (max_clients = 1); a new client's host finds no
-/// free id, sees the owner gone and declares the id dead itself (`Region::declare_dead`)
+/// free id, sees the owner gone and declares the id dead itself (`DelegRegion::declare_dead`)
 /// while the server runs. The server frees the id; the newcomer takes it with a new
 /// epoch, reads its own owner in the table from then on (R7/A7, and the server's clearing
 /// of the old owner before R4), and gets only its own answer, never the dead one's.

@@ -3,9 +3,9 @@
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_ipc`
 #![cfg(loom)]
 
-use copyrpc_core::flux::{Slab, SlabEntry};
-use copyrpc_core::ipc::spsc::{RingCtl, Slot};
-use copyrpc_core::ipc::{Cell, Client, ClientEntry, Config, Header, Region, Server};
+use copyrpc_core::ipc::{Cell, Client, ClientEntry, Config, Header, IpcRegion, Server};
+use copyrpc_core::shm::spsc::{RingCtl, Slot};
+use copyrpc_core::shm::{Slab, SlabEntry};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -32,8 +32,8 @@ impl Parts {
             cells: (0..slots).map(|_| Cell::new()).collect(),
         })
     }
-    fn region(&self) -> Region<'_, Req, Resp> {
-        Region::from_parts(
+    fn region(&self) -> IpcRegion<'_, Req, Resp> {
+        IpcRegion::from_parts(
             &self.header,
             &self.clients,
             &self.req_ctl,

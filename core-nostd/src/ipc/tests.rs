@@ -2,8 +2,7 @@
 #![allow(unsafe_code)]
 
 use super::*;
-use crate::deleg::{EvictError, LayoutError};
-use crate::flux::{Slab, SlabEntry};
+use crate::shm::{EvictError, LayoutError, Slab, SlabEntry};
 use std::vec::Vec;
 
 type Req = [u64; 2];
@@ -17,13 +16,13 @@ struct Mem(Vec<Block>);
 
 impl Mem {
     fn for_cfg(cfg: &Config) -> Self {
-        let len = Region::<Req, Resp>::required_len(cfg).unwrap();
+        let len = IpcRegion::<Req, Resp>::required_len(cfg).unwrap();
         Self(std::vec![Block([0; 128]); len.div_ceil(128)])
     }
-    fn region(&mut self, cfg: &Config) -> Region<'static, Req, Resp> {
+    fn region(&mut self, cfg: &Config) -> IpcRegion<'static, Req, Resp> {
         let len = self.0.len() * 128;
         // SAFETY: zeroed, aligned, alive for the whole test, accessed only via the region.
-        unsafe { Region::init(self.0.as_mut_ptr().cast(), len, cfg, 1) }.unwrap()
+        unsafe { IpcRegion::init(self.0.as_mut_ptr().cast(), len, cfg, 1) }.unwrap()
     }
 }
 
@@ -117,17 +116,17 @@ fn attach_validates() {
     let len = mem.0.len() * 128;
     let p: *mut u8 = mem.0.as_mut_ptr().cast();
     // SAFETY: valid zeroed memory for the test, accessed only through regions.
-    let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
+    let e = unsafe { IpcRegion::<Req, Resp>::attach(p, len) }.unwrap_err();
     assert_eq!(e, LayoutError::BadMagic { found: 0 });
     let _r = mem.region(&CFG);
     // SAFETY: as above.
-    let ok = unsafe { Region::<Req, Resp>::attach(p, len) };
+    let ok = unsafe { IpcRegion::<Req, Resp>::attach(p, len) };
     assert!(ok.is_ok());
     // SAFETY: as above.
-    let short = unsafe { Region::<Req, Resp>::attach(p, len - 128) };
+    let short = unsafe { IpcRegion::<Req, Resp>::attach(p, len - 128) };
     assert!(matches!(short, Err(LayoutError::Truncated { .. })));
     // SAFETY: as above.
-    let other = unsafe { Region::<Req, [u8; 3]>::attach(p, len) };
+    let other = unsafe { IpcRegion::<Req, [u8; 3]>::attach(p, len) };
     assert!(matches!(other, Err(LayoutError::PayloadSize { .. })));
 }
 

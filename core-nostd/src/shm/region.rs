@@ -1,0 +1,211 @@
+//! What every shm region shares before its protocol's own parts: payloads that may
+//! cross processes ([`Payload`]), the refusal of bytes that are not a region of this
+//! layout ([`LayoutError`]), and the checks of the first header words. Both layouts keep
+//! magic u64 @0, version u32 @8, the server's owner id u32 @32 and owner token u64 @48,
+//! and the payload sizes u32 @40 / @44, so a host can tell whose region a name holds
+//! without knowing which protocol made it ([`peek_header`]).
+//!
+//! Unsafe code (module opt-out): [`peek_header`] casts the first 128 bytes of a mapping.
+#![allow(unsafe_code)]
+
+use core::fmt;
+use core::mem::size_of;
+
+use super::Owner;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// Plain-old-data payloads that may cross shared memory: any bit pattern is a valid value
+/// ([`FromBytes`](zerocopy::FromBytes)), no padding or references
+/// ([`IntoBytes`](zerocopy::IntoBytes), [`Immutable`](zerocopy::Immutable)).
+pub trait Payload:
+    zerocopy::FromBytes
+    + zerocopy::IntoBytes
+    + zerocopy::Immutable
+    + zerocopy::KnownLayout
+    + Copy
+    + Send
+    + 'static
+{
+}
+
+impl<T> Payload for T where
+    T: zerocopy::FromBytes
+        + zerocopy::IntoBytes
+        + zerocopy::Immutable
+        + zerocopy::KnownLayout
+        + Copy
+        + Send
+        + 'static
+{
+}
+
+/// Why a region's bytes were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutError {
+    /// The base pointer is null or not aligned as the layout needs (64 B for
+    /// delegationrpc, 128 B for ipc).
+    Misaligned,
+    /// The memory is shorter than the layout needs.
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes given.
+        have: usize,
+    },
+    /// The magic is not the layout's (another protocol's region, or not yet initialised).
+    BadMagic {
+        /// The value found.
+        found: u64,
+    },
+    /// Another layout version.
+    BadVersion {
+        /// The version found.
+        found: u32,
+    },
+    /// The region was made for payloads of other sizes.
+    PayloadSize {
+        /// `size_of::<Req>()` recorded in the region.
+        req: u32,
+        /// `size_of::<Resp>()` recorded in the region.
+        resp: u32,
+    },
+    /// Counts out of range, depths not powers of two, or parts of the wrong length.
+    BadConfig,
+    /// `init` over memory that already holds a region.
+    NotZeroed,
+}
+
+impl core::error::Error for LayoutError {}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Misaligned => f.write_str("region base is null or not 64-byte aligned"),
+            Self::Truncated { need, have } => {
+                write!(f, "region truncated: need {need} bytes, have {have}")
+            }
+            Self::BadMagic { found } => write!(f, "bad magic {found:#018x}"),
+            Self::BadVersion { found } => write!(f, "unsupported layout version {found}"),
+            Self::PayloadSize { req, resp } => {
+                write!(f, "region made for payloads of {req}/{resp} bytes")
+            }
+            Self::BadConfig => f.write_str("region config out of range"),
+            Self::NotZeroed => f.write_str("memory already holds a region"),
+        }
+    }
+}
+
+/// Refuses a base that is null or not `align`-aligned, and memory shorter than `need`.
+#[cfg(not(loom))]
+pub(crate) fn check_span(
+    ptr: *mut u8,
+    len: usize,
+    need: usize,
+    align: usize,
+) -> Result<(), LayoutError> {
+    if ptr.is_null() || !ptr.addr().is_multiple_of(align) {
+        return Err(LayoutError::Misaligned);
+    }
+    if len < need {
+        return Err(LayoutError::Truncated { need, have: len });
+    }
+    Ok(())
+}
+
+/// The header words that say what a region is, as a layout's `read_config` checks them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ids<'h> {
+    /// @0, stored last by the creator with Release (R0 of the layout's `publish`).
+    pub magic: &'h AtomicU64,
+    /// @8.
+    pub version: &'h AtomicU32,
+    /// @40.
+    pub req_size: &'h AtomicU32,
+    /// @44.
+    pub resp_size: &'h AtomicU32,
+}
+
+impl Ids<'_> {
+    /// Refuses another magic, another version, or payloads of other sizes. A0 (the magic
+    /// load; pairs with R0 of the creator's `publish`): the other header fields, which
+    /// the caller reads Relaxed after this, are initialised.
+    pub(crate) fn check<Req, Resp>(self, magic: u64, version: u32) -> Result<(), LayoutError> {
+        // A0 (pairs with R0 in the layout's Header::publish).
+        let found = self.magic.load(Ordering::Acquire);
+        if found != magic {
+            return Err(LayoutError::BadMagic { found });
+        }
+        // Relaxed: immutable after A0.
+        let found = self.version.load(Ordering::Relaxed);
+        if found != version {
+            return Err(LayoutError::BadVersion { found });
+        }
+        let (req, resp) = (
+            self.req_size.load(Ordering::Relaxed),
+            self.resp_size.load(Ordering::Relaxed),
+        );
+        if req as usize != size_of::<Req>() || resp as usize != size_of::<Resp>() {
+            return Err(LayoutError::PayloadSize { req, resp });
+        }
+        Ok(())
+    }
+}
+
+/// The words every layout's header keeps at the same offsets.
+#[repr(C)]
+struct Common {
+    magic: AtomicU64,
+    version: AtomicU32,
+    _pad12: [u8; 20],
+    server_owner: AtomicU32,
+    _pad36: [u8; 12],
+    server_owner_token: AtomicU64,
+    _pad56: [u8; 72],
+}
+
+#[cfg(not(loom))]
+mod asserts {
+    use super::*;
+    use core::mem::offset_of;
+    const _: () = assert!(size_of::<Common>() == 128);
+    const _: () = assert!(offset_of!(Common, version) == 8);
+    const _: () = assert!(offset_of!(Common, server_owner) == 32);
+    const _: () = assert!(offset_of!(Common, server_owner_token) == 48);
+}
+
+/// What the first header words of a mapping say: its magic and version, and the owner its
+/// creator recorded (meaningful only for a magic and version the caller knows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderId {
+    /// @0.
+    pub magic: u64,
+    /// @8.
+    pub version: u32,
+    /// @32 and @48.
+    pub server: Owner,
+}
+
+/// Reads the common header words of a mapping, or `None` if it is shorter than a header
+/// or misaligned. Relaxed loads: a half-initialised region reads magic 0.
+///
+/// # Safety
+///
+/// `ptr` valid for reads of `len` bytes, which other parties access only atomically (as
+/// every layout of this module does) for as long as this call runs.
+pub unsafe fn peek_header(ptr: *const u8, len: usize) -> Option<HeaderId> {
+    if len < size_of::<Common>() || ptr.is_null() || !ptr.addr().is_multiple_of(64) {
+        return None;
+    }
+    // SAFETY: 128 aligned bytes valid for reads (caller contract); `Common` is atomics
+    // and bytes, valid for any bit pattern.
+    let h = unsafe { &*(ptr as *const Common) };
+    // Relaxed: a snapshot; the caller checks magic and version before trusting the owner.
+    Some(HeaderId {
+        magic: h.magic.load(Ordering::Relaxed),
+        version: h.version.load(Ordering::Relaxed),
+        server: Owner {
+            id: h.server_owner.load(Ordering::Relaxed),
+            token: h.server_owner_token.load(Ordering::Relaxed),
+        },
+    })
+}
