@@ -13,7 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use copyrpc_host::core::deleg::{CallError, ClientState, Config};
+use copyrpc_core::deleg::{CallError, Config};
+use copyrpc_core::shm::ClientState;
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
 
 type Req = [u64; 4];

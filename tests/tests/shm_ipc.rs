@@ -13,8 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use copyrpc_host::core::deleg::ClientState;
-use copyrpc_host::core::ipc::{Config, IpcCallError};
+use copyrpc_core::ipc::{Config, IpcCallError};
+use copyrpc_core::shm::ClientState;
 use copyrpc_host::shm::ipc::{IpcClient, IpcServer};
 
 type Req = [u64; 4];
