@@ -3,6 +3,8 @@
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_deleg`
 #![cfg(loom)]
 
+mod loom_common;
+
 use copyrpc_core::deleg::{
     CallError, Client, ClientEntry, Config, ConnectError, DelegRegion, Header, ReqSlot, RespSlot,
     RingControl, Server, ServerConfig,
@@ -10,6 +12,7 @@ use copyrpc_core::deleg::{
 use copyrpc_core::shm::{ClientState, Owner};
 use loom::sync::Arc;
 use loom::thread;
+use loom_common::model;
 
 type Req = u64;
 type Resp = u64;
@@ -45,14 +48,6 @@ impl Parts {
         )
         .unwrap()
     }
-}
-
-/// Runs a model with a branch budget large enough for the spin-and-yield loops of three
-/// threads (loom's default of 1 000 is not); preemptions come from LOOM_MAX_PREEMPTIONS.
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 100_000;
-    b.check(f);
 }
 
 /// Serves until `total` requests were answered or abandoned; returns (answered, abandoned).

@@ -4,6 +4,8 @@
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_flux`
 #![cfg(loom)]
 
+mod loom_common;
+
 use copyrpc_core::flux::{FluxRequest, Mesh, NodeCtl, PairCtl};
 use copyrpc_core::shm::spsc::Slot;
 use copyrpc_core::shm::{Msg, Slab, SlabEntry};
@@ -55,9 +57,7 @@ fn run_node(mem: &Mem, id: usize) {
 
 #[test]
 fn two_nodes_call_each_other_out_of_order() {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 100_000;
-    b.check(|| {
+    loom_common::model(|| {
         let slots = Mesh::<u64>::slots_needed(N, CAP);
         let mem = Arc::new(Mem {
             pairs: (0..N * N).map(|_| PairCtl::new()).collect(),

@@ -3,30 +3,11 @@
 
 use super::layout::Claim;
 use super::*;
-use crate::shm::{EvictError, LayoutError};
+use crate::shm::{EvictError, LayoutError, ZeroedMem as Mem};
 use std::vec::Vec;
 
 type Req = [u64; 2];
 type Resp = [u64; 2];
-
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Block([u8; 64]);
-
-/// Zeroed, 64-aligned memory standing in for a shm mapping.
-struct Mem(Vec<Block>);
-
-impl Mem {
-    fn new(len: usize) -> Self {
-        Self(std::vec![Block([0; 64]); len.div_ceil(64) + 1])
-    }
-    fn ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr().cast()
-    }
-    fn len(&self) -> usize {
-        self.0.len() * 64
-    }
-}
 
 const CFG: Config = Config {
     max_clients: 3,

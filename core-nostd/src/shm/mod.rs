@@ -30,3 +30,8 @@ pub struct Msg<T> {
     pub(crate) token: u64,
     pub(crate) payload: T,
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+#[cfg(all(test, not(loom)))]
+pub(crate) use tests::ZeroedMem;

@@ -3,8 +3,9 @@
 //! liveness), and the liveness checks of client-table rows. Each protocol's region type
 //! implements [`ShmLayout`]; the wrappers hold only what is their protocol's own.
 
+use copyrpc_core::deleg::{self, DelegRegion};
+use copyrpc_core::ipc::{self, IpcRegion};
 use copyrpc_core::shm::{peek_header, ClientInfo, ClientState, LayoutError, Owner, Payload};
-use copyrpc_core::{deleg, ipc};
 
 use super::{ProcessId, ShmRegion};
 use crate::error::{Error, Result};
@@ -45,73 +46,48 @@ pub trait ShmLayout: Copy + Sized {
     fn server_owner(&self) -> Owner;
 }
 
-impl<Req: Payload, Resp: Payload> ShmLayout for deleg::DelegRegion<'static, Req, Resp> {
-    type Config = deleg::Config;
+/// The same forwarding for each protocol's region view (their inherent functions have
+/// the same shapes).
+macro_rules! shm_layout {
+    ($region:ident, $config:ty) => {
+        impl<Req: Payload, Resp: Payload> ShmLayout for $region<'static, Req, Resp> {
+            type Config = $config;
 
-    fn required_len(cfg: &deleg::Config) -> std::result::Result<usize, LayoutError> {
-        Self::required_len(cfg)
-    }
+            fn required_len(cfg: &$config) -> std::result::Result<usize, LayoutError> {
+                $region::<'static, Req, Resp>::required_len(cfg)
+            }
 
-    unsafe fn init(
-        ptr: *mut u8,
-        len: usize,
-        cfg: &deleg::Config,
-        owner: ProcessId,
-    ) -> std::result::Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is the core's.
-        unsafe { Self::init(ptr, len, cfg, owner) }
-    }
+            unsafe fn init(
+                ptr: *mut u8,
+                len: usize,
+                cfg: &$config,
+                owner: ProcessId,
+            ) -> std::result::Result<Self, LayoutError> {
+                // SAFETY: the caller's contract is the core's.
+                unsafe { $region::<'static, Req, Resp>::init(ptr, len, cfg, owner) }
+            }
 
-    unsafe fn attach(ptr: *mut u8, len: usize) -> std::result::Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is the core's.
-        unsafe { Self::attach(ptr, len) }
-    }
+            unsafe fn attach(ptr: *mut u8, len: usize) -> std::result::Result<Self, LayoutError> {
+                // SAFETY: the caller's contract is the core's.
+                unsafe { $region::<'static, Req, Resp>::attach(ptr, len) }
+            }
 
-    fn server_flag(&self) -> bool {
-        // Relaxed: a flag; nothing is published with it.
-        self.header()
-            .server_alive
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
+            fn server_flag(&self) -> bool {
+                // Relaxed: a flag; nothing is published with it.
+                self.header()
+                    .server_alive
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            }
 
-    fn server_owner(&self) -> Owner {
-        self.header().server_owner()
-    }
+            fn server_owner(&self) -> Owner {
+                self.header().server_owner()
+            }
+        }
+    };
 }
 
-impl<Req: Payload, Resp: Payload> ShmLayout for ipc::IpcRegion<'static, Req, Resp> {
-    type Config = ipc::Config;
-
-    fn required_len(cfg: &ipc::Config) -> std::result::Result<usize, LayoutError> {
-        Self::required_len(cfg)
-    }
-
-    unsafe fn init(
-        ptr: *mut u8,
-        len: usize,
-        cfg: &ipc::Config,
-        owner: ProcessId,
-    ) -> std::result::Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is the core's.
-        unsafe { Self::init(ptr, len, cfg, owner) }
-    }
-
-    unsafe fn attach(ptr: *mut u8, len: usize) -> std::result::Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is the core's.
-        unsafe { Self::attach(ptr, len) }
-    }
-
-    fn server_flag(&self) -> bool {
-        // Relaxed: a flag; nothing is published with it.
-        self.header()
-            .server_alive
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn server_owner(&self) -> Owner {
-        self.header().server_owner()
-    }
-}
+shm_layout!(DelegRegion, deleg::Config);
+shm_layout!(IpcRegion, ipc::Config);
 
 fn layout_err(name: &str) -> impl Fn(LayoutError) -> Error + '_ {
     move |source| Error::ShmLayout {
