@@ -11,7 +11,7 @@ use core::marker::PhantomData;
 use core::mem::{align_of, size_of};
 
 #[cfg(not(loom))]
-use crate::shm::check_span;
+use crate::shm::{attach_region, init_region, RegionLayout};
 use crate::shm::{ClientInfo, ClientState, Ids, LayoutError, Owner, Payload};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering, UnsafeCell};
 
@@ -670,15 +670,8 @@ impl<'a, Req: Payload, Resp: Payload> DelegRegion<'a, Req, Resp> {
         cfg: &Config,
         owner: impl Into<Owner>,
     ) -> Result<Self, LayoutError> {
-        let off = cfg.offsets::<Req, Resp>()?;
-        check_span(ptr, len, off.region_len, 64)?;
-        // SAFETY: alignment and length checked; the caller guarantees validity for 'a;
-        // zero bytes are a valid value of every struct here (atomics at 0, `Payload:
-        // FromZeros`, byte padding), so the memory already holds initialised values.
-        let region = unsafe { Self::cast(ptr, cfg, &off) };
-        if region.header.magic.load(Ordering::Relaxed) != 0 {
-            return Err(LayoutError::NotZeroed);
-        }
+        // SAFETY: the caller's contract is `init_region`'s.
+        let region: Self = unsafe { init_region(ptr, len, cfg) }?;
         for e in region.clients {
             // Relaxed: published by R0 (the magic store) below.
             e.drain_until.store(u64::MAX, Ordering::Relaxed);
@@ -696,14 +689,34 @@ impl<'a, Req: Payload, Resp: Payload> DelegRegion<'a, Req, Resp> {
     /// and for `'a` the memory may be accessed only through views of this module or plain
     /// atomic operations of the same widths (in any process).
     pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, LayoutError> {
-        check_span(ptr, len, HEADER_SIZE, 64)?;
-        // SAFETY: 128 bytes checked, aligned; any bytes are a valid `Header` (all atomics).
-        let header = unsafe { &*(ptr as *const Header) };
-        let cfg = header.read_config::<Req, Resp>()?;
-        let off = cfg.offsets::<Req, Resp>()?;
-        check_span(ptr, len, off.region_len, 64)?;
-        // SAFETY: the whole layout fits in `len`, checked above.
-        Ok(unsafe { Self::cast(ptr, &cfg, &off) })
+        // SAFETY: the caller's contract is `attach_region`'s.
+        unsafe { attach_region(ptr, len) }
+    }
+}
+
+// SAFETY: `Header` is all atomics and byte padding (valid for any bytes) and 8-aligned;
+// `cast` below keeps its contract.
+#[cfg(not(loom))]
+unsafe impl<'a, Req: Payload, Resp: Payload> RegionLayout for DelegRegion<'a, Req, Resp> {
+    type Config = Config;
+    type Offsets = Offsets;
+    type Header = Header;
+    const ALIGN: usize = 64;
+
+    fn offsets(cfg: &Config) -> Result<Offsets, LayoutError> {
+        cfg.offsets::<Req, Resp>()
+    }
+
+    fn region_len(off: &Offsets) -> usize {
+        off.region_len
+    }
+
+    fn read_config(header: &Header) -> Result<Config, LayoutError> {
+        header.read_config::<Req, Resp>()
+    }
+
+    fn magic(&self) -> &AtomicU64 {
+        &self.header.magic
     }
 
     /// # Safety

@@ -6,9 +6,9 @@
 
 use core::mem::size_of;
 
-#[cfg(not(loom))]
-use crate::shm::check_span;
 use crate::shm::spsc::{RingCtl, Slot, Slots};
+#[cfg(not(loom))]
+use crate::shm::{attach_region, init_region, RegionLayout};
 use crate::shm::{ClientInfo, Ids, LayoutError, Msg, Owner, Payload};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -407,34 +407,48 @@ impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
         cfg: &Config,
         owner: impl Into<Owner>,
     ) -> Result<Self, LayoutError> {
-        let off = cfg.offsets::<Req, Resp>()?;
-        check_span(ptr, len, off.region_len, 128)?;
-        // SAFETY: checked span and alignment; zero bytes are valid for every part
-        // (atomics at 0, empty rings at index 0, slot contents are MaybeUninit).
-        let r = unsafe { Self::cast(ptr, cfg, &off) };
-        // Relaxed: a check for a reused buffer, before publication.
-        if r.header.magic.load(Ordering::Relaxed) != 0 {
-            return Err(LayoutError::NotZeroed);
-        }
+        // SAFETY: the caller's contract is `init_region`'s.
+        let r: Self = unsafe { init_region(ptr, len, cfg) }?;
         r.header.publish::<Req, Resp>(cfg, owner.into());
         Ok(r)
     }
 
-    /// Attaches to an initialised region, validating it like delegationrpc's `DelegRegion::attach`.
+    /// Attaches to an initialised region, validating it like delegationrpc's
+    /// `DelegRegion::attach`.
     ///
     /// # Safety
     ///
     /// `ptr` valid for reads and writes of `len` bytes for `'a`, accessed only through this
     /// module's views (in any process).
     pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, LayoutError> {
-        check_span(ptr, len, 128, 128)?;
-        // SAFETY: 128 aligned bytes; `Header` is all atomics.
-        let header = unsafe { &*(ptr as *const Header) };
-        let cfg = header.read_config::<Req, Resp>()?;
-        let off = cfg.offsets::<Req, Resp>()?;
-        check_span(ptr, len, off.region_len, 128)?;
-        // SAFETY: the layout fits in `len`.
-        Ok(unsafe { Self::cast(ptr, &cfg, &off) })
+        // SAFETY: the caller's contract is `attach_region`'s.
+        unsafe { attach_region(ptr, len) }
+    }
+}
+
+// SAFETY: `Header` is all atomics and byte padding (valid for any bytes) and 8-aligned;
+// `cast` below keeps its contract.
+#[cfg(not(loom))]
+unsafe impl<'a, Req: Payload, Resp: Payload> RegionLayout for IpcRegion<'a, Req, Resp> {
+    type Config = Config;
+    type Offsets = Offsets;
+    type Header = Header;
+    const ALIGN: usize = 128;
+
+    fn offsets(cfg: &Config) -> Result<Offsets, LayoutError> {
+        cfg.offsets::<Req, Resp>()
+    }
+
+    fn region_len(off: &Offsets) -> usize {
+        off.region_len
+    }
+
+    fn read_config(header: &Header) -> Result<Config, LayoutError> {
+        header.read_config::<Req, Resp>()
+    }
+
+    fn magic(&self) -> &AtomicU64 {
+        &self.header.magic
     }
 
     /// # Safety

@@ -16,9 +16,9 @@ mod registry;
 pub mod slab;
 pub mod spsc;
 
-#[cfg(not(loom))]
-pub(crate) use region::check_span;
 pub(crate) use region::Ids;
+#[cfg(not(loom))]
+pub(crate) use region::{attach_region, init_region, RegionLayout};
 pub use region::{peek_header, HeaderId, LayoutError, Payload};
 pub(crate) use registry::{claim_client_id, record_owner};
 pub use registry::{ClientInfo, ClientState, EvictError, Owner};

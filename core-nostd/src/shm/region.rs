@@ -97,12 +97,7 @@ impl fmt::Display for LayoutError {
 
 /// Refuses a base that is null or not `align`-aligned, and memory shorter than `need`.
 #[cfg(not(loom))]
-pub(crate) fn check_span(
-    ptr: *mut u8,
-    len: usize,
-    need: usize,
-    align: usize,
-) -> Result<(), LayoutError> {
+fn check_span(ptr: *mut u8, len: usize, need: usize, align: usize) -> Result<(), LayoutError> {
     if ptr.is_null() || !ptr.addr().is_multiple_of(align) {
         return Err(LayoutError::Misaligned);
     }
@@ -208,4 +203,93 @@ pub unsafe fn peek_header(ptr: *const u8, len: usize) -> Option<HeaderId> {
             token: h.server_owner_token.load(Ordering::Relaxed),
         },
     })
+}
+
+/// A layout's view of a region, as [`init_region`] and [`attach_region`] build it: the
+/// steps both layouts take (span and alignment, the zero magic of fresh memory, the
+/// header's validation before anything past it is touched) are there once; the parts and
+/// their offsets are the layout's.
+///
+/// # Safety
+///
+/// `Header` is valid for any bytes (atomics and byte padding) and needs at most `ALIGN`;
+/// `cast` is sound under its stated contract.
+#[cfg(not(loom))]
+pub(crate) unsafe trait RegionLayout: Sized {
+    /// The shape the creator chooses.
+    type Config;
+    /// Where the parts are.
+    type Offsets;
+    /// The header at offset 0.
+    type Header;
+    /// Base alignment the layout needs.
+    const ALIGN: usize;
+    /// Offsets for `cfg` (refusing a config out of range).
+    fn offsets(cfg: &Self::Config) -> Result<Self::Offsets, LayoutError>;
+    /// Total bytes of a region with `off`.
+    fn region_len(off: &Self::Offsets) -> usize;
+    /// Validates the header (A0 first) and returns its config.
+    fn read_config(header: &Self::Header) -> Result<Self::Config, LayoutError>;
+    /// The view of the parts.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is `ALIGN`-aligned and valid for `region_len(off)` bytes for the view's
+    /// lifetime, and those bytes hold values valid for every part.
+    unsafe fn cast(ptr: *mut u8, cfg: &Self::Config, off: &Self::Offsets) -> Self;
+    /// The header's magic word.
+    fn magic(&self) -> &AtomicU64;
+}
+
+/// The view of fresh memory for `cfg`, refused unless it is aligned, long enough and
+/// still holds no magic. The caller initialises what is not zero and publishes the
+/// header (magic last).
+///
+/// # Safety
+///
+/// `ptr` valid for reads and writes of `len` zero bytes for the view's lifetime, accessed
+/// only through views of this layout meanwhile (in any process).
+#[cfg(not(loom))]
+pub(crate) unsafe fn init_region<L: RegionLayout>(
+    ptr: *mut u8,
+    len: usize,
+    cfg: &L::Config,
+) -> Result<L, LayoutError> {
+    let off = L::offsets(cfg)?;
+    check_span(ptr, len, L::region_len(&off), L::ALIGN)?;
+    // SAFETY: alignment and length checked; the caller guarantees validity and zero
+    // bytes, which are a valid value of every part of both layouts (atomics at 0,
+    // `Payload: FromZeros`, `MaybeUninit` slot contents, byte padding).
+    let region = unsafe { L::cast(ptr, cfg, &off) };
+    // Relaxed: a check for a reused buffer, before publication.
+    if region.magic().load(Ordering::Relaxed) != 0 {
+        return Err(LayoutError::NotZeroed);
+    }
+    Ok(region)
+}
+
+/// The view of an initialised region: checks alignment, that the header fits, what the
+/// layout's `read_config` checks (magic, version, payload sizes, ranges), and that `len`
+/// covers the whole layout.
+///
+/// # Safety
+///
+/// `ptr` valid for reads and writes of `len` bytes for the view's lifetime (a shared
+/// mapping), accessed only through views of this layout or plain atomic operations of
+/// the same widths (in any process).
+#[cfg(not(loom))]
+pub(crate) unsafe fn attach_region<L: RegionLayout>(
+    ptr: *mut u8,
+    len: usize,
+) -> Result<L, LayoutError> {
+    check_span(ptr, len, size_of::<L::Header>(), L::ALIGN)?;
+    // SAFETY: the header's bytes are in bounds and aligned (checked), and any bytes are a
+    // valid `Header` (the trait's contract).
+    let header = unsafe { &*(ptr as *const L::Header) };
+    let cfg = L::read_config(header)?;
+    let off = L::offsets(&cfg)?;
+    check_span(ptr, len, L::region_len(&off), L::ALIGN)?;
+    // SAFETY: the whole layout fits in `len`, checked above; the caller's contract covers
+    // validity, and any bytes are valid for every part.
+    Ok(unsafe { L::cast(ptr, &cfg, &off) })
 }
