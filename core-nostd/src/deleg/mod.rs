@@ -34,7 +34,7 @@
 //! ```
 //!
 //! Nothing the seed defines moves: the additions use the seed's padding bytes or sit after
-//! its last part. Payloads are plain old data ([`Payload`]): any bytes a broken or hostile
+//! its last part. Payloads are plain old data ([`Payload`](crate::shm::Payload)): any bytes a broken or hostile
 //! peer leaves in a slot still read as a valid value.
 //!
 //! # Protocol
