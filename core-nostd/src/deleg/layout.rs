@@ -11,7 +11,7 @@ use core::marker::PhantomData;
 use core::mem::{align_of, size_of};
 
 #[cfg(not(loom))]
-use crate::shm::{attach_region, init_region, RegionLayout};
+use crate::shm::init_region;
 use crate::shm::{ClientInfo, ClientState, Ids, LayoutError, Owner, Payload};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering, UnsafeCell};
 
@@ -649,11 +649,6 @@ impl<'a, Req: Payload, Resp: Payload> DelegRegion<'a, Req, Resp> {
 
 #[cfg(not(loom))]
 impl<'a, Req: Payload, Resp: Payload> DelegRegion<'a, Req, Resp> {
-    /// Bytes a region with `cfg` needs for these payload types.
-    pub fn required_len(cfg: &Config) -> Result<usize, LayoutError> {
-        Ok(cfg.offsets::<Req, Resp>()?.region_len)
-    }
-
     /// Initialises a new region in zero-filled memory and returns its view.
     /// `owner` is recorded at header offsets 32 and 48 (the host passes its pid and start
     /// time).
@@ -679,51 +674,18 @@ impl<'a, Req: Payload, Resp: Payload> DelegRegion<'a, Req, Resp> {
         region.header.publish::<Req, Resp>(cfg, owner.into());
         Ok(region)
     }
-
-    /// Attaches to an initialised region: checks alignment, that the header fits, magic,
-    /// version, payload sizes, the config's ranges, and that `len` covers the whole layout.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` must be valid for reads and writes of `len` bytes for `'a` (a shared mapping),
-    /// and for `'a` the memory may be accessed only through views of this module or plain
-    /// atomic operations of the same widths (in any process).
-    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is `attach_region`'s.
-        unsafe { attach_region(ptr, len) }
-    }
 }
 
-// SAFETY: `Header` is all atomics and byte padding (valid for any bytes) and 8-aligned;
-// `cast` below keeps its contract.
 #[cfg(not(loom))]
-unsafe impl<'a, Req: Payload, Resp: Payload> RegionLayout for DelegRegion<'a, Req, Resp> {
-    type Config = Config;
-    type Offsets = Offsets;
-    type Header = Header;
-    const ALIGN: usize = 64;
+crate::shm::region_layout!(DelegRegion, align = 64);
 
-    fn offsets(cfg: &Config) -> Result<Offsets, LayoutError> {
-        cfg.offsets::<Req, Resp>()
-    }
-
-    fn region_len(off: &Offsets) -> usize {
-        off.region_len
-    }
-
-    fn read_config(header: &Header) -> Result<Config, LayoutError> {
-        header.read_config::<Req, Resp>()
-    }
-
-    fn magic(&self) -> &AtomicU64 {
-        &self.header.magic
-    }
-
+#[cfg(not(loom))]
+impl<'a, Req: Payload, Resp: Payload> DelegRegion<'a, Req, Resp> {
     /// # Safety
     ///
     /// `ptr` is 64-aligned and valid for `off.region_len` bytes for `'a`, holding
     /// initialised values (every struct here is valid for any bytes, `Payload: FromBytes`).
-    unsafe fn cast(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
+    unsafe fn cast_parts(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
         let depth = cfg.ring_depth as usize;
         let nresp = cfg.max_clients as usize * cfg.resp_depth as usize;
         let nclients = cfg.max_clients as usize;

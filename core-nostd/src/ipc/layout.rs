@@ -6,9 +6,9 @@
 
 use core::mem::size_of;
 
-use crate::shm::spsc::{RingCtl, Slot, Slots};
 #[cfg(not(loom))]
-use crate::shm::{attach_region, init_region, RegionLayout};
+use crate::shm::init_region;
+use crate::shm::spsc::{RingCtl, Slot, Slots};
 use crate::shm::{ClientInfo, Ids, LayoutError, Msg, Owner, Payload};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -390,11 +390,6 @@ impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
 
 #[cfg(not(loom))]
 impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
-    /// Bytes a region with `cfg` needs.
-    pub fn required_len(cfg: &Config) -> Result<usize, LayoutError> {
-        Ok(cfg.offsets::<Req, Resp>()?.region_len)
-    }
-
     /// Initialises a region in zero-filled memory; `owner` goes to header offsets 32 / 48.
     ///
     /// # Safety
@@ -412,49 +407,17 @@ impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
         r.header.publish::<Req, Resp>(cfg, owner.into());
         Ok(r)
     }
-
-    /// Attaches to an initialised region, validating it like delegationrpc's
-    /// `DelegRegion::attach`.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` valid for reads and writes of `len` bytes for `'a`, accessed only through this
-    /// module's views (in any process).
-    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is `attach_region`'s.
-        unsafe { attach_region(ptr, len) }
-    }
 }
 
-// SAFETY: `Header` is all atomics and byte padding (valid for any bytes) and 8-aligned;
-// `cast` below keeps its contract.
 #[cfg(not(loom))]
-unsafe impl<'a, Req: Payload, Resp: Payload> RegionLayout for IpcRegion<'a, Req, Resp> {
-    type Config = Config;
-    type Offsets = Offsets;
-    type Header = Header;
-    const ALIGN: usize = 128;
+crate::shm::region_layout!(IpcRegion, align = 128);
 
-    fn offsets(cfg: &Config) -> Result<Offsets, LayoutError> {
-        cfg.offsets::<Req, Resp>()
-    }
-
-    fn region_len(off: &Offsets) -> usize {
-        off.region_len
-    }
-
-    fn read_config(header: &Header) -> Result<Config, LayoutError> {
-        header.read_config::<Req, Resp>()
-    }
-
-    fn magic(&self) -> &AtomicU64 {
-        &self.header.magic
-    }
-
+#[cfg(not(loom))]
+impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
     /// # Safety
     ///
     /// `ptr` is 128-aligned and valid for `off.region_len` bytes for `'a`.
-    unsafe fn cast(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
+    unsafe fn cast_parts(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
         let n = cfg.max_clients as usize;
         let slots = n * cfg.depth as usize;
         // SAFETY: every part is in bounds per `Offsets`, aligned (128-aligned offsets

@@ -18,7 +18,7 @@ pub mod spsc;
 
 pub(crate) use region::Ids;
 #[cfg(not(loom))]
-pub(crate) use region::{attach_region, init_region, RegionLayout};
+pub(crate) use region::{attach_region, init_region, region_layout, RegionLayout};
 pub use region::{peek_header, HeaderId, LayoutError, Payload};
 pub(crate) use registry::{claim_client_id, record_owner};
 pub use registry::{ClientInfo, ClientState, EvictError, Owner};

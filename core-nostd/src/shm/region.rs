@@ -293,3 +293,68 @@ pub(crate) unsafe fn attach_region<L: RegionLayout>(
     // validity, and any bytes are valid for every part.
     Ok(unsafe { L::cast(ptr, &cfg, &off) })
 }
+
+/// Implements [`RegionLayout`] for a layout module's region view `$region<'a, Req, Resp>`
+/// from that module's `Config::offsets`, `Offsets::region_len`, `Header::read_config`,
+/// `Header::magic` and the view's inherent `cast_parts`, and gives the view its
+/// `required_len` and `attach`. The module's `init` stays its own (what it sets besides
+/// zeros before publishing differs).
+#[cfg(not(loom))]
+macro_rules! region_layout {
+    ($region:ident, align = $align:expr) => {
+        // SAFETY: `Header` is all atomics and byte padding (valid for any bytes), 8-aligned,
+        // and `cast_parts` keeps `cast`'s contract (see its own).
+        unsafe impl<'a, Req: Payload, Resp: Payload> crate::shm::RegionLayout
+            for $region<'a, Req, Resp>
+        {
+            type Config = Config;
+            type Offsets = Offsets;
+            type Header = Header;
+            const ALIGN: usize = $align;
+
+            fn offsets(cfg: &Config) -> Result<Offsets, LayoutError> {
+                cfg.offsets::<Req, Resp>()
+            }
+
+            fn region_len(off: &Offsets) -> usize {
+                off.region_len
+            }
+
+            fn read_config(header: &Header) -> Result<Config, LayoutError> {
+                header.read_config::<Req, Resp>()
+            }
+
+            unsafe fn cast(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
+                // SAFETY: the caller keeps `cast`'s contract, which is `cast_parts`'s.
+                unsafe { Self::cast_parts(ptr, cfg, off) }
+            }
+
+            fn magic(&self) -> &crate::sync::AtomicU64 {
+                &self.header.magic
+            }
+        }
+
+        impl<'a, Req: Payload, Resp: Payload> $region<'a, Req, Resp> {
+            /// Bytes a region with `cfg` needs for these payload types.
+            pub fn required_len(cfg: &Config) -> Result<usize, LayoutError> {
+                Ok(cfg.offsets::<Req, Resp>()?.region_len)
+            }
+
+            /// Attaches to an initialised region: checks alignment, that the header fits,
+            /// magic, version, payload sizes, the config's ranges, and that `len` covers the
+            /// whole layout.
+            ///
+            /// # Safety
+            ///
+            /// `ptr` must be valid for reads and writes of `len` bytes for `'a` (a shared
+            /// mapping), and for `'a` the memory may be accessed only through views of this
+            /// layout or plain atomic operations of the same widths (in any process).
+            pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, LayoutError> {
+                // SAFETY: the caller's contract is `attach_region`'s.
+                unsafe { crate::shm::attach_region(ptr, len) }
+            }
+        }
+    };
+}
+#[cfg(not(loom))]
+pub(crate) use region_layout;
