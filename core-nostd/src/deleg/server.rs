@@ -2,7 +2,7 @@
 
 use super::layout::{check_payload_align, Claim, DelegRegion};
 use super::ReplyError;
-use crate::shm::{ClientInfo, ClientState, EvictError, Payload};
+use crate::shm::{evict, ClientInfo, ClientState, EvictError, Payload};
 use crate::sync::Ordering;
 
 /// An idle `poll` reads `head` (to tell "nothing sent" from a hole) only once in this many
@@ -404,39 +404,18 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// Declares client `id` dead (its process is gone: the host checked the owner pid).
     /// Its hole, if any, is skipped at once; its id is freed once drained.
     pub fn evict(&mut self, id: u32) -> Result<(), EvictError> {
-        let e = self
-            .region
-            .clients
-            .get(id as usize)
-            .ok_or(EvictError::BadId)?;
-        // Relaxed: the CAS re-checks; a racing Closing from the client, or Dead from another
-        // client's host (`DelegRegion::declare_dead`), is fine either way: both bump
-        // retire_requests, and a failed CAS below still rescans the table.
-        let word = e.state.load(Ordering::Relaxed);
-        let (st, epoch) = ClientState::unpack(word);
-        match st {
-            ClientState::Active | ClientState::Closing => {
-                // Relaxed: only this server reads Dead (its table scans).
-                if e.state
-                    .compare_exchange(
-                        word,
-                        ClientState::Dead.pack(epoch),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    )
-                    .is_err()
-                {
-                    // The client closed meanwhile, or another client's host declared it
-                    // dead: the next scan retires it either way.
-                    self.retiring += 1;
-                    return Ok(());
-                }
-                self.retiring += 1;
-                self.dead += 1;
-                Ok(())
-            }
-            _ => Err(EvictError::NotActive),
+        // A racing Closing from the client, or Dead from another client's host
+        // (`DelegRegion::declare_dead`), is fine either way: both bump retire_requests, and
+        // a lost CAS still leaves the next scan to retire the id.
+        let won = evict(
+            self.region.clients.get(id as usize).map(|e| &e.state),
+            &[ClientState::Active, ClientState::Closing],
+        )?;
+        self.retiring += 1;
+        if won {
+            self.dead += 1;
         }
+        Ok(())
     }
 
     /// The client table, for the host's liveness checks (see [`DelegRegion::client_info`]).

@@ -6,7 +6,7 @@
 
 use super::layout::IpcRegion;
 use super::IpcReplyError;
-use crate::shm::{ClientInfo, ClientState, EvictError, Msg, Payload};
+use crate::shm::{evict, ClientInfo, ClientState, EvictError, Msg, Payload};
 use crate::sync::Ordering;
 
 /// A received request; answer it with [`Server::reply`].
@@ -171,24 +171,11 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
     /// Declares client `id` dead (its process is gone); freed on the next poll.
     pub fn evict(&mut self, id: u32) -> Result<(), EvictError> {
-        let e = self
-            .region
-            .clients
-            .get(id as usize)
-            .ok_or(EvictError::BadId)?;
-        // Relaxed: only this thread acts on Dead.
-        let word = e.state.load(Ordering::Relaxed);
-        let (st, epoch) = ClientState::unpack(word);
-        if st != ClientState::Active {
-            return Err(EvictError::NotActive);
-        }
-        // Relaxed: as above; a racing close is handled the same way.
-        let _ = e.state.compare_exchange(
-            word,
-            ClientState::Dead.pack(epoch),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        // A racing close is handled the same way as a won CAS: the next poll frees the id.
+        evict(
+            self.region.clients.get(id as usize).map(|e| &e.state),
+            &[ClientState::Active],
+        )?;
         Ok(())
     }
 

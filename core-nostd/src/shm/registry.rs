@@ -181,6 +181,35 @@ pub(crate) fn record_owner(owner_word: &AtomicU32, token_word: &AtomicU64, owner
     owner_word.store(owner.id, Ordering::Release);
 }
 
+/// A server's eviction of the row whose state word is `state` (`None`: no such id): one
+/// CAS to `Dead` in the same epoch, if the row's state is one of `evictable`. `Ok(true)`
+/// if it won, `Ok(false)` if the word moved meanwhile (a racing close, or another
+/// host's declaration: the server's table scans retire the row either way),
+/// `Err(NotActive)` for a state not in `evictable`.
+pub(crate) fn evict(
+    state: Option<&AtomicU32>,
+    evictable: &[ClientState],
+) -> Result<bool, EvictError> {
+    let state = state.ok_or(EvictError::BadId)?;
+    // Relaxed: the CAS re-checks; only the evicting server acts on the Dead it stores
+    // (its own table scans), and a race with the row's other writers is settled by the
+    // CAS below.
+    let word = state.load(Ordering::Relaxed);
+    let (st, epoch) = ClientState::unpack(word);
+    if !evictable.contains(&st) {
+        return Err(EvictError::NotActive);
+    }
+    // Relaxed: as above.
+    Ok(state
+        .compare_exchange(
+            word,
+            ClientState::Dead.pack(epoch),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        )
+        .is_ok())
+}
+
 /// Why an eviction was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EvictError {
