@@ -2,7 +2,7 @@
 
 use super::layout::{check_payload_align, Claim, DelegRegion};
 use super::{CallError, ConnectError};
-use crate::shm::{claim_client_id, record_owner, ClientState, Owner, Payload};
+use crate::shm::{claim_client_id, close, record_owner, ClientState, Owner, Payload};
 use crate::sync::{spin_loop, Ordering};
 
 /// Spins of the flow-control wait between two calls of the caller's wait callback (it may
@@ -329,17 +329,9 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         self.closed = true;
         let r = self.region;
         let e = r.client_entry(self.id);
-        // R8 (pairs with A8 in Server::process_retirements): a server scan that sees
-        // Closing sees every claim we made. Relaxed failure: nothing to do.
-        let ok = e
-            .state
-            .compare_exchange(
-                ClientState::Active.pack(self.epoch),
-                ClientState::Closing.pack(self.epoch),
-                Ordering::Release,
-                Ordering::Relaxed,
-            )
-            .is_ok();
+        // R8 in `close` (pairs with A8 in Server::process_retirements): a server scan that
+        // sees Closing sees every claim we made. A failed CAS: nothing to do.
+        let ok = close(&e.state, self.epoch);
         if ok {
             // R5 (pairs with A5 in Server::process_retirements): our Closing state and every
             // claim we made are visible to the server when it sees the bump.

@@ -7,7 +7,9 @@
 
 use super::layout::IpcRegion;
 use super::{IpcCallError, IpcConnectError};
-use crate::shm::{claim_client_id, record_owner, ClientState, Msg, Owner, Payload, Slab, Token};
+use crate::shm::{
+    claim_client_id, close, record_owner, ClientState, Msg, Owner, Payload, Slab, Token,
+};
 use crate::sync::Ordering;
 
 /// One ipc client; `call` and `poll` from one thread.
@@ -142,16 +144,10 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
             return;
         }
         self.closed = true;
-        // R5 (pairs with A5 in Server::poll): our last request pushes are visible to the
-        // server that sees Closing. A failed CAS means the server evicted us already.
-        let _ = self.region.clients[self.id as usize]
-            .state
-            .compare_exchange(
-                ClientState::Active.pack(self.epoch),
-                ClientState::Closing.pack(self.epoch),
-                Ordering::Release,
-                Ordering::Relaxed,
-            );
+        // R5 in `close` (pairs with A5 in Server::poll): our last request pushes are
+        // visible to the server that sees Closing. A failed CAS means the server evicted us
+        // already.
+        let _ = close(&self.region.clients[self.id as usize].state, self.epoch);
     }
 }
 

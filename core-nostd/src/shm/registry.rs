@@ -181,6 +181,24 @@ pub(crate) fn record_owner(owner_word: &AtomicU32, token_word: &AtomicU64, owner
     owner_word.store(owner.id, Ordering::Release);
 }
 
+/// A client's close of its own row: one CAS `Active -> Closing` in its epoch. False if
+/// the row moved on (the server evicted it, or another host declared it dead).
+///
+/// Release on success: a server scan that sees Closing (with an Acquire load) sees every
+/// claim or push the client made before. Each protocol labels this pair: R8/A8 in
+/// delegationrpc, R5/A5 in ipc. Relaxed on failure: nothing to do.
+pub(crate) fn close(state: &AtomicU32, epoch: u32) -> bool {
+    // R8 (delegationrpc) / R5 (ipc): see above.
+    state
+        .compare_exchange(
+            ClientState::Active.pack(epoch),
+            ClientState::Closing.pack(epoch),
+            Ordering::Release,
+            Ordering::Relaxed,
+        )
+        .is_ok()
+}
+
 /// A server's eviction of the row whose state word is `state` (`None`: no such id): one
 /// CAS to `Dead` in the same epoch, if the row's state is one of `evictable`. `Ok(true)`
 /// if it won, `Ok(false)` if the word moved meanwhile (a racing close, or another
