@@ -106,7 +106,7 @@ miri_unsafe() {
   # The shm protocols' slot cells and region casts (their unit tests use tiny regions),
   # and copyrpc's in-place construction (the pending table's, and a whole context's).
   MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p copyrpc-core \
-    --lib -- deleg ipc flux pending
+    --lib -- deleg ipc flux shm pending
   MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p copyrpc-core \
     --test copyrpc_rules -- a_large_context_is_built_in_place
 }
@@ -116,6 +116,7 @@ step "rustfmt"                                cargo fmt --all -- --check
 step "clippy -D warnings"                     cargo clippy --quiet --workspace --all-targets -- -D warnings
 step "cargo test --workspace"                 cargo test --workspace
 step "no_std crates: no std/alloc in sources" nostd_sources_clean
+step "core-nostd layering: protocols import no sibling" scripts/check-layering.sh
 step "no_std crates: bare-metal builds"       bare_builds
 step "freestanding link + run (x86_64, aarch64/qemu)" linker/freestanding/check.sh
 step "no_std crates' tests on aarch64 (qemu)"  aarch64_tests

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use copyrpc_core::flux::{Slab, SlabEntry};
+use copyrpc_core::shm::{Slab, SlabEntry};
 use copyrpc_host::affinity;
 use copyrpc_host::exchange::Collectives;
 

@@ -3,8 +3,8 @@
 //! table for every path). Its index travels as the Flux user data or the transport token.
 
 use copyrpc_core::deleg::ReplyToken;
-use copyrpc_core::flux::RecvHandle as FluxHandle;
-use copyrpc_core::ipc::RecvHandle as IpcHandle;
+use copyrpc_core::flux::FluxRequest;
+use copyrpc_core::ipc::IpcRequest;
 
 use crate::daemon::Lane;
 use crate::msg::{DelegatePayload, Request};
@@ -13,11 +13,11 @@ use crate::msg::{DelegatePayload, Request};
 #[derive(Debug)]
 pub enum Origin<I> {
     /// A client of this daemon's ipc server.
-    Ipc(IpcHandle<Request>),
+    Ipc(IpcRequest<Request>),
     /// A client of the delegation ring (daemon#0).
     Deleg(ReplyToken),
     /// Another daemon, over the given Flux lane.
-    Flux(Lane, FluxHandle<DelegatePayload>),
+    Flux(Lane, FluxRequest<DelegatePayload>),
     /// Another rank, over the transport.
     Remote(I),
 }

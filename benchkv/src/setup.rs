@@ -2,8 +2,9 @@
 //! servers the clients connect to, the Flux mesh's memory, the fabric decision, and the
 //! lines describing the set-up in the report.
 
-use copyrpc_core::flux::{Mesh, Msg, NodeCtl, PairCtl};
-use copyrpc_core::ipc::spsc::Slot;
+use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl};
+use copyrpc_core::shm::spsc::Slot;
+use copyrpc_core::shm::Msg;
 use copyrpc_host::fabric::{self, verbs, FabricKind, FabricOptions};
 use copyrpc_host::shm::deleg::{DelegServer, ServerOptions};
 use copyrpc_host::shm::ipc::IpcServer;

@@ -9,15 +9,17 @@
 //! | [`wire`] | typed views of the 12 B message header, the 32 B flow metadata, IMM encoding, padding |
 //! | [`ring`] | free-running virtual positions over power-of-two rings; send and recv ring state |
 //! | [`credit`] | the flow-control invariant `in_flight + 2R <= C`, grants, allowances, reservations |
+//! | [`shm`] | what the shm protocols share: the SPSC ring, the user-data slab and its tokens, the ring message, the client-id registry (states, owners, eviction), region checks and errors |
 //! | [`deleg`] | delegationrpc: MPSC request ring + per-client response slots over a shared region (seed 000 §2.1 layout), hole recovery, client-id reuse |
-//! | [`ipc`] | per-client SPSC request/response rings over a shared region; [`ipc::spsc`] is the ring both ipc and Flux use |
+//! | [`ipc`] | per-client SPSC request/response rings over a shared region (the ring is [`shm::spsc`], which Flux uses too) |
 //! | [`copyrpc`] | the RPC engine over raw mlx5 queues: context, endpoints, call / poll / recv / reply, batching, wrap, credit, READ fallback, raw READ/WRITE |
 //! | [`flux`] | N-to-N request/response mesh between threads over caller memory; user data in a per-node slab keyed by generation tokens |
 //! | `sync` | the only source of atomics and `UnsafeCell`: `core`'s, or loom's under `--cfg loom` |
 //!
 //! Modules that opt out of `deny(unsafe_code)` at file level, each saying why:
 //! `sync` (none itself; the `UnsafeCell` wrapper is safe), `deleg::layout` (casting a
-//! shared mapping to the layout structs, payload cells), `ipc::spsc` (ring slot cells
+//! shared mapping to the layout structs, payload cells), `shm::region` (reading the
+//! common header words of a mapping), `shm::spsc` (ring slot cells
 //! under the single-producer/single-consumer contract), `ipc::layout` (casting a shared
 //! mapping), `ipc::client` and `ipc::server` (calls of the ring's `unsafe fn`s), `flux` (calls of the ring's
 //! `unsafe fn`s), `copyrpc::{mem, context, post, raw}` (registered memory behind
@@ -32,6 +34,7 @@ pub mod deleg;
 pub mod flux;
 pub mod ipc;
 pub mod ring;
+pub mod shm;
 pub mod wire;
 
 mod sync;

@@ -3,12 +3,16 @@
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_deleg`
 #![cfg(loom)]
 
+mod loom_common;
+
 use copyrpc_core::deleg::{
-    CallError, Client, ClientEntry, ClientState, Config, ConnectError, Header, Owner, Region,
-    ReqSlot, RespSlot, RingControl, Server, ServerConfig,
+    CallError, Client, ClientEntry, Config, ConnectError, DelegRegion, Header, ReqSlot, RespSlot,
+    RingControl, Server, ServerConfig,
 };
+use copyrpc_core::shm::{ClientState, Owner};
 use loom::sync::Arc;
 use loom::thread;
+use loom_common::model;
 
 type Req = u64;
 type Resp = u64;
@@ -34,8 +38,8 @@ impl Parts {
             clients: (0..cfg.max_clients).map(|_| ClientEntry::new()).collect(),
         })
     }
-    fn region(&self) -> Region<'_, Req, Resp> {
-        Region::from_parts(
+    fn region(&self) -> DelegRegion<'_, Req, Resp> {
+        DelegRegion::from_parts(
             &self.header,
             &self.ctrl,
             &self.ring,
@@ -44,14 +48,6 @@ impl Parts {
         )
         .unwrap()
     }
-}
-
-/// Runs a model with a branch budget large enough for the spin-and-yield loops of three
-/// threads (loom's default of 1 000 is not); preemptions come from LOOM_MAX_PREEMPTIONS.
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 100_000;
-    b.check(f);
 }
 
 /// Serves until `total` requests were answered or abandoned; returns (answered, abandoned).
@@ -258,7 +254,7 @@ fn concurrent_connects_both_get_an_id() {
 }
 
 /// A client dies with a committed request (max_clients = 1); a new client's host finds no
-/// free id, sees the owner gone and declares the id dead itself (`Region::declare_dead`)
+/// free id, sees the owner gone and declares the id dead itself (`DelegRegion::declare_dead`)
 /// while the server runs. The server frees the id; the newcomer takes it with a new
 /// epoch, reads its own owner in the table from then on (R7/A7, and the server's clearing
 /// of the old owner before R4), and gets only its own answer, never the dead one's.

@@ -4,8 +4,11 @@
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_flux`
 #![cfg(loom)]
 
-use copyrpc_core::flux::{Mesh, Msg, NodeCtl, PairCtl, RecvHandle, Slab, SlabEntry};
-use copyrpc_core::ipc::spsc::Slot;
+mod loom_common;
+
+use copyrpc_core::flux::{FluxRequest, Mesh, NodeCtl, PairCtl};
+use copyrpc_core::shm::spsc::Slot;
+use copyrpc_core::shm::{Msg, Slab, SlabEntry};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -27,7 +30,7 @@ fn run_node(mem: &Mem, id: usize) {
     let base = 10 * id as u64;
     // Three calls through a ring of 2 (the third reuses a slot); user datum = payload + 100.
     const CALLS: u64 = 3;
-    let mut held: Vec<RecvHandle<u64>> = Vec::new();
+    let mut held: Vec<FluxRequest<u64>> = Vec::new();
     let (mut sent, mut answered, mut received) = (0u64, 0u64, 0u64);
     while answered < CALLS || received < CALLS || !held.is_empty() {
         if sent < CALLS && node.call(peer, base + sent, base + sent + 100).is_ok() {
@@ -54,9 +57,7 @@ fn run_node(mem: &Mem, id: usize) {
 
 #[test]
 fn two_nodes_call_each_other_out_of_order() {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 100_000;
-    b.check(|| {
+    loom_common::model(|| {
         let slots = Mesh::<u64>::slots_needed(N, CAP);
         let mem = Arc::new(Mem {
             pairs: (0..N * N).map(|_| PairCtl::new()).collect(),

@@ -3,11 +3,14 @@
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_ipc`
 #![cfg(loom)]
 
-use copyrpc_core::flux::{Slab, SlabEntry};
-use copyrpc_core::ipc::spsc::{RingCtl, Slot};
-use copyrpc_core::ipc::{Cell, Client, ClientEntry, Config, Header, Region, Server};
+mod loom_common;
+
+use copyrpc_core::ipc::{Cell, Client, ClientEntry, Config, Header, IpcRegion, Server};
+use copyrpc_core::shm::spsc::{RingCtl, Slot};
+use copyrpc_core::shm::{Slab, SlabEntry};
 use loom::sync::Arc;
 use loom::thread;
+use loom_common::model;
 
 type Req = u64;
 type Resp = u64;
@@ -32,8 +35,8 @@ impl Parts {
             cells: (0..slots).map(|_| Cell::new()).collect(),
         })
     }
-    fn region(&self) -> Region<'_, Req, Resp> {
-        Region::from_parts(
+    fn region(&self) -> IpcRegion<'_, Req, Resp> {
+        IpcRegion::from_parts(
             &self.header,
             &self.clients,
             &self.req_ctl,
@@ -42,12 +45,6 @@ impl Parts {
         )
         .unwrap()
     }
-}
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 100_000;
-    b.check(f);
 }
 
 /// Three calls through depth-2 rings (so both rings wrap), replies in reverse order of

@@ -21,11 +21,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use copyrpc_core::deleg;
+use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl};
+use copyrpc_core::ipc;
+use copyrpc_core::shm::spsc::Slot;
+use copyrpc_core::shm::{Msg, Slab, SlabEntry};
 use copyrpc_host::affinity::{pin_current_thread, usable_cores};
-use copyrpc_host::core::deleg;
-use copyrpc_host::core::flux::{Mesh, Msg, NodeCtl, PairCtl, Slab, SlabEntry};
-use copyrpc_host::core::ipc;
-use copyrpc_host::core::ipc::spsc::Slot;
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
 use copyrpc_host::shm::ipc::{IpcClient, IpcServer};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -335,7 +336,7 @@ fn aq_echo<T: Copy>(
     }
 }
 
-type FluxNode<T> = copyrpc_host::core::flux::Node<'static, 'static, T, u64>;
+type FluxNode<T> = copyrpc_core::flux::Node<'static, 'static, T, u64>;
 
 /// A `P` padded to one 64-byte cache line: the density delegationrpc's seed layout
 /// imposes (one message per line), given to the baselines in `window32/*_line`.

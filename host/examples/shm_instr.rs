@@ -13,9 +13,10 @@
 //! between cores, which is what the two-thread bench (`benches/shm.rs`) measures.
 use std::hint::black_box;
 
-use copyrpc_host::core::deleg;
-use copyrpc_host::core::flux::{Mesh, Msg, NodeCtl, PairCtl, Slab, SlabEntry};
-use copyrpc_host::core::ipc::spsc::Slot;
+use copyrpc_core::deleg;
+use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl};
+use copyrpc_core::shm::spsc::Slot;
+use copyrpc_core::shm::{Msg, Slab, SlabEntry};
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
 
 type P = [u64; 2];
@@ -47,7 +48,7 @@ fn d_poll(c: &mut DelegClient<P, P>) -> u64 {
     }) as u64
 }
 
-type FluxNode = copyrpc_host::core::flux::Node<'static, 'static, P, u64>;
+type FluxNode = copyrpc_core::flux::Node<'static, 'static, P, u64>;
 #[inline(never)]
 fn f_call(a: &mut FluxNode, k: u64) {
     for i in 0..W {

@@ -8,8 +8,9 @@
 
 use std::io;
 
-use copyrpc_core::deleg::{ConnectError, LayoutError};
+use copyrpc_core::deleg::ConnectError;
 use copyrpc_core::ipc::IpcConnectError;
+use copyrpc_core::shm::LayoutError;
 
 /// Everything the host's shm regions and pinning can fail with.
 #[derive(Debug, thiserror::Error)]

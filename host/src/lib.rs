@@ -18,6 +18,3 @@ pub mod rpc;
 pub mod shm;
 pub mod sim_engine;
 pub mod topology;
-
-pub use copyrpc_core as core;
-pub use mlx5_raw as mlx5;

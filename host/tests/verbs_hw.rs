@@ -13,8 +13,8 @@
 use std::time::{Duration, Instant};
 
 use copyrpc_host::fabric::verbs::{Access, ConnectOptions, Device, QpOptions, VerbsOptions};
-use copyrpc_host::mlx5::layout::{CqeOpcode, FmCeSe};
-use copyrpc_host::mlx5::{Cq, Payload, Remote, Sq, SqConfig, Srq};
+use mlx5_raw::layout::{CqeOpcode, FmCeSe};
+use mlx5_raw::{Cq, Payload, Remote, Sq, SqConfig, Srq};
 
 fn device() -> Device {
     let name = std::env::var("COPYRPC_TEST_DEVICE").unwrap_or_else(|_| {

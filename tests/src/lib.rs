@@ -2,3 +2,4 @@
 //! library holds what the tests, the benches and the instruction-count binary share.
 
 pub mod echo_rig;
+pub mod shm_rig;

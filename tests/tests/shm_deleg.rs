@@ -2,50 +2,39 @@
 //! `/dev/shm` region; one client is SIGKILLed mid-run and the server keeps serving the
 //! other two, all of whose requests are answered.
 //!
-//! The processes are this test binary re-executed with `--exact role_entry` and an
-//! environment variable naming the role. Every payload is stamped (client pid, sequence,
-//! check word); the server checks each request's stamp and per-client order, each client
-//! checks that every response answers the request it sent on that slot — so a slot owned
-//! by two parties at once, a torn write or a misrouted reply fails the run.
+//! The processes, the stamped payloads, the client loop and the kill scenario are
+//! `copyrpc_tests::shm_rig`'s (shared with `shm_ipc.rs`); here are the delegationrpc
+//! server and the scenarios only delegationrpc has.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use copyrpc_host::core::deleg::{CallError, ClientState, Config};
+use copyrpc_core::deleg::{CallError, Config};
+use copyrpc_core::shm::ClientState;
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
+use copyrpc_tests::shm_rig::{
+    check_word, response_for, run_client, Proc, Roles, Sent, Stamp, StampedClient, UnlinkOnDrop,
+    CHILD_DEADLINE, TEST_DEADLINE,
+};
 
-type Req = [u64; 4];
-type Resp = [u64; 4];
+type Req = Stamp;
+type Resp = Stamp;
 
-const ROLE: &str = "COPYRPC_SHM_DELEG_ROLE";
-const NAME: &str = "COPYRPC_SHM_DELEG_NAME";
-/// Calls each surviving client makes after the kill (the victim calls until killed).
-const CALLS: u64 = 5_000;
-/// Every child gives up (and fails) after this long.
-const CHILD_DEADLINE: Duration = Duration::from_secs(25);
-const TEST_DEADLINE: Duration = Duration::from_secs(28);
-
-fn check_word(pid: u64, seq: u64) -> u64 {
-    pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seq.rotate_left(17)
-}
-
-fn response_for(req: &Req) -> Resp {
-    [req[0], req[1], !req[2], req[1].wrapping_mul(3)]
-}
+const ROLES: Roles = Roles {
+    role: "COPYRPC_SHM_DELEG_ROLE",
+    name: "COPYRPC_SHM_DELEG_NAME",
+};
 
 /// The child entry point; a no-op when run as an ordinary test.
 #[test]
 fn role_entry() {
-    let Ok(role) = std::env::var(ROLE) else {
+    let Some((role, name)) = ROLES.current() else {
         return;
     };
-    let name = std::env::var(NAME).unwrap();
     match role.as_str() {
         "server" => run_server(&name),
-        "client" => run_client(&name, true),
-        "victim" => run_client(&name, false),
+        "client" => run_client(&mut Stamped::connect(&name), true),
+        "victim" => run_client(&mut Stamped::connect(&name), false),
         "idle_server" => run_idle_server(&name),
         "polling_server" => run_polling_server(&name),
         "holder" => run_holder(&name),
@@ -114,186 +103,58 @@ fn active_clients(server: &DelegServer<Req, Resp>) -> usize {
         .count()
 }
 
-/// Answers before "PROGRESS"; survivors then wait for "GO" on stdin and make `CALLS` more.
-const PROGRESS_AT: u64 = 1000;
-
-fn wait_go() {
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "GO");
+/// A delegationrpc client with the request each of its four response slots answers.
+struct Stamped {
+    c: DelegClient<Req, Resp>,
+    sent: [Option<u64>; 4],
 }
 
-fn run_client(name: &str, survivor: bool) {
-    let mut c = DelegClient::<Req, Resp>::connect(name).unwrap();
-    let pid = std::process::id() as u64;
-    let deadline = Instant::now() + CHILD_DEADLINE;
-    let mut sent: [Option<u64>; 4] = [None; 4];
-    let (mut next, mut answered) = (0u64, 0u64);
-    let mut limit = PROGRESS_AT;
-    loop {
-        while answered < limit {
-            assert!(
-                Instant::now() < deadline,
-                "client deadline: {}",
-                c.diagnostics()
-            );
-            while next < limit && c.in_flight() < 4 {
-                let req = [pid, next, check_word(pid, next), 0];
-                match c.call(&req) {
-                    Ok(slot) => {
-                        assert!(sent[slot as usize].is_none(), "slot double-booked");
-                        sent[slot as usize] = Some(next);
-                        next += 1;
-                    }
-                    // Not delivered; retry the same sequence number.
-                    Err(CallError::Abandoned) => {}
-                    Err(e) => panic!("call: {e}"),
-                }
-            }
-            let got = c.poll(|slot, resp| {
-                let seq = sent[slot as usize]
-                    .take()
-                    .expect("response on an idle slot");
-                let want = response_for(&[pid, seq, check_word(pid, seq), 0]);
-                assert_eq!(*resp, want, "response for another call");
-            }) as u64;
-            answered += got;
-            if got == 0 {
-                // Let the server run when the cores are oversubscribed (see run_server).
-                std::thread::yield_now();
-            }
-        }
-        if limit == PROGRESS_AT {
-            println!("PROGRESS");
-            limit = if survivor {
-                wait_go();
-                PROGRESS_AT + CALLS
-            } else {
-                // The victim calls until it is killed.
-                u64::MAX
-            };
-            continue;
-        }
-        break;
-    }
-    println!("DONE {}", answered - PROGRESS_AT);
-}
-
-/// Removes a region name when dropped (after every child is gone: declared first, so
-/// dropped last), whatever the test's outcome.
-struct UnlinkOnDrop(String);
-
-impl Drop for UnlinkOnDrop {
-    fn drop(&mut self) {
-        let _ = copyrpc_host::shm::ShmRegion::unlink(&self.0);
-    }
-}
-
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-fn spawn(role: &str, name: &str) -> Proc {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "role_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE, role)
-        .env(NAME, name)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Proc { child, lines: rx }
-}
-
-impl Proc {
-    /// Waits for a line containing `prefix` until `deadline`; returns it from `prefix` on.
-    fn expect(&self, prefix: &str, deadline: Instant) -> String {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                // libtest prints "test role_entry ... " before the child's first line.
-                Ok(l) if l.contains(prefix) => return l[l.find(prefix).unwrap()..].to_owned(),
-                Ok(_) => {}
-                Err(e) => panic!("no {prefix:?} line: {e}"),
-            }
-        }
-    }
-
-    /// Waits for exit until `deadline`; kills the process if it is still running.
-    fn finish(&mut self, deadline: Instant) -> std::process::ExitStatus {
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let st = self.child.wait().unwrap();
-                panic!("process {} did not exit in time ({st})", self.child.id());
-            }
-            std::thread::sleep(Duration::from_millis(5));
+impl Stamped {
+    fn connect(name: &str) -> Self {
+        Self {
+            c: DelegClient::connect(name).unwrap(),
+            sent: [None; 4],
         }
     }
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // Nothing outlives a failed test.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl StampedClient for Stamped {
+    fn send(&mut self, seq: u64, req: &Stamp) -> Sent {
+        if self.c.in_flight() >= 4 {
+            return Sent::Full;
+        }
+        match self.c.call(req) {
+            Ok(slot) => {
+                assert!(self.sent[slot as usize].is_none(), "slot double-booked");
+                self.sent[slot as usize] = Some(seq);
+                Sent::Yes
+            }
+            // Not delivered; retry the same sequence number.
+            Err(CallError::Abandoned) => Sent::Retry,
+            Err(e) => panic!("call: {e}"),
+        }
+    }
+
+    fn take(&mut self, f: &mut dyn FnMut(u64, &Stamp)) -> usize {
+        let sent = &mut self.sent;
+        self.c.poll(|slot, resp| {
+            let seq = sent[slot as usize]
+                .take()
+                .expect("response on an idle slot");
+            f(seq, resp);
+        })
+    }
+
+    fn diagnostics(&self) -> String {
+        self.c.diagnostics()
     }
 }
 
 #[test]
 fn killed_client_does_not_stop_the_others() {
-    if std::env::var(ROLE).is_ok() {
-        return;
+    if ROLES.current().is_none() {
+        copyrpc_tests::shm_rig::killed_client_does_not_stop_the_others(ROLES, "copyrpc-mp-deleg");
     }
-    let deadline = Instant::now() + TEST_DEADLINE;
-    let name = format!("/copyrpc-mp-deleg-{}", std::process::id());
-    // A server killed by a failing run cannot unlink its region; do it on the way out.
-    let _cleanup = UnlinkOnDrop(name.clone());
-    let mut server = spawn("server", &name);
-    server.expect("READY", deadline);
-    let victim = spawn("victim", &name);
-    let mut clients: Vec<Proc> = (0..2).map(|_| spawn("client", &name)).collect();
-    let mut victim = victim;
-    victim.expect("PROGRESS", deadline);
-    for c in &clients {
-        c.expect("PROGRESS", deadline);
-    }
-    // Kill the victim mid-run, wherever it is (possibly between claim and commit), and
-    // reap it so its pid is gone.
-    victim.child.kill().unwrap();
-    victim.child.wait().unwrap();
-    // Only now do the survivors make most of their calls: the server must serve them
-    // after the kill.
-    for c in clients.iter_mut() {
-        use std::io::Write;
-        writeln!(c.child.stdin.as_mut().unwrap(), "GO").unwrap();
-    }
-    for c in clients.iter_mut() {
-        let done = c.expect("DONE", deadline);
-        assert_eq!(done, format!("DONE {CALLS}"));
-        assert!(c.finish(deadline).success());
-    }
-    let stats = server.expect("SERVER", deadline);
-    assert!(server.finish(deadline).success(), "{stats}");
-    println!("{stats}");
-    assert!(
-        !std::path::Path::new(&format!("/dev/shm{name}")).exists(),
-        "server unlinked its region"
-    );
 }
 
 // ---- item 3, 8, 9: blocked waits end, corruption is reported, dead ids are reclaimed ----
@@ -394,13 +255,13 @@ fn wait_until(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
 /// `server_alive`) gets `ServerDisconnected`, within a bound.
 #[test]
 fn item3_blocked_client_gets_server_disconnected_after_sigkill() {
-    if std::env::var(ROLE).is_ok() {
+    if ROLES.current().is_some() {
         return;
     }
     let name = format!("/copyrpc-item3-{}", std::process::id());
     let _cleanup = UnlinkOnDrop(name.clone());
     let deadline = Instant::now() + TEST_DEADLINE;
-    let mut server = spawn("idle_server", &name);
+    let mut server = ROLES.spawn("idle_server", &name);
     server.expect("READY", deadline);
     let mut c = DelegClient::<Req, Resp>::connect(&name).unwrap();
     // ring_depth 2: two calls fill it; the server never takes them.
@@ -432,7 +293,7 @@ fn item3_blocked_client_gets_server_disconnected_after_sigkill() {
 /// client's own claims) is reported as `RingCorrupt` instead of a wait without end.
 #[test]
 fn item8_garbage_in_head_or_tail_gives_ring_corrupt() {
-    if std::env::var(ROLE).is_ok() {
+    if ROLES.current().is_some() {
         return;
     }
     let cfg = Config {
@@ -474,7 +335,7 @@ fn item8_garbage_in_head_or_tail_gives_ring_corrupt() {
 /// (it would run ahead of every future claim); it reports the ring corrupt.
 #[test]
 fn item8_server_reports_head_behind_cursor() {
-    if std::env::var(ROLE).is_ok() {
+    if ROLES.current().is_some() {
         return;
     }
     let name = format!("/copyrpc-item8-server-{}", std::process::id());
@@ -509,17 +370,17 @@ fn item8_server_reports_head_behind_cursor() {
 /// taking the dead one's id, although the server's own reaper has not run.
 #[test]
 fn item9_respawned_client_reclaims_a_dead_clients_id() {
-    if std::env::var(ROLE).is_ok() {
+    if ROLES.current().is_some() {
         return;
     }
     let name = format!("/copyrpc-item9-{}", std::process::id());
     let _cleanup = UnlinkOnDrop(name.clone());
     let deadline = Instant::now() + TEST_DEADLINE;
-    let server = spawn("polling_server", &name);
+    let server = ROLES.spawn("polling_server", &name);
     server.expect("READY", deadline);
     let mut holders: Vec<(Proc, u32)> = (0..3)
         .map(|_| {
-            let p = spawn("holder", &name);
+            let p = ROLES.spawn("holder", &name);
             let id = p.expect("ID ", deadline)[3..].parse().unwrap();
             (p, id)
         })

@@ -1,7 +1,7 @@
 //! A live delegationrpc region in `/dev/shm`, read back as plain bytes from the file:
 //! every field sits at the offset seed 000 §2.1 gives it.
 
-use copyrpc_host::core::deleg::{Config, Region, MAGIC};
+use copyrpc_core::deleg::{Config, DelegRegion, MAGIC};
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
 
 type Req = [u64; 3]; // 24 B: request slot = align_up(16 + 24, 64) = 64
@@ -47,7 +47,7 @@ fn live_region_fields_at_seed_offsets() {
     let resp_area = 256 + 8 * req_slot;
     assert_eq!(
         b.len(),
-        Region::<Req, Resp>::required_len(&cfg).unwrap(),
+        DelegRegion::<Req, Resp>::required_len(&cfg).unwrap(),
         "file size"
     );
     assert_eq!(b.len(), resp_area + 3 * 4 * resp_slot + 3 * 128);

@@ -401,7 +401,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
     fn flux_reply(
         &mut self,
         lane: Lane,
-        h: copyrpc_core::flux::RecvHandle<DelegatePayload>,
+        h: copyrpc_core::flux::FluxRequest<DelegatePayload>,
         resp: Response,
     ) {
         // Never refused for room: the caller's in-flight bound sizes our response queue.

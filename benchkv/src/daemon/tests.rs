@@ -4,8 +4,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl, Slab, SlabEntry};
-use copyrpc_core::ipc::spsc::Slot;
+use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl};
+use copyrpc_core::shm::spsc::Slot;
+use copyrpc_core::shm::{Msg, Slab, SlabEntry};
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
 use copyrpc_host::shm::ipc::{IpcClient, IpcServer};
 
@@ -27,8 +28,8 @@ fn unique(tag: &str) -> String {
 
 struct MeshMem {
     pairs: Vec<PairCtl>,
-    req: Vec<Slot<copyrpc_core::flux::Msg<DelegatePayload>>>,
-    resp: Vec<Slot<copyrpc_core::flux::Msg<DelegatePayload>>>,
+    req: Vec<Slot<Msg<DelegatePayload>>>,
+    resp: Vec<Slot<Msg<DelegatePayload>>>,
     nodes: Vec<NodeCtl>,
 }
 

@@ -1,7 +1,8 @@
 //! The client side: connect, call (reserve + commit), poll responses, close.
 
-use super::layout::{check_payload_align, claim_client_id, Claim, ClientState, Owner, Region};
-use super::{CallError, ConnectError, Payload};
+use super::layout::{check_payload_align, Claim, DelegRegion};
+use super::{CallError, ConnectError};
+use crate::shm::{claim_client_id, close, record_owner, ClientState, Owner, Payload};
 use crate::sync::{spin_loop, Ordering};
 
 /// Spins of the flow-control wait between two calls of the caller's wait callback (it may
@@ -16,7 +17,7 @@ const CORRUPT_CONFIRM: u32 = 64;
 /// One delegationrpc client. `!Sync` by use: one thread calls and polls.
 #[derive(Debug)]
 pub struct Client<'a, Req: Payload, Resp: Payload> {
-    region: Region<'a, Req, Resp>,
+    region: DelegRegion<'a, Req, Resp>,
     id: u32,
     epoch: u32,
     /// Next response slot to try, in `0..resp_depth`.
@@ -53,7 +54,7 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
     /// host passes its pid and start time, so the server's host can tell when this
     /// process is gone).
     pub fn connect(
-        region: Region<'a, Req, Resp>,
+        region: DelegRegion<'a, Req, Resp>,
         owner: impl Into<Owner>,
     ) -> Result<Self, ConnectError> {
         let owner = owner.into();
@@ -70,18 +71,17 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         .ok_or(ConnectError::NoFreeClientId)
     }
 
-    fn try_take(region: Region<'a, Req, Resp>, id: u32, owner: Owner) -> Option<Self> {
+    fn try_take(region: DelegRegion<'a, Req, Resp>, id: u32, owner: Owner) -> Option<Self> {
         let e = region.client_entry(id);
         // A4/A6/R6 (`ClientState::activate`; A4 pairs with R4 in
         // Server::process_retirements): the server's last writes to this id's response
         // slots happen before we clear them below.
         let epoch = ClientState::activate(&e.state)?;
-        // Relaxed: published by R7 below.
-        e.owner_token.store(owner.token, Ordering::Relaxed);
-        // R7 (pairs with A7 in Server::clients and `Region::owner_of`): a reader that
-        // sees this id sees our token. Until this store the entry reads owner 0 (the
-        // server clears it before freeing the id), which liveness checks skip.
-        e.owner.store(owner.id, Ordering::Release);
+        // R7 in `record_owner` (pairs with A7 in `ClientInfo::read`, through
+        // `DelegRegion::client_info`): a reader that sees this id sees our token. Until this
+        // store the entry reads owner 0 (the server clears it before freeing the id),
+        // which liveness checks skip.
+        record_owner(&e.owner, &e.owner_token, owner);
         // Relaxed: read by the server only for an evicted client (see Server::hole).
         e.claim_pos.store(0, Ordering::Relaxed);
         for i in 0..region.cfg.resp_depth {
@@ -329,17 +329,9 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         self.closed = true;
         let r = self.region;
         let e = r.client_entry(self.id);
-        // R8 (pairs with A8 in Server::process_retirements): a server scan that sees
-        // Closing sees every claim we made. Relaxed failure: nothing to do.
-        let ok = e
-            .state
-            .compare_exchange(
-                ClientState::Active.pack(self.epoch),
-                ClientState::Closing.pack(self.epoch),
-                Ordering::Release,
-                Ordering::Relaxed,
-            )
-            .is_ok();
+        // R8 in `close` (pairs with A8 in Server::process_retirements): a server scan that
+        // sees Closing sees every claim we made. A failed CAS: nothing to do.
+        let ok = close(&e.state, self.epoch);
         if ok {
             // R5 (pairs with A5 in Server::process_retirements): our Closing state and every
             // claim we made are visible to the server when it sees the bump.

@@ -1,8 +1,8 @@
 //! The delegationrpc region: `#[repr(C)]` structs at the offsets of seed 000 §2.1, and
-//! [`Region`], the set of references the protocol works over.
+//! [`DelegRegion`], the set of references the protocol works over.
 //!
 //! Unsafe code here (module opt-out of the crate's `deny(unsafe_code)`): casting a raw
-//! shared mapping to references of these structs (`Region::init` / `Region::attach`),
+//! shared mapping to references of these structs (`DelegRegion::init` / `DelegRegion::attach`),
 //! reading and writing payload cells whose exclusive access the protocol establishes,
 //! and the `Sync` impls of the slot structs that hold those cells.
 #![allow(unsafe_code)]
@@ -10,7 +10,9 @@
 use core::marker::PhantomData;
 use core::mem::{align_of, size_of};
 
-use super::{LayoutError, Payload};
+#[cfg(not(loom))]
+use crate::shm::init_region;
+use crate::shm::{ClientInfo, ClientState, Ids, LayoutError, Owner, Payload};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering, UnsafeCell};
 
 /// The seed's magic `0x444C_4752_5043_5631` (`"DLGRPCV1"` as a big-endian number).
@@ -66,24 +68,6 @@ pub struct Header {
     /// which tells the process that recorded `server_owner` from a later one with its pid.
     pub server_owner_token: AtomicU64,
     _pad56: [u8; 72],
-}
-
-/// Who holds a role in a region, as its host records it: an opaque `id` (the host's pid)
-/// and a `token` telling apart two holders with the same id (the host's process start
-/// time: pids are reused). The core only stores them; the host judges liveness.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Owner {
-    /// The owner id (pid); 0 means "not recorded yet".
-    pub id: u32,
-    /// The owner token (process start time); 0 if the host has none.
-    pub token: u64,
-}
-
-impl From<u32> for Owner {
-    /// An owner with no token.
-    fn from(id: u32) -> Self {
-        Self { id, token: 0 }
-    }
 }
 
 /// Seed §2.1 ring control, 128 bytes at offset 128: `head` and `tail` on separate lines.
@@ -168,113 +152,6 @@ pub struct ClientEntry {
     /// on every call, read by the server only for an evicted client.
     pub claim_pos: AtomicU64,
     _pad1: [u8; 56],
-}
-
-/// Lifecycle of a client id, the low two bits of [`ClientEntry::state`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum ClientState {
-    /// Free for a new client.
-    Free = 0,
-    /// Registered and calling.
-    Active = 1,
-    /// Closed by its client; the server frees it once its ring positions are drained.
-    Closing = 2,
-    /// Declared dead by the server's host (process gone); freed like `Closing`.
-    Dead = 3,
-}
-
-impl ClientState {
-    #[inline]
-    pub(crate) fn pack(self, epoch: u32) -> u32 {
-        (epoch << 2) | self as u32
-    }
-    #[inline]
-    pub(crate) fn unpack(word: u32) -> (Self, u32) {
-        let s = match word & 3 {
-            0 => Self::Free,
-            1 => Self::Active,
-            2 => Self::Closing,
-            _ => Self::Dead,
-        };
-        (s, word >> 2)
-    }
-
-    /// Takes id `state` belongs to for a new client if it is `Free`: one CAS makes it
-    /// `Active` with its epoch bumped. Returns the new epoch, or `None` if the id is not
-    /// free (or another client took it first). Shared by the delegationrpc and ipc
-    /// clients, whose `claim_client_id` scans offer ids to it.
-    ///
-    /// Orderings: A6 (the load, and the CAS on failure; pairs with R6 of the client that
-    /// took the id) makes that client's reservation of an id, made before, visible to the
-    /// caller's next reload of the count. R6 (the CAS; pairs with A6 in another client's
-    /// scan) does the same for the caller's reservation. A4 (the CAS; pairs with R4 of
-    /// the server that freed the id) orders the server's last writes for the previous
-    /// owner before the caller takes the id's slots or rings over.
-    #[inline]
-    pub(crate) fn activate(state: &AtomicU32) -> Option<u32> {
-        let word = state.load(Ordering::Acquire);
-        let (st, epoch) = Self::unpack(word);
-        if st != Self::Free {
-            return None;
-        }
-        let epoch = epoch.wrapping_add(1) & (u32::MAX >> 2);
-        state
-            .compare_exchange(
-                word,
-                Self::Active.pack(epoch),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .ok()?;
-        Some(epoch)
-    }
-}
-
-/// Client-id assignment, shared by delegationrpc and ipc: reserves a never-used id if
-/// any is left (a CAS on `next_client_id`, never past `max`), offers it to `take` first
-/// when `fresh_first` (delegationrpc, as the seed does), then offers every id handed out
-/// so far, lowest first, until `take` accepts one.
-///
-/// The scan repeats while the count grows: another client may have taken the id reserved
-/// here (it scans from 0 too), but it reserved one of its own first, so the count grew;
-/// and an id past the count first loaded may be free. Each pass that finds nothing saw
-/// the count grow, so this ends within `max` passes. For a reload to see that growth,
-/// `take` must Acquire what it reads of an entry and take it with a Release (A6/R6 in
-/// the callers).
-pub(crate) fn claim_client_id<T>(
-    next_client_id: &AtomicU32,
-    max: u32,
-    fresh_first: bool,
-    mut take: impl FnMut(u32) -> Option<T>,
-) -> Option<T> {
-    // Relaxed: the counter only hands out numbers; the entry's CAS in `take` synchronises.
-    let mut n = next_client_id.load(Ordering::Relaxed);
-    while n < max {
-        match next_client_id.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => {
-                if fresh_first {
-                    if let Some(t) = take(n) {
-                        return Some(t);
-                    }
-                }
-                break;
-            }
-            Err(cur) => n = cur,
-        }
-    }
-    let mut from = 0;
-    loop {
-        // Relaxed: bounds the scan only.
-        let seen = next_client_id.load(Ordering::Relaxed).min(max);
-        if seen == from {
-            return None;
-        }
-        if let Some(t) = (0..seen).find_map(&mut take) {
-            return Some(t);
-        }
-        from = seen;
-    }
 }
 
 #[cfg(not(loom))]
@@ -477,23 +354,21 @@ impl Header {
         }
     }
 
+    fn ids(&self) -> Ids<'_> {
+        Ids {
+            magic: &self.magic,
+            version: &self.version,
+            req_size: &self.req_size,
+            resp_size: &self.resp_size,
+        }
+    }
+
     /// Validates magic, version, payload sizes and ranges; returns the config.
     pub fn read_config<Req, Resp>(&self) -> Result<Config, LayoutError> {
-        // A0 (pairs with R0 in Header::publish): the fields below are initialised.
-        let magic = self.magic.load(Ordering::Acquire);
-        if magic != MAGIC {
-            return Err(LayoutError::BadMagic { found: magic });
-        }
+        // A0 in `Ids::check` (pairs with R0 in Header::publish): the fields below are
+        // initialised.
+        self.ids().check::<Req, Resp>(MAGIC, VERSION)?;
         // Relaxed: immutable after A0.
-        let version = self.version.load(Ordering::Relaxed);
-        if version != VERSION {
-            return Err(LayoutError::BadVersion { found: version });
-        }
-        let req = self.req_size.load(Ordering::Relaxed);
-        let resp = self.resp_size.load(Ordering::Relaxed);
-        if req as usize != size_of::<Req>() || resp as usize != size_of::<Resp>() {
-            return Err(LayoutError::PayloadSize { req, resp });
-        }
         let cfg = Config {
             max_clients: self.max_clients.load(Ordering::Relaxed),
             ring_depth: self.ring_depth.load(Ordering::Relaxed),
@@ -626,7 +501,7 @@ impl Default for ClientEntry {
 }
 
 /// References to every part of one region; `Copy`, shared by the server and clients.
-pub struct Region<'a, Req, Resp> {
+pub struct DelegRegion<'a, Req, Resp> {
     pub(crate) header: &'a Header,
     pub(crate) ctrl: &'a RingControl,
     pub(crate) ring: &'a [ReqSlot<Req>],
@@ -637,20 +512,22 @@ pub struct Region<'a, Req, Resp> {
     _t: PhantomData<(Req, Resp)>,
 }
 
-impl<Req, Resp> Clone for Region<'_, Req, Resp> {
+impl<Req, Resp> Clone for DelegRegion<'_, Req, Resp> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<Req, Resp> Copy for Region<'_, Req, Resp> {}
+impl<Req, Resp> Copy for DelegRegion<'_, Req, Resp> {}
 
-impl<Req, Resp> core::fmt::Debug for Region<'_, Req, Resp> {
+impl<Req, Resp> core::fmt::Debug for DelegRegion<'_, Req, Resp> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Region").field("cfg", &self.cfg).finish()
+        f.debug_struct("DelegRegion")
+            .field("cfg", &self.cfg)
+            .finish()
     }
 }
 
-impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
+impl<'a, Req: Payload, Resp: Payload> DelegRegion<'a, Req, Resp> {
     /// Builds a region from separately allocated parts (loom tests, in-process use).
     /// The header must be initialised ([`Header::new`]) and the slices sized as it says.
     pub fn from_parts(
@@ -755,23 +632,11 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
 
     /// A snapshot of client-table row `id` for liveness checks: its state and epoch, and
     /// the owner recorded for that epoch (id 0 while the client is still registering).
-    pub fn client_info(&self, id: u32) -> super::ClientInfo {
+    pub fn client_info(&self, id: u32) -> ClientInfo {
         let e = self.client_entry(id);
-        // A6 (pairs with R6 of the activating CAS, and through it with R4 of the server
-        // that freed the id): the freeing server's clearing of `owner` is visible, so a
-        // new epoch never shows the previous owner's pid.
-        let (state, epoch) = ClientState::unpack(e.state.load(Ordering::Acquire));
-        // A7 (pairs with R7 in Client::try_take): the token stored before the id.
-        let owner = e.owner.load(Ordering::Acquire);
-        // Relaxed: ordered after A7.
-        let owner_token = e.owner_token.load(Ordering::Relaxed);
-        super::ClientInfo {
-            id,
-            state,
-            epoch,
-            owner,
-            owner_token,
-        }
+        // A6/A7 in `ClientInfo::read` (A6 pairs with R6 of the activating CAS, and through
+        // it with R4 of the server that freed the id; A7 with R7 in Client::try_take).
+        ClientInfo::read(id, &e.state, &e.owner, &e.owner_token)
     }
 
     /// The slot of a free-running position.
@@ -783,12 +648,7 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
 }
 
 #[cfg(not(loom))]
-impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
-    /// Bytes a region with `cfg` needs for these payload types.
-    pub fn required_len(cfg: &Config) -> Result<usize, LayoutError> {
-        Ok(cfg.offsets::<Req, Resp>()?.region_len)
-    }
-
+impl<'a, Req: Payload, Resp: Payload> DelegRegion<'a, Req, Resp> {
     /// Initialises a new region in zero-filled memory and returns its view.
     /// `owner` is recorded at header offsets 32 and 48 (the host passes its pid and start
     /// time).
@@ -805,15 +665,8 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         cfg: &Config,
         owner: impl Into<Owner>,
     ) -> Result<Self, LayoutError> {
-        let off = cfg.offsets::<Req, Resp>()?;
-        check_span(ptr, len, off.region_len)?;
-        // SAFETY: alignment and length checked; the caller guarantees validity for 'a;
-        // zero bytes are a valid value of every struct here (atomics at 0, `Payload:
-        // FromZeros`, byte padding), so the memory already holds initialised values.
-        let region = unsafe { Self::cast(ptr, cfg, &off) };
-        if region.header.magic.load(Ordering::Relaxed) != 0 {
-            return Err(LayoutError::NotZeroed);
-        }
+        // SAFETY: the caller's contract is `init_region`'s.
+        let region: Self = unsafe { init_region(ptr, len, cfg) }?;
         for e in region.clients {
             // Relaxed: published by R0 (the magic store) below.
             e.drain_until.store(u64::MAX, Ordering::Relaxed);
@@ -821,31 +674,18 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         region.header.publish::<Req, Resp>(cfg, owner.into());
         Ok(region)
     }
+}
 
-    /// Attaches to an initialised region: checks alignment, that the header fits, magic,
-    /// version, payload sizes, the config's ranges, and that `len` covers the whole layout.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` must be valid for reads and writes of `len` bytes for `'a` (a shared mapping),
-    /// and for `'a` the memory may be accessed only through views of this module or plain
-    /// atomic operations of the same widths (in any process).
-    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, LayoutError> {
-        check_span(ptr, len, HEADER_SIZE)?;
-        // SAFETY: 128 bytes checked, aligned; any bytes are a valid `Header` (all atomics).
-        let header = unsafe { &*(ptr as *const Header) };
-        let cfg = header.read_config::<Req, Resp>()?;
-        let off = cfg.offsets::<Req, Resp>()?;
-        check_span(ptr, len, off.region_len)?;
-        // SAFETY: the whole layout fits in `len`, checked above.
-        Ok(unsafe { Self::cast(ptr, &cfg, &off) })
-    }
+#[cfg(not(loom))]
+crate::shm::region_layout!(DelegRegion, align = 64);
 
+#[cfg(not(loom))]
+impl<'a, Req: Payload, Resp: Payload> DelegRegion<'a, Req, Resp> {
     /// # Safety
     ///
     /// `ptr` is 64-aligned and valid for `off.region_len` bytes for `'a`, holding
     /// initialised values (every struct here is valid for any bytes, `Payload: FromBytes`).
-    unsafe fn cast(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
+    unsafe fn cast_parts(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
         let depth = cfg.ring_depth as usize;
         let nresp = cfg.max_clients as usize * cfg.resp_depth as usize;
         let nclients = cfg.max_clients as usize;
@@ -868,17 +708,6 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
             Self::assemble(header, ctrl, ring, resp, clients, *cfg)
         }
     }
-}
-
-#[cfg(not(loom))]
-fn check_span(ptr: *mut u8, len: usize, need: usize) -> Result<(), LayoutError> {
-    if ptr.is_null() || !ptr.addr().is_multiple_of(64) {
-        return Err(LayoutError::Misaligned);
-    }
-    if len < need {
-        return Err(LayoutError::Truncated { need, have: len });
-    }
-    Ok(())
 }
 
 /// Payload alignment the slot layout supports (payload at +16 / +8).

@@ -34,7 +34,7 @@
 //! ```
 //!
 //! Nothing the seed defines moves: the additions use the seed's padding bytes or sit after
-//! its last part. Payloads are plain old data ([`Payload`]): any bytes a broken or hostile
+//! its last part. Payloads are plain old data ([`Payload`](crate::shm::Payload)): any bytes a broken or hostile
 //! peer leaves in a slot still read as a valid value.
 //!
 //! # Protocol
@@ -81,7 +81,7 @@
 //!   entry `Closing` and bumps `retire_requests`; the host of the server evicts a client
 //!   whose process is gone (it checks the owner pid and start time; the core cannot).
 //!   A connecting client's host that finds no free id may declare the id of a dead owner
-//!   `Dead` itself ([`Region::declare_dead`]: the same CAS and bump, R8/R5), so a
+//!   `Dead` itself ([`DelegRegion::declare_dead`]: the same CAS and bump, R8/R5), so a
 //!   respawned client need not wait for the server's reaper.
 //!   For a retiring id the server records `drain_until` (the ring head, or the client's
 //!   last claim if later), drops that client's remaining requests, refuses replies to it
@@ -134,75 +134,14 @@ mod server;
 mod tests;
 
 pub use client::{Client, Reservation};
-pub(crate) use layout::claim_client_id;
 pub use layout::{
-    req_slot_size, resp_slot_size, ClientEntry, ClientState, Config, Header, Offsets, Owner,
-    Region, ReqSlot, RespSlot, RingControl, CLIENT_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_CLIENTS,
-    MAX_DEPTH, RING_CONTROL_OFFSET, RING_OFFSET, VERSION,
+    req_slot_size, resp_slot_size, ClientEntry, Config, DelegRegion, Header, Offsets, ReqSlot,
+    RespSlot, RingControl, CLIENT_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_CLIENTS, MAX_DEPTH,
+    RING_CONTROL_OFFSET, RING_OFFSET, VERSION,
 };
-pub use server::{ClientInfo, RecvEntry, ReplyToken, Server, ServerConfig, ServerStats};
+pub use server::{RecvEntry, ReplyToken, Server, ServerConfig, ServerStats};
 
 use core::fmt;
-
-/// Plain-old-data payloads that may cross shared memory: any bit pattern is a valid value
-/// ([`FromBytes`](zerocopy::FromBytes)), no padding or references
-/// ([`IntoBytes`](zerocopy::IntoBytes), [`Immutable`](zerocopy::Immutable)).
-pub trait Payload:
-    zerocopy::FromBytes
-    + zerocopy::IntoBytes
-    + zerocopy::Immutable
-    + zerocopy::KnownLayout
-    + Copy
-    + Send
-    + 'static
-{
-}
-
-impl<T> Payload for T where
-    T: zerocopy::FromBytes
-        + zerocopy::IntoBytes
-        + zerocopy::Immutable
-        + zerocopy::KnownLayout
-        + Copy
-        + Send
-        + 'static
-{
-}
-
-/// Why a region's bytes were refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LayoutError {
-    /// The base pointer is null or not 64-byte aligned.
-    Misaligned,
-    /// The memory is shorter than the layout needs.
-    Truncated {
-        /// Bytes needed.
-        need: usize,
-        /// Bytes given.
-        have: usize,
-    },
-    /// The magic is not [`MAGIC`] (not a delegationrpc region, or not yet initialised).
-    BadMagic {
-        /// The value found.
-        found: u64,
-    },
-    /// Another layout version.
-    BadVersion {
-        /// The version found.
-        found: u32,
-    },
-    /// The region was made for payloads of other sizes.
-    PayloadSize {
-        /// `size_of::<Req>()` recorded in the region.
-        req: u32,
-        /// `size_of::<Resp>()` recorded in the region.
-        resp: u32,
-    },
-    /// Counts out of range, depths not powers of two, or parts of the wrong length.
-    BadConfig,
-    /// `init` over memory that already holds a region.
-    NotZeroed,
-}
 
 /// Why a client could not connect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,38 +185,9 @@ pub enum ReplyError {
     Duplicate,
 }
 
-/// Why an eviction was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EvictError {
-    /// No such id.
-    BadId,
-    /// The id is not registered.
-    NotActive,
-}
-
-impl core::error::Error for LayoutError {}
 impl core::error::Error for ConnectError {}
 impl core::error::Error for CallError {}
 impl core::error::Error for ReplyError {}
-impl core::error::Error for EvictError {}
-
-impl fmt::Display for LayoutError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Misaligned => f.write_str("region base is null or not 64-byte aligned"),
-            Self::Truncated { need, have } => {
-                write!(f, "region truncated: need {need} bytes, have {have}")
-            }
-            Self::BadMagic { found } => write!(f, "bad magic {found:#018x}"),
-            Self::BadVersion { found } => write!(f, "unsupported layout version {found}"),
-            Self::PayloadSize { req, resp } => {
-                write!(f, "region made for payloads of {req}/{resp} bytes")
-            }
-            Self::BadConfig => f.write_str("region config out of range"),
-            Self::NotZeroed => f.write_str("memory already holds a region"),
-        }
-    }
-}
 
 impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -310,15 +220,6 @@ impl fmt::Display for ReplyError {
             Self::ClientGone => "client closed or evicted",
             Self::BadToken => "token names no response slot",
             Self::Duplicate => "slot already holds an unread response",
-        })
-    }
-}
-
-impl fmt::Display for EvictError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::BadId => "no such client id",
-            Self::NotActive => "client id not registered",
         })
     }
 }

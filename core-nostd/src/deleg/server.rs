@@ -1,7 +1,8 @@
 //! The server side: poll / recv / advance_tail / reply, hole resolution, id reclamation.
 
-use super::layout::{check_payload_align, Claim, ClientState, Region};
-use super::{EvictError, Payload, ReplyError};
+use super::layout::{check_payload_align, Claim, DelegRegion};
+use super::ReplyError;
+use crate::shm::{evict, ClientInfo, ClientState, EvictError, Payload};
 use crate::sync::Ordering;
 
 /// An idle `poll` reads `head` (to tell "nothing sent" from a hole) only once in this many
@@ -80,25 +81,10 @@ pub struct RecvEntry<Req> {
     pub payload: Req,
 }
 
-/// A client-table row, for the host's liveness checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientInfo {
-    /// The id.
-    pub id: u32,
-    /// Its state.
-    pub state: ClientState,
-    /// Registrations of this id so far.
-    pub epoch: u32,
-    /// The owner id the client gave at connect (the host's pid); 0 while it registers.
-    pub owner: u32,
-    /// The owner token the client gave at connect (the host's process start time).
-    pub owner_token: u64,
-}
-
 /// The delegationrpc server. One per region; `!Sync` by use.
 #[derive(Debug)]
 pub struct Server<'a, Req: Payload, Resp: Payload> {
-    region: Region<'a, Req, Resp>,
+    region: DelegRegion<'a, Req, Resp>,
     cfg: ServerConfig,
     /// Next position to consume; `tail_published <= cursor <= head`.
     cursor: u64,
@@ -122,7 +108,7 @@ pub struct Server<'a, Req: Payload, Resp: Payload> {
 impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// Takes the server role over `region` (whose header says `server_alive`). The ring
     /// must be fresh or left by a server of this same process.
-    pub fn new(region: Region<'a, Req, Resp>, cfg: ServerConfig) -> Self {
+    pub fn new(region: DelegRegion<'a, Req, Resp>, cfg: ServerConfig) -> Self {
         const { check_payload_align::<Req, Resp>() };
         // Relaxed: only this side writes tail.
         let tail = region.ctrl.tail.load(Ordering::Relaxed);
@@ -145,7 +131,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     }
 
     /// The region.
-    pub fn region(&self) -> Region<'a, Req, Resp> {
+    pub fn region(&self) -> DelegRegion<'a, Req, Resp> {
         self.region
     }
 
@@ -322,7 +308,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
     fn claimed_by_dead(&self, p: u64) -> bool {
         self.region.clients.iter().any(|e| {
-            // Relaxed: Dead is written by evict (this thread) or by `Region::declare_dead`,
+            // Relaxed: Dead is written by evict (this thread) or by `DelegRegion::declare_dead`,
             // whose bump (A5) made `self.dead` count it; a later one only falls back to
             // the timeout until the next scan.
             let (st, _) = ClientState::unpack(e.state.load(Ordering::Relaxed));
@@ -418,42 +404,21 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// Declares client `id` dead (its process is gone: the host checked the owner pid).
     /// Its hole, if any, is skipped at once; its id is freed once drained.
     pub fn evict(&mut self, id: u32) -> Result<(), EvictError> {
-        let e = self
-            .region
-            .clients
-            .get(id as usize)
-            .ok_or(EvictError::BadId)?;
-        // Relaxed: the CAS re-checks; a racing Closing from the client, or Dead from another
-        // client's host (`Region::declare_dead`), is fine either way: both bump
-        // retire_requests, and a failed CAS below still rescans the table.
-        let word = e.state.load(Ordering::Relaxed);
-        let (st, epoch) = ClientState::unpack(word);
-        match st {
-            ClientState::Active | ClientState::Closing => {
-                // Relaxed: only this server reads Dead (its table scans).
-                if e.state
-                    .compare_exchange(
-                        word,
-                        ClientState::Dead.pack(epoch),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    )
-                    .is_err()
-                {
-                    // The client closed meanwhile, or another client's host declared it
-                    // dead: the next scan retires it either way.
-                    self.retiring += 1;
-                    return Ok(());
-                }
-                self.retiring += 1;
-                self.dead += 1;
-                Ok(())
-            }
-            _ => Err(EvictError::NotActive),
+        // A racing Closing from the client, or Dead from another client's host
+        // (`DelegRegion::declare_dead`), is fine either way: both bump retire_requests, and
+        // a lost CAS still leaves the next scan to retire the id.
+        let won = evict(
+            self.region.clients.get(id as usize).map(|e| &e.state),
+            &[ClientState::Active, ClientState::Closing],
+        )?;
+        self.retiring += 1;
+        if won {
+            self.dead += 1;
         }
+        Ok(())
     }
 
-    /// The client table, for the host's liveness checks (see [`Region::client_info`]).
+    /// The client table, for the host's liveness checks (see [`DelegRegion::client_info`]).
     pub fn clients(&self) -> impl Iterator<Item = ClientInfo> + '_ {
         let r = self.region;
         (0..r.cfg.max_clients).map(move |id| r.client_info(id))
@@ -470,7 +435,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         let mut retiring = 0;
         let mut dead = 0;
         for e in self.region.clients {
-            // A8 (pairs with R8 in Client::do_close and Region::declare_dead): a scan
+            // A8 (pairs with R8 in Client::do_close and DelegRegion::declare_dead): a scan
             // may see Closing/Dead before the bump that announces it (a rescan runs for
             // another id's bump, or at start); the claims made before it — `head` and
             // `claim_pos` read below — must be visible then too, or `drain_until` could

@@ -3,29 +3,11 @@
 
 use super::layout::Claim;
 use super::*;
+use crate::shm::{EvictError, LayoutError, ZeroedMem as Mem};
 use std::vec::Vec;
 
 type Req = [u64; 2];
 type Resp = [u64; 2];
-
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Block([u8; 64]);
-
-/// Zeroed, 64-aligned memory standing in for a shm mapping.
-struct Mem(Vec<Block>);
-
-impl Mem {
-    fn new(len: usize) -> Self {
-        Self(std::vec![Block([0; 64]); len.div_ceil(64) + 1])
-    }
-    fn ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr().cast()
-    }
-    fn len(&self) -> usize {
-        self.0.len() * 64
-    }
-}
 
 const CFG: Config = Config {
     max_clients: 3,
@@ -33,19 +15,19 @@ const CFG: Config = Config {
     resp_depth: 2,
 };
 
-fn region(mem: &mut Mem, cfg: &Config) -> Region<'static, Req, Resp> {
+fn region(mem: &mut Mem, cfg: &Config) -> DelegRegion<'static, Req, Resp> {
     let len = mem.len();
     let p = mem.ptr();
     // SAFETY: `mem` is zeroed, aligned and outlives every use in the test (each test
     // keeps it alive until the end and touches it only through the region).
-    unsafe { Region::init(p, len, cfg, 7) }.unwrap()
+    unsafe { DelegRegion::init(p, len, cfg, 7) }.unwrap()
 }
 
 const SC: ServerConfig = ServerConfig { hole_timeout: 10 };
 
 #[test]
 fn call_recv_reply_round_trip() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let mut server = Server::new(r, SC);
     let mut c = Client::connect(r, 42).unwrap();
@@ -66,18 +48,18 @@ fn call_recv_reply_round_trip() {
 
 #[test]
 fn attach_refuses_bad_input() {
-    let need = Region::<Req, Resp>::required_len(&CFG).unwrap();
+    let need = DelegRegion::<Req, Resp>::required_len(&CFG).unwrap();
     let mut mem = Mem::new(need);
     let (p, len) = (mem.ptr(), mem.len());
     // SAFETY: valid zeroed memory for the whole test.
-    let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
+    let e = unsafe { DelegRegion::<Req, Resp>::attach(p, len) }.unwrap_err();
     assert_eq!(e, LayoutError::BadMagic { found: 0 });
     let r = region(&mut mem, &CFG);
     // SAFETY: as above; a second init over a live region is refused, not UB.
-    let e = unsafe { Region::<Req, Resp>::init(p, len, &CFG, 1) }.unwrap_err();
+    let e = unsafe { DelegRegion::<Req, Resp>::init(p, len, &CFG, 1) }.unwrap_err();
     assert_eq!(e, LayoutError::NotZeroed);
     // SAFETY: as above.
-    let e = unsafe { Region::<Req, Resp>::attach(p, need - 1) }.unwrap_err();
+    let e = unsafe { DelegRegion::<Req, Resp>::attach(p, need - 1) }.unwrap_err();
     assert_eq!(
         e,
         LayoutError::Truncated {
@@ -86,7 +68,7 @@ fn attach_refuses_bad_input() {
         }
     );
     // SAFETY: as above.
-    let e = unsafe { Region::<Req, Resp>::attach(p, 100) }.unwrap_err();
+    let e = unsafe { DelegRegion::<Req, Resp>::attach(p, 100) }.unwrap_err();
     assert_eq!(
         e,
         LayoutError::Truncated {
@@ -95,17 +77,17 @@ fn attach_refuses_bad_input() {
         }
     );
     // SAFETY: in bounds; misalignment is refused before any access.
-    let e = unsafe { Region::<Req, Resp>::attach(p.add(8), len - 8) }.unwrap_err();
+    let e = unsafe { DelegRegion::<Req, Resp>::attach(p.add(8), len - 8) }.unwrap_err();
     assert_eq!(e, LayoutError::Misaligned);
     // SAFETY: as above.
-    let e = unsafe { Region::<[u64; 3], Resp>::attach(p, len) }.unwrap_err();
+    let e = unsafe { DelegRegion::<[u64; 3], Resp>::attach(p, len) }.unwrap_err();
     assert_eq!(e, LayoutError::PayloadSize { req: 16, resp: 16 });
     // SAFETY: as above.
-    assert!(unsafe { Region::<Req, Resp>::attach(p, need) }.is_ok());
+    assert!(unsafe { DelegRegion::<Req, Resp>::attach(p, need) }.is_ok());
     // Version 1, the layout without owner tokens, is refused as such.
     r.header().version.store(1, crate::sync::Ordering::Relaxed);
     // SAFETY: as above.
-    let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
+    let e = unsafe { DelegRegion::<Req, Resp>::attach(p, len) }.unwrap_err();
     assert_eq!(e, LayoutError::BadVersion { found: 1 });
     r.header()
         .version
@@ -114,14 +96,14 @@ fn attach_refuses_bad_input() {
         .ring_depth
         .store(3, crate::sync::Ordering::Relaxed);
     // SAFETY: as above.
-    let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
+    let e = unsafe { DelegRegion::<Req, Resp>::attach(p, len) }.unwrap_err();
     assert_eq!(e, LayoutError::BadConfig);
     let bad = Config {
         ring_depth: 6,
         ..CFG
     };
     assert_eq!(
-        Region::<Req, Resp>::required_len(&bad),
+        DelegRegion::<Req, Resp>::required_len(&bad),
         Err(LayoutError::BadConfig)
     );
 }
@@ -140,7 +122,7 @@ fn seed_offsets() {
 
 #[test]
 fn client_ids_exhaust_and_are_reclaimed() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let mut server = Server::new(r, SC);
     let a = Client::connect(r, 1).unwrap();
@@ -188,7 +170,7 @@ fn client_ids_exhaust_and_are_reclaimed() {
 
 #[test]
 fn response_slots_bound_calls_in_flight() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let mut server = Server::new(r, SC);
     let mut c = Client::connect(r, 1).unwrap();
@@ -225,7 +207,7 @@ fn response_slots_bound_calls_in_flight() {
 
 #[test]
 fn cancelled_reservation_is_skipped_without_timeout() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let mut server = Server::new(
         r,
@@ -247,7 +229,7 @@ fn cancelled_reservation_is_skipped_without_timeout() {
 
 #[test]
 fn stalled_claimer_times_out_and_its_late_commit_is_refused() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let mut server = Server::new(r, SC);
     let mut a = Client::connect(r, 1).unwrap();
@@ -279,7 +261,7 @@ fn stalled_claimer_times_out_and_its_late_commit_is_refused() {
 
 #[test]
 fn evicted_writer_hole_is_skipped_at_once() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let mut server = Server::new(
         r,
@@ -319,7 +301,7 @@ fn evicted_writer_hole_is_skipped_at_once() {
 
 #[test]
 fn evicted_client_requests_are_dropped() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let mut server = Server::new(r, SC);
     let mut a = Client::connect(r, 1).unwrap();
@@ -336,7 +318,7 @@ fn evicted_client_requests_are_dropped() {
 
 #[test]
 fn server_gone_is_reported() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let server = Server::new(r, SC);
     let mut a = Client::connect(r, 1).unwrap();
@@ -350,7 +332,7 @@ fn server_gone_is_reported() {
 
 #[test]
 fn full_ring_blocks_until_tail_moves() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let mut server = Server::new(r, SC);
     std::thread::scope(|s| {
@@ -396,7 +378,7 @@ fn threaded_stress_conserves_requests() {
         ring_depth: 8,
         resp_depth: 4,
     };
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&cfg).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&cfg).unwrap());
     let r = region(&mut mem, &cfg);
     // No hole timeout: a preempted claimer must not lose its request in this test.
     let mut server = Server::new(
@@ -460,7 +442,7 @@ fn answers_overtaking_an_old_call_are_delivered_and_slots_reused() {
         ring_depth: 8,
         resp_depth: 4,
     };
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&cfg).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&cfg).unwrap());
     let r = region(&mut mem, &cfg);
     let mut server = Server::new(r, SC);
     let mut c = Client::connect(r, 1).unwrap();
@@ -503,7 +485,7 @@ fn answers_overtaking_an_old_call_are_delivered_and_slots_reused() {
 /// polls is still seen within 64 polls and abandoned `hole_timeout` after that.
 #[test]
 fn hole_after_idle_polls_is_seen_within_64_polls() {
-    let mut mem = Mem::new(Region::<Req, Resp>::required_len(&CFG).unwrap());
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let mut server = Server::new(r, SC);
     let mut a = Client::connect(r, 1).unwrap();

@@ -1,12 +1,12 @@
 //! Flux: an N-to-N request/response mesh between the threads of one process (seed 000
 //! §1.3, §4.3), over caller-supplied memory.
 //!
-//! Every ordered pair of nodes `(i, j)` has two SPSC rings ([`crate::ipc::spsc`]): a
+//! Every ordered pair of nodes `(i, j)` has two SPSC rings ([`crate::shm::spsc`]): a
 //! request ring `i -> j` and a response ring `j -> i`. Node `i`:
 //!
 //! - [`Node::call`]`(to, payload, user_data)` stores `user_data` in its own [`Slab`] under
 //!   a fresh [`Token`] and pushes `(token, payload)` to `to`;
-//! - [`Node::try_recv`] takes a request from any peer (round robin) as a [`RecvHandle`];
+//! - [`Node::try_recv`] takes a request from any peer (round robin) as a [`FluxRequest`];
 //!   [`Node::reply`]`(handle, payload)` pushes `(token, payload)` back to the caller —
 //!   at any later time, in any order;
 //! - [`Node::poll`]`(on_response)` takes every response and hands the call's user data
@@ -30,20 +30,10 @@
 //! belongs to exactly one node and [`Mesh::node`] hands each node out once.
 #![allow(unsafe_code)]
 
-pub mod slab;
-
-pub use slab::{Slab, SlabEntry, Token};
-
-use crate::ipc::spsc::{RingCtl, Slot};
+use crate::shm::spsc::{RingCtl, Slot};
+use crate::shm::{Msg, Slab, Token};
 use crate::sync::{AtomicBool, Ordering};
 use core::fmt;
-
-/// A request or response in a ring: the caller's token and the payload.
-#[derive(Debug, Clone, Copy)]
-pub struct Msg<T> {
-    pub(crate) token: u64,
-    pub(crate) payload: T,
-}
 
 /// The two rings between an ordered pair of nodes.
 #[derive(Debug, Default)]
@@ -206,7 +196,7 @@ impl<'a, T: Copy + Send> Mesh<'a, T> {
 /// A received request: reply to it with [`Node::reply`] on the node that received it.
 #[derive(Debug)]
 #[must_use = "the caller waits for a reply"]
-pub struct RecvHandle<T> {
+pub struct FluxRequest<T> {
     node: usize,
     from: usize,
     token: u64,
@@ -214,7 +204,7 @@ pub struct RecvHandle<T> {
     pub payload: T,
 }
 
-impl<T> RecvHandle<T> {
+impl<T> FluxRequest<T> {
     /// The calling node.
     pub fn from(&self) -> usize {
         self.from
@@ -278,7 +268,7 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
     }
 
     /// Takes one request from any peer (round robin), if any.
-    pub fn try_recv(&mut self) -> Option<RecvHandle<T>> {
+    pub fn try_recv(&mut self) -> Option<FluxRequest<T>> {
         let n = self.mesh.n;
         for k in 0..n {
             let from = (self.next_peer + k) % n;
@@ -289,7 +279,7 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
             // `pop_no_handback` contract).
             if let Some(m) = unsafe { ring.pop_no_handback(slots) } {
                 self.next_peer = (from + 1) % n;
-                return Some(RecvHandle {
+                return Some(FluxRequest {
                     node: self.id,
                     from,
                     token: m.token,
@@ -301,7 +291,7 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
     }
 
     /// Answers a request received by this node.
-    pub fn reply(&mut self, handle: RecvHandle<T>, payload: T) -> Result<(), FluxError> {
+    pub fn reply(&mut self, handle: FluxRequest<T>, payload: T) -> Result<(), FluxError> {
         if handle.node != self.id {
             return Err(FluxError::WrongNode);
         }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::shm::SlabEntry;
 use std::vec::Vec;
 
 struct Mem<T> {
@@ -49,7 +50,7 @@ fn deferred_out_of_order_replies_keep_every_user_datum() {
     for (k, &i) in order.iter().enumerate() {
         let h = core::mem::replace(
             &mut handles[i],
-            RecvHandle {
+            FluxRequest {
                 node: 1,
                 from: 0,
                 token: u64::MAX,
@@ -117,7 +118,7 @@ fn taking_and_addressing_errors() {
     assert_eq!(h.from(), 1);
     assert_eq!(
         b.reply(
-            RecvHandle {
+            FluxRequest {
                 node: 0,
                 from: 1,
                 token: 0,
@@ -150,7 +151,7 @@ fn all_to_all_threads_conserve_calls() {
             let done = &done;
             s.spawn(move || {
                 let mut node = mesh.node(id, Slab::new(slab)).unwrap();
-                let mut deferred: Vec<RecvHandle<(u64, u64)>> = Vec::new();
+                let mut deferred: Vec<FluxRequest<(u64, u64)>> = Vec::new();
                 let (mut sent, mut answered) = (0u64, 0u64);
                 let mut finished = false;
                 loop {

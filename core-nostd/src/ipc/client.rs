@@ -5,16 +5,17 @@
 //! it holds the id's registration (epoch) exclusively.
 #![allow(unsafe_code)]
 
-use super::layout::Region;
+use super::layout::IpcRegion;
 use super::{IpcCallError, IpcConnectError};
-use crate::deleg::{claim_client_id, ClientState, Owner, Payload};
-use crate::flux::{Msg, Slab, Token};
+use crate::shm::{
+    claim_client_id, close, record_owner, ClientState, Msg, Owner, Payload, Slab, Token,
+};
 use crate::sync::Ordering;
 
 /// One ipc client; `call` and `poll` from one thread.
 #[derive(Debug)]
 pub struct Client<'a, 's, Req: Payload, Resp: Payload, U> {
-    region: Region<'a, Req, Resp>,
+    region: IpcRegion<'a, Req, Resp>,
     id: u32,
     epoch: u32,
     slab: Slab<'s, U>,
@@ -27,7 +28,7 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
     /// holds the user data of calls in flight; at most `min(slab capacity, depth)` calls
     /// are in flight.
     pub fn connect(
-        region: Region<'a, Req, Resp>,
+        region: IpcRegion<'a, Req, Resp>,
         owner: impl Into<Owner>,
         slab: Slab<'s, U>,
     ) -> Result<Self, IpcConnectError> {
@@ -49,11 +50,9 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
         })
         .ok_or(IpcConnectError::NoFreeClientId)?;
         let e = region.client_entry(id);
-        // Relaxed: published by R7 below.
-        e.owner_token.store(owner.token, Ordering::Relaxed);
-        // R7 (pairs with A7 in ClientEntry::info): a reader that sees the id sees the
-        // token; until now the entry read owner 0, which liveness checks skip.
-        e.owner.store(owner.id, Ordering::Release);
+        // R7 in `record_owner` (pairs with A7 in ClientEntry::info): a reader that sees the
+        // id sees the token; until now the entry read owner 0, which liveness checks skip.
+        record_owner(&e.owner, &e.owner_token, owner);
         // SAFETY: A4 orders the server's drain of our request ring and its last reply to
         // the previous owner before this; the server pushes to us only after we send a
         // request, and we are the id's only user now.
@@ -145,16 +144,10 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
             return;
         }
         self.closed = true;
-        // R5 (pairs with A5 in Server::poll): our last request pushes are visible to the
-        // server that sees Closing. A failed CAS means the server evicted us already.
-        let _ = self.region.clients[self.id as usize]
-            .state
-            .compare_exchange(
-                ClientState::Active.pack(self.epoch),
-                ClientState::Closing.pack(self.epoch),
-                Ordering::Release,
-                Ordering::Relaxed,
-            );
+        // R5 in `close` (pairs with A5 in Server::poll): our last request pushes are
+        // visible to the server that sees Closing. A failed CAS means the server evicted us
+        // already.
+        let _ = close(&self.region.clients[self.id as usize].state, self.epoch);
     }
 }
 

@@ -1,14 +1,15 @@
 //! The ipc region: header, client table, ring control blocks and slots.
 //!
 //! Unsafe code (module opt-out): casting a raw shared mapping to references of these
-//! structs in `Region::init` / `Region::attach`.
+//! structs in `IpcRegion::init` / `IpcRegion::attach`.
 #![allow(unsafe_code)]
 
 use core::mem::size_of;
 
-use super::spsc::{RingCtl, Slot, Slots};
-use crate::deleg::{ClientInfo, ClientState, LayoutError, Owner, Payload};
-use crate::flux::Msg;
+#[cfg(not(loom))]
+use crate::shm::init_region;
+use crate::shm::spsc::{RingCtl, Slot, Slots};
+use crate::shm::{ClientInfo, Ids, LayoutError, Msg, Owner, Payload};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// `"CPRIPCV1"` as a big-endian number.
@@ -56,7 +57,7 @@ pub struct Header {
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct ClientEntry {
-    /// `epoch << 2 | state` with [`crate::deleg::ClientState`] values.
+    /// `epoch << 2 | state` with [`crate::shm::ClientState`] values.
     pub state: AtomicU32,
     /// @+4 the client's owner id (the host's pid); 0 until recorded (R7).
     pub owner: AtomicU32,
@@ -254,23 +255,15 @@ impl Header {
 
     /// Validates magic, version, payload sizes and ranges.
     pub fn read_config<Req, Resp>(&self) -> Result<Config, LayoutError> {
-        // A0 (pairs with R0 in publish).
-        let magic = self.magic.load(Ordering::Acquire);
-        if magic != MAGIC {
-            return Err(LayoutError::BadMagic { found: magic });
+        // A0 in `Ids::check` (pairs with R0 in publish).
+        Ids {
+            magic: &self.magic,
+            version: &self.version,
+            req_size: &self.req_size,
+            resp_size: &self.resp_size,
         }
+        .check::<Req, Resp>(MAGIC, VERSION)?;
         // Relaxed: immutable after A0.
-        let version = self.version.load(Ordering::Relaxed);
-        if version != VERSION {
-            return Err(LayoutError::BadVersion { found: version });
-        }
-        let (req, resp) = (
-            self.req_size.load(Ordering::Relaxed),
-            self.resp_size.load(Ordering::Relaxed),
-        );
-        if req as usize != size_of::<Req>() || resp as usize != size_of::<Resp>() {
-            return Err(LayoutError::PayloadSize { req, resp });
-        }
         let cfg = Config {
             max_clients: self.max_clients.load(Ordering::Relaxed),
             depth: self.depth.load(Ordering::Relaxed),
@@ -293,22 +286,12 @@ impl Header {
 
 impl ClientEntry {
     /// A snapshot of this row for liveness checks (orderings as in the delegationrpc
-    /// `Region::client_info`: A6 on the state, A7 on the owner id).
+    /// delegationrpc `DelegRegion::client_info`: A6 on the state, A7 on the owner id).
     pub fn info(&self, id: u32) -> ClientInfo {
-        // A6 (pairs with R6 of the activating CAS, through it with R4 of the freeing
-        // server, which cleared the owner).
-        let (state, epoch) = ClientState::unpack(self.state.load(Ordering::Acquire));
-        // A7 (pairs with R7 in Client::connect).
-        let owner = self.owner.load(Ordering::Acquire);
-        // Relaxed: ordered after A7.
-        let owner_token = self.owner_token.load(Ordering::Relaxed);
-        ClientInfo {
-            id,
-            state,
-            epoch,
-            owner,
-            owner_token,
-        }
+        // A6/A7 in `ClientInfo::read` (A6 pairs with R6 of the activating CAS, through it
+        // with R4 of the freeing server, which cleared the owner; A7 with R7 in
+        // Client::connect).
+        ClientInfo::read(id, &self.state, &self.owner, &self.owner_token)
     }
 
     /// Free, epoch 0.
@@ -329,7 +312,7 @@ impl Default for ClientEntry {
 }
 
 /// References to the parts of one ipc region.
-pub struct Region<'a, Req, Resp> {
+pub struct IpcRegion<'a, Req, Resp> {
     pub(crate) header: &'a Header,
     pub(crate) clients: &'a [ClientEntry],
     pub(crate) req_ctl: &'a [RingCtl],
@@ -338,22 +321,20 @@ pub struct Region<'a, Req, Resp> {
     pub(crate) cfg: Config,
 }
 
-impl<Req, Resp> Clone for Region<'_, Req, Resp> {
+impl<Req, Resp> Clone for IpcRegion<'_, Req, Resp> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<Req, Resp> Copy for Region<'_, Req, Resp> {}
+impl<Req, Resp> Copy for IpcRegion<'_, Req, Resp> {}
 
-impl<Req, Resp> core::fmt::Debug for Region<'_, Req, Resp> {
+impl<Req, Resp> core::fmt::Debug for IpcRegion<'_, Req, Resp> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("ipc::Region")
-            .field("cfg", &self.cfg)
-            .finish()
+        f.debug_struct("IpcRegion").field("cfg", &self.cfg).finish()
     }
 }
 
-impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
+impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
     /// Builds a region from separately allocated parts (loom tests, in-process use).
     pub fn from_parts(
         header: &'a Header,
@@ -408,17 +389,12 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
 }
 
 #[cfg(not(loom))]
-impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
-    /// Bytes a region with `cfg` needs.
-    pub fn required_len(cfg: &Config) -> Result<usize, LayoutError> {
-        Ok(cfg.offsets::<Req, Resp>()?.region_len)
-    }
-
+impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
     /// Initialises a region in zero-filled memory; `owner` goes to header offsets 32 / 48.
     ///
     /// # Safety
     ///
-    /// As [`crate::deleg::Region::init`]: `ptr` valid for reads and writes of `len` bytes
+    /// As delegationrpc's `DelegRegion::init`: `ptr` valid for reads and writes of `len` bytes
     /// for `'a`, zero-filled, accessed only through this module's views meanwhile.
     pub unsafe fn init(
         ptr: *mut u8,
@@ -426,40 +402,22 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
         cfg: &Config,
         owner: impl Into<Owner>,
     ) -> Result<Self, LayoutError> {
-        let off = cfg.offsets::<Req, Resp>()?;
-        check_span(ptr, len, off.region_len)?;
-        // SAFETY: checked span and alignment; zero bytes are valid for every part
-        // (atomics at 0, empty rings at index 0, slot contents are MaybeUninit).
-        let r = unsafe { Self::cast(ptr, cfg, &off) };
-        // Relaxed: a check for a reused buffer, before publication.
-        if r.header.magic.load(Ordering::Relaxed) != 0 {
-            return Err(LayoutError::NotZeroed);
-        }
+        // SAFETY: the caller's contract is `init_region`'s.
+        let r: Self = unsafe { init_region(ptr, len, cfg) }?;
         r.header.publish::<Req, Resp>(cfg, owner.into());
         Ok(r)
     }
+}
 
-    /// Attaches to an initialised region, validating it like [`crate::deleg::Region::attach`].
-    ///
-    /// # Safety
-    ///
-    /// `ptr` valid for reads and writes of `len` bytes for `'a`, accessed only through this
-    /// module's views (in any process).
-    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, LayoutError> {
-        check_span(ptr, len, 128)?;
-        // SAFETY: 128 aligned bytes; `Header` is all atomics.
-        let header = unsafe { &*(ptr as *const Header) };
-        let cfg = header.read_config::<Req, Resp>()?;
-        let off = cfg.offsets::<Req, Resp>()?;
-        check_span(ptr, len, off.region_len)?;
-        // SAFETY: the layout fits in `len`.
-        Ok(unsafe { Self::cast(ptr, &cfg, &off) })
-    }
+#[cfg(not(loom))]
+crate::shm::region_layout!(IpcRegion, align = 128);
 
+#[cfg(not(loom))]
+impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
     /// # Safety
     ///
     /// `ptr` is 128-aligned and valid for `off.region_len` bytes for `'a`.
-    unsafe fn cast(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
+    unsafe fn cast_parts(ptr: *mut u8, cfg: &Config, off: &Offsets) -> Self {
         let n = cfg.max_clients as usize;
         let slots = n * cfg.depth as usize;
         // SAFETY: every part is in bounds per `Offsets`, aligned (128-aligned offsets
@@ -478,15 +436,4 @@ impl<'a, Req: Payload, Resp: Payload> Region<'a, Req, Resp> {
             }
         }
     }
-}
-
-#[cfg(not(loom))]
-fn check_span(ptr: *mut u8, len: usize, need: usize) -> Result<(), LayoutError> {
-    if ptr.is_null() || !ptr.addr().is_multiple_of(128) {
-        return Err(LayoutError::Misaligned);
-    }
-    if len < need {
-        return Err(LayoutError::Truncated { need, have: len });
-    }
-    Ok(())
 }

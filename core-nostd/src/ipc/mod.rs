@@ -3,7 +3,7 @@
 //!
 //! Each client id owns two rings of `depth` slots: requests (client → server) and
 //! responses (server → client). A client `call(req, user_data)` keeps `user_data` in its
-//! own [`Slab`](crate::flux::Slab) and sends the slab token with the request; the server
+//! own [`Slab`](crate::shm::Slab) and sends the slab token with the request; the server
 //! `poll`s every client (refreshing how many requests each has waiting, skipping idle or
 //! excluded ones cheaply), `recv`s round robin, and `reply`s by the request's token — in
 //! any order. The client's `poll` hands `user_data` back with each response.
@@ -63,15 +63,14 @@
 mod client;
 mod layout;
 mod server;
-pub mod spsc;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use client::Client;
 pub use layout::{
-    Cell, ClientEntry, Config, Header, Offsets, Region, MAGIC, MAX_CLIENTS, MAX_DEPTH, VERSION,
+    Cell, ClientEntry, Config, Header, IpcRegion, Offsets, MAGIC, MAX_CLIENTS, MAX_DEPTH, VERSION,
 };
-pub use server::{RecvHandle, Server};
+pub use server::{IpcRequest, Server};
 
 use core::fmt;
 

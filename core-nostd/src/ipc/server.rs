@@ -4,16 +4,15 @@
 //! only consumer of every request ring and the only producer of every response ring.
 #![allow(unsafe_code)]
 
-use super::layout::Region;
+use super::layout::IpcRegion;
 use super::IpcReplyError;
-use crate::deleg::{ClientInfo, ClientState, EvictError, Payload};
-use crate::flux::Msg;
+use crate::shm::{evict, ClientInfo, ClientState, EvictError, Msg, Payload};
 use crate::sync::Ordering;
 
 /// A received request; answer it with [`Server::reply`].
 #[derive(Debug)]
 #[must_use = "the client waits for a reply"]
-pub struct RecvHandle<Req> {
+pub struct IpcRequest<Req> {
     client_id: u32,
     epoch: u32,
     token: u64,
@@ -21,7 +20,7 @@ pub struct RecvHandle<Req> {
     pub payload: Req,
 }
 
-impl<Req> RecvHandle<Req> {
+impl<Req> IpcRequest<Req> {
     /// The calling client.
     pub fn client_id(&self) -> u32 {
         self.client_id
@@ -31,7 +30,7 @@ impl<Req> RecvHandle<Req> {
 /// The ipc server of one region.
 #[derive(Debug)]
 pub struct Server<'a, Req: Payload, Resp: Payload> {
-    region: Region<'a, Req, Resp>,
+    region: IpcRegion<'a, Req, Resp>,
     /// Next client `recv` looks at first (round robin), in `0..max_clients`.
     next: u32,
     /// Ids `< scan_end` have ever been handed out (from `next_client_id`).
@@ -40,7 +39,7 @@ pub struct Server<'a, Req: Payload, Resp: Payload> {
 
 impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// Takes the server role over `region`.
-    pub fn new(region: Region<'a, Req, Resp>) -> Self {
+    pub fn new(region: IpcRegion<'a, Req, Resp>) -> Self {
         // Relaxed: a flag.
         region.header.server_alive.store(true, Ordering::Relaxed);
         Self {
@@ -109,7 +108,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
     /// Takes one request from a client the last `poll` saw busy, round robin; a client
     /// stays "busy" until a `recv` finds its ring empty.
-    pub fn recv(&mut self) -> Option<RecvHandle<Req>> {
+    pub fn recv(&mut self) -> Option<IpcRequest<Req>> {
         let n = self.scan_end;
         for k in 0..n {
             let id = (self.next + k) % n;
@@ -134,7 +133,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 continue;
             }
             self.next = (id + 1) % n;
-            return Some(RecvHandle {
+            return Some(IpcRequest {
                 client_id: id,
                 epoch,
                 token: m.token,
@@ -145,7 +144,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     }
 
     /// Answers `h` (in any order relative to other requests).
-    pub fn reply(&mut self, h: RecvHandle<Req>, resp: &Resp) -> Result<(), IpcReplyError> {
+    pub fn reply(&mut self, h: IpcRequest<Req>, resp: &Resp) -> Result<(), IpcReplyError> {
         let id = h.client_id;
         // Relaxed: only this thread frees ids, so the epoch cannot change under us.
         let (st, epoch) = ClientState::unpack(
@@ -172,24 +171,11 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
     /// Declares client `id` dead (its process is gone); freed on the next poll.
     pub fn evict(&mut self, id: u32) -> Result<(), EvictError> {
-        let e = self
-            .region
-            .clients
-            .get(id as usize)
-            .ok_or(EvictError::BadId)?;
-        // Relaxed: only this thread acts on Dead.
-        let word = e.state.load(Ordering::Relaxed);
-        let (st, epoch) = ClientState::unpack(word);
-        if st != ClientState::Active {
-            return Err(EvictError::NotActive);
-        }
-        // Relaxed: as above; a racing close is handled the same way.
-        let _ = e.state.compare_exchange(
-            word,
-            ClientState::Dead.pack(epoch),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        // A racing close is handled the same way as a won CAS: the next poll frees the id.
+        evict(
+            self.region.clients.get(id as usize).map(|e| &e.state),
+            &[ClientState::Active],
+        )?;
         Ok(())
     }
 

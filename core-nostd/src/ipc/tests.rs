@@ -2,29 +2,21 @@
 #![allow(unsafe_code)]
 
 use super::*;
-use crate::deleg::{EvictError, LayoutError};
-use crate::flux::{Slab, SlabEntry};
+use crate::shm::{EvictError, LayoutError, Slab, SlabEntry, ZeroedMem};
 use std::vec::Vec;
 
 type Req = [u64; 2];
 type Resp = [u64; 2];
 
-#[repr(C, align(128))]
-#[derive(Clone, Copy)]
-struct Block([u8; 128]);
+/// Memory for a region of `cfg`.
+fn mem_for(cfg: &Config) -> ZeroedMem {
+    ZeroedMem::new(IpcRegion::<Req, Resp>::required_len(cfg).unwrap())
+}
 
-struct Mem(Vec<Block>);
-
-impl Mem {
-    fn for_cfg(cfg: &Config) -> Self {
-        let len = Region::<Req, Resp>::required_len(cfg).unwrap();
-        Self(std::vec![Block([0; 128]); len.div_ceil(128)])
-    }
-    fn region(&mut self, cfg: &Config) -> Region<'static, Req, Resp> {
-        let len = self.0.len() * 128;
-        // SAFETY: zeroed, aligned, alive for the whole test, accessed only via the region.
-        unsafe { Region::init(self.0.as_mut_ptr().cast(), len, cfg, 1) }.unwrap()
-    }
+fn region(mem: &mut ZeroedMem, cfg: &Config) -> IpcRegion<'static, Req, Resp> {
+    let len = mem.len();
+    // SAFETY: zeroed, aligned, alive for the whole test, accessed only via the region.
+    unsafe { IpcRegion::init(mem.ptr(), len, cfg, 1) }.unwrap()
 }
 
 fn slab<U>(n: usize) -> Vec<SlabEntry<U>> {
@@ -38,8 +30,8 @@ const CFG: Config = Config {
 
 #[test]
 fn out_of_order_replies_by_token() {
-    let mut mem = Mem::for_cfg(&CFG);
-    let r = mem.region(&CFG);
+    let mut mem = mem_for(&CFG);
+    let r = region(&mut mem, &CFG);
     let mut server = Server::new(r);
     let mut sm = slab::<u32>(8);
     let mut c = Client::connect(r, 5, Slab::new(&mut sm)).unwrap();
@@ -72,8 +64,8 @@ fn closed_client_frees_its_id_and_stale_replies_are_refused() {
         max_clients: 1,
         depth: 2,
     };
-    let mut mem = Mem::for_cfg(&cfg);
-    let r = mem.region(&cfg);
+    let mut mem = mem_for(&cfg);
+    let r = region(&mut mem, &cfg);
     let mut server = Server::new(r);
     let (mut s1, mut s2, mut s3) = (slab::<()>(2), slab::<()>(2), slab::<()>(2));
     let mut a = Client::connect(r, 1, Slab::new(&mut s1)).unwrap();
@@ -113,21 +105,22 @@ fn closed_client_frees_its_id_and_stale_replies_are_refused() {
 
 #[test]
 fn attach_validates() {
-    let mut mem = Mem::for_cfg(&CFG);
-    let len = mem.0.len() * 128;
-    let p: *mut u8 = mem.0.as_mut_ptr().cast();
+    let mut mem = mem_for(&CFG);
+    let len = mem.len();
+    let p = mem.ptr();
+    let need = IpcRegion::<Req, Resp>::required_len(&CFG).unwrap();
     // SAFETY: valid zeroed memory for the test, accessed only through regions.
-    let e = unsafe { Region::<Req, Resp>::attach(p, len) }.unwrap_err();
+    let e = unsafe { IpcRegion::<Req, Resp>::attach(p, len) }.unwrap_err();
     assert_eq!(e, LayoutError::BadMagic { found: 0 });
-    let _r = mem.region(&CFG);
+    let _r = region(&mut mem, &CFG);
     // SAFETY: as above.
-    let ok = unsafe { Region::<Req, Resp>::attach(p, len) };
+    let ok = unsafe { IpcRegion::<Req, Resp>::attach(p, len) };
     assert!(ok.is_ok());
     // SAFETY: as above.
-    let short = unsafe { Region::<Req, Resp>::attach(p, len - 128) };
+    let short = unsafe { IpcRegion::<Req, Resp>::attach(p, need - 128) };
     assert!(matches!(short, Err(LayoutError::Truncated { .. })));
     // SAFETY: as above.
-    let other = unsafe { Region::<Req, [u8; 3]>::attach(p, len) };
+    let other = unsafe { IpcRegion::<Req, [u8; 3]>::attach(p, len) };
     assert!(matches!(other, Err(LayoutError::PayloadSize { .. })));
 }
 
@@ -138,8 +131,8 @@ fn threaded_clients_conserve_requests() {
         max_clients: 3,
         depth: 4,
     };
-    let mut mem = Mem::for_cfg(&cfg);
-    let r = mem.region(&cfg);
+    let mut mem = mem_for(&cfg);
+    let r = region(&mut mem, &cfg);
     let mut server = Server::new(r);
     std::thread::scope(|s| {
         for t in 0..3u32 {

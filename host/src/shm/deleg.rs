@@ -4,10 +4,12 @@
 use std::time::{Duration, Instant};
 
 use copyrpc_core::deleg::{
-    CallError, Client, ClientInfo, ClientState, Config, ConnectError, EvictError, Header, Payload,
-    RecvEntry, Region, ReplyError, ReplyToken, Server, ServerConfig, ServerStats, MAGIC,
+    CallError, Client, Config, ConnectError, DelegRegion, RecvEntry, ReplyError, ReplyToken,
+    Server, ServerConfig, ServerStats,
 };
+use copyrpc_core::shm::{ClientInfo, ClientState, EvictError, Payload};
 
+use super::layout::{create_region, dead_clients, open_region, owner_gone, server_alive};
 use super::{ProcessId, ShmRegion};
 use crate::error::{Error, Result};
 
@@ -59,70 +61,13 @@ impl<Req: Payload, Resp: Payload> std::fmt::Debug for DelegServer<Req, Resp> {
     }
 }
 
-/// The creator of an existing region, if it is a delegationrpc or ipc region of the
-/// current layout versions (both keep magic @0, version @8, the creator's pid @32 and its
-/// start time @48). `None` for anything else: too short, not initialised, another
-/// protocol, or an older layout, whose creator cannot be told from a reused pid.
-pub(crate) fn header_owner(shm: &ShmRegion) -> Option<ProcessId> {
-    if shm.len() < 128 {
-        return None;
-    }
-    // SAFETY: the mapping is page aligned and at least 128 bytes; `Header` is all atomics,
-    // valid for any bytes, and other processes touch these words only atomically.
-    let h = unsafe { &*(shm.as_ptr() as *const Header) };
-    // Relaxed: a half-initialised region reads magic 0 and is taken as stale.
-    let magic = h.magic.load(std::sync::atomic::Ordering::Relaxed);
-    let version = h.version.load(std::sync::atomic::Ordering::Relaxed);
-    let current = (magic == MAGIC && version == copyrpc_core::deleg::VERSION)
-        || (magic == copyrpc_core::ipc::MAGIC && version == copyrpc_core::ipc::VERSION);
-    current.then(|| h.server_owner().into())
-}
-
-/// Creates `name` exclusively. If it exists: [`Error::ShmExists`] when its creator (pid
-/// and start time) is
-/// alive, else [`Error::ShmStale`] (or, with `replace_stale`, unlink and create anew).
-pub(crate) fn create_exclusive(name: &str, len: usize, replace_stale: bool) -> Result<ShmRegion> {
-    match ShmRegion::create(name, len) {
-        Err(Error::ShmOpen { source, .. })
-            if source.kind() == std::io::ErrorKind::AlreadyExists =>
-        {
-            let owner = ShmRegion::open(name).ok().and_then(|r| header_owner(&r));
-            let pid = owner.map_or(0, |o| o.pid);
-            if owner.is_some_and(|o| o.alive()) {
-                return Err(Error::ShmExists {
-                    name: name.to_owned(),
-                    pid,
-                });
-            }
-            if !replace_stale {
-                return Err(Error::ShmStale {
-                    name: name.to_owned(),
-                    pid,
-                });
-            }
-            ShmRegion::unlink(name)?;
-            ShmRegion::create(name, len)
-        }
-        other => other,
-    }
-}
-
 impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
     /// Creates region `name` with `cfg`, records this pid as its server and starts serving.
     pub fn create(name: &str, cfg: Config, opts: ServerOptions) -> Result<Self> {
-        let layout_err = |source| Error::ShmLayout {
-            name: name.to_owned(),
-            source,
-        };
-        let len = Region::<Req, Resp>::required_len(&cfg).map_err(layout_err)?;
-        let shm = create_exclusive(name, len, opts.replace_stale)?;
-        // SAFETY: a fresh mapping of `len` zero bytes that lives as long as `self`: the
-        // region's references are stored only in `server`, which drops before `shm`, and
-        // no method hands out anything that outlives `&self`.
-        let region = unsafe {
-            Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, ProcessId::current())
-        }
-        .map_err(layout_err)?;
+        // The region's references are stored only in `server`, which drops before `shm`,
+        // and no method hands out anything that outlives `&self`.
+        let (region, shm) =
+            create_region::<DelegRegion<'static, Req, Resp>>(name, &cfg, opts.replace_stale)?;
         let server = Server::new(
             region,
             ServerConfig {
@@ -171,12 +116,7 @@ impl<Req: Payload, Resp: Payload> DelegServer<Req, Resp> {
 
     /// Evicts every registered client whose owner pid is gone; returns how many.
     pub fn reap_dead_clients(&mut self) -> usize {
-        let dead: Vec<u32> = self
-            .server
-            .clients()
-            .filter(|c| c.state == ClientState::Active && owner_gone(c))
-            .map(|c| c.id)
-            .collect();
+        let dead = dead_clients(self.server.clients());
         for &id in &dead {
             let _ = self.server.evict(id);
         }
@@ -259,7 +199,7 @@ pub const CONNECT_WAIT: Duration = Duration::from_secs(2);
 /// clients — and retries. Only the server may free an id: the dead client's requests
 /// still in the ring must be dropped before a new owner takes its response slots.
 fn connect_reclaiming<Req: Payload, Resp: Payload>(
-    region: Region<'static, Req, Resp>,
+    region: DelegRegion<'static, Req, Resp>,
     name: &str,
     server: ProcessId,
 ) -> Result<Client<'static, Req, Resp>> {
@@ -308,16 +248,6 @@ fn connect_reclaiming<Req: Payload, Resp: Payload>(
     }
 }
 
-/// True if the client row names an owner (0 while it registers) that is no longer alive.
-pub(crate) fn owner_gone(c: &ClientInfo) -> bool {
-    c.owner != 0
-        && !ProcessId {
-            pid: c.owner,
-            start: c.owner_token,
-        }
-        .alive()
-}
-
 /// How long [`DelegClient::call`] waits for room in a full ring by default.
 pub const DEFAULT_CALL_WAIT: Duration = Duration::from_secs(5);
 
@@ -328,7 +258,7 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(1);
 pub struct DelegClient<Req: Payload, Resp: Payload> {
     // Field order matters: `client` borrows the mapping owned by `shm` and drops first.
     client: Client<'static, Req, Resp>,
-    region: Region<'static, Req, Resp>,
+    region: DelegRegion<'static, Req, Resp>,
     shm: ShmRegion,
     call_wait: Duration,
 }
@@ -346,30 +276,8 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
     /// Opens `name`, validates its layout for these payload types, checks that its server
     /// is alive and registers (this pid is recorded as the client's owner).
     pub fn connect(name: &str) -> Result<Self> {
-        let shm = ShmRegion::open(name)?;
-        // SAFETY: the mapping covers `shm.len()` bytes and lives as long as `self` (the
-        // views are stored in fields that drop before `shm`); other processes access it
-        // only through the same layout's atomics and protocol.
-        let region = unsafe { Region::<'static, Req, Resp>::attach(shm.as_ptr(), shm.len()) }
-            .map_err(|source| Error::ShmLayout {
-                name: name.to_owned(),
-                source,
-            })?;
-        let h = region.header();
-        debug_assert_eq!(h.magic.load(std::sync::atomic::Ordering::Relaxed), MAGIC);
-        // Relaxed: flags and a pid, no data.
-        if !h.server_alive.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(Error::ServerGone {
-                name: name.to_owned(),
-            });
-        }
-        let server = ProcessId::from(h.server_owner());
-        if !server.alive() {
-            return Err(Error::ShmStale {
-                name: name.to_owned(),
-                pid: server.pid,
-            });
-        }
+        // The views are stored in fields that drop before `shm`.
+        let (region, server, shm) = open_region::<DelegRegion<'static, Req, Resp>>(name)?;
         let client = connect_reclaiming(region, name, server)?;
         Ok(Self {
             client,
@@ -429,10 +337,7 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
     /// True while the server runs: its flag is set and its process (pid and start time)
     /// is alive. A server killed without running its destructor is caught by the second.
     pub fn server_alive(&self) -> bool {
-        let h = self.region.header();
-        // Relaxed: a flag.
-        h.server_alive.load(std::sync::atomic::Ordering::Relaxed)
-            && ProcessId::from(h.server_owner()).alive()
+        server_alive(&self.region)
     }
 
     /// The region's name.
@@ -467,7 +372,8 @@ mod tests {
     use super::*;
     use crate::shm::my_pid;
     use crate::shm::tests::unique;
-    use copyrpc_core::deleg::{ConnectError, LayoutError};
+    use copyrpc_core::deleg::ConnectError;
+    use copyrpc_core::shm::LayoutError;
     use std::sync::atomic::Ordering;
 
     type Req = [u64; 2];
@@ -514,7 +420,7 @@ mod tests {
     fn bad_regions_are_typed_errors_naming_the_region() {
         // Wrong magic: a region of the right size that is not delegationrpc.
         let name = unique("magic");
-        let len = Region::<Req, Resp>::required_len(&CFG).unwrap();
+        let len = DelegRegion::<Req, Resp>::required_len(&CFG).unwrap();
         let raw = ShmRegion::create(&name, len).unwrap();
         // SAFETY: our fresh mapping, no other user yet.
         unsafe { raw.as_ptr().cast::<u64>().write(0x1234) };

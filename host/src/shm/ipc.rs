@@ -1,11 +1,12 @@
 //! ipc over a named `/dev/shm` region: the core's ipc [`Server`] and [`Client`] with the
 //! pids and liveness checks left to the host.
 
-use copyrpc_core::deleg::{ClientInfo, ClientState, EvictError, Payload};
-use copyrpc_core::flux::{Slab, SlabEntry};
-use copyrpc_core::ipc::{Client, Config, IpcCallError, IpcReplyError, RecvHandle, Region, Server};
+use copyrpc_core::ipc::{
+    Client, Config, IpcCallError, IpcRegion, IpcReplyError, IpcRequest, Server,
+};
+use copyrpc_core::shm::{ClientInfo, EvictError, Payload, Slab, SlabEntry};
 
-use super::deleg::{create_exclusive, owner_gone};
+use super::layout::{create_region, dead_clients, open_region, server_alive};
 use super::{ProcessId, ShmRegion};
 use crate::error::{Error, Result};
 
@@ -28,18 +29,10 @@ impl<Req: Payload, Resp: Payload> IpcServer<Req, Resp> {
     /// Creates region `name` exclusively (see [`super::deleg::DelegServer::create`] for the
     /// stale-region rules) and starts serving.
     pub fn create(name: &str, cfg: Config, replace_stale: bool) -> Result<Self> {
-        let layout_err = |source| Error::ShmLayout {
-            name: name.to_owned(),
-            source,
-        };
-        let len = Region::<Req, Resp>::required_len(&cfg).map_err(layout_err)?;
-        let shm = create_exclusive(name, len, replace_stale)?;
-        // SAFETY: a fresh zero-filled mapping of `len` bytes that outlives `server` (field
-        // order), and nothing derived from it is handed out beyond `&self`.
-        let region = unsafe {
-            Region::<'static, Req, Resp>::init(shm.as_ptr(), shm.len(), &cfg, ProcessId::current())
-        }
-        .map_err(layout_err)?;
+        // The mapping outlives `server` (field order), and nothing derived from it is
+        // handed out beyond `&self`.
+        let (region, shm) =
+            create_region::<IpcRegion<'static, Req, Resp>>(name, &cfg, replace_stale)?;
         Ok(Self {
             server: Server::new(region),
             shm,
@@ -62,12 +55,12 @@ impl<Req: Payload, Resp: Payload> IpcServer<Req, Resp> {
     }
 
     /// Core `recv`.
-    pub fn recv(&mut self) -> Option<RecvHandle<Req>> {
+    pub fn recv(&mut self) -> Option<IpcRequest<Req>> {
         self.server.recv()
     }
 
     /// Core `reply`.
-    pub fn reply(&mut self, h: RecvHandle<Req>, resp: &Resp) -> Result<(), IpcReplyError> {
+    pub fn reply(&mut self, h: IpcRequest<Req>, resp: &Resp) -> Result<(), IpcReplyError> {
         self.server.reply(h, resp)
     }
 
@@ -84,12 +77,7 @@ impl<Req: Payload, Resp: Payload> IpcServer<Req, Resp> {
     /// Evicts every active client whose owner pid is gone; returns how many. The next
     /// `poll` frees their ids.
     pub fn reap_dead_clients(&mut self) -> usize {
-        let dead: Vec<u32> = self
-            .server
-            .clients()
-            .filter(|c| c.state == ClientState::Active && owner_gone(c))
-            .map(|c| c.id)
-            .collect();
+        let dead = dead_clients(self.server.clients());
         for &id in &dead {
             let _ = self.server.evict(id);
         }
@@ -113,7 +101,7 @@ pub struct IpcClient<Req: Payload, Resp: Payload, U: 'static> {
     // Field order matters: `client` borrows both `slab` and the mapping in `shm`.
     client: Client<'static, 'static, Req, Resp, U>,
     _slab: SlabBox<U>,
-    region: Region<'static, Req, Resp>,
+    region: IpcRegion<'static, Req, Resp>,
     shm: ShmRegion,
 }
 
@@ -133,27 +121,8 @@ impl<Req: Payload, Resp: Payload, U: 'static> std::fmt::Debug for IpcClient<Req,
 impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
     /// Opens `name`, validates its layout, checks that its server is alive and registers.
     pub fn connect(name: &str) -> Result<Self> {
-        let shm = ShmRegion::open(name)?;
-        // SAFETY: the mapping covers `shm.len()` bytes and outlives the views (field order).
-        let region = unsafe { Region::<'static, Req, Resp>::attach(shm.as_ptr(), shm.len()) }
-            .map_err(|source| Error::ShmLayout {
-                name: name.to_owned(),
-                source,
-            })?;
-        let h = region.header();
-        // Relaxed: a flag and a pid.
-        if !h.server_alive.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(Error::ServerGone {
-                name: name.to_owned(),
-            });
-        }
-        let server = ProcessId::from(h.server_owner());
-        if !server.alive() {
-            return Err(Error::ShmStale {
-                name: name.to_owned(),
-                pid: server.pid,
-            });
-        }
+        // The mapping outlives the views (field order).
+        let (region, _server, shm) = open_region::<IpcRegion<'static, Req, Resp>>(name)?;
         let depth = region.config().depth as usize;
         let raw = Box::into_raw((0..depth).map(|_| SlabEntry::new()).collect::<Box<[_]>>());
         let slab_box = SlabBox(raw);
@@ -195,10 +164,7 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
 
     /// True while the server's flag is set and its process (pid and start time) is alive.
     pub fn server_alive(&self) -> bool {
-        let h = self.region.header();
-        // Relaxed: a flag.
-        h.server_alive.load(std::sync::atomic::Ordering::Relaxed)
-            && ProcessId::from(h.server_owner()).alive()
+        server_alive(&self.region)
     }
 }
 
@@ -206,8 +172,8 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
 mod tests {
     use super::*;
     use crate::shm::tests::unique;
-    use copyrpc_core::deleg::LayoutError;
     use copyrpc_core::ipc::IpcConnectError;
+    use copyrpc_core::shm::LayoutError;
 
     type Req = [u64; 2];
     type Resp = [u64; 2];

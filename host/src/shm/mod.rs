@@ -21,6 +21,7 @@
 
 pub mod deleg;
 pub mod ipc;
+pub mod layout;
 
 use std::ffi::CString;
 use std::io;
@@ -28,7 +29,7 @@ use std::ptr::NonNull;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use copyrpc_core::deleg::Owner;
+use copyrpc_core::shm::Owner;
 
 use crate::error::{Error, Result};
 

@@ -1,0 +1,208 @@
+//! What the delegationrpc and ipc wrappers share: creating a region exclusively (with
+//! the stale-region rules), opening one (validating its layout and its server's
+//! liveness), and the liveness checks of client-table rows. Each protocol's region type
+//! implements [`ShmLayout`]; the wrappers hold only what is their protocol's own.
+
+use copyrpc_core::deleg::{self, DelegRegion};
+use copyrpc_core::ipc::{self, IpcRegion};
+use copyrpc_core::shm::{peek_header, ClientInfo, ClientState, LayoutError, Owner, Payload};
+
+use super::{ProcessId, ShmRegion};
+use crate::error::{Error, Result};
+
+/// A core region view the host can put in a named mapping.
+pub trait ShmLayout: Copy + Sized {
+    /// The shape the creator chooses.
+    type Config;
+
+    /// Bytes a region with `cfg` needs.
+    fn required_len(cfg: &Self::Config) -> std::result::Result<usize, LayoutError>;
+
+    /// Core `init`, recording `owner` as the server.
+    ///
+    /// # Safety
+    ///
+    /// As the core's `init`: `ptr` valid for `len` zero bytes for `'static`, accessed
+    /// only through the layout's views.
+    unsafe fn init(
+        ptr: *mut u8,
+        len: usize,
+        cfg: &Self::Config,
+        owner: ProcessId,
+    ) -> std::result::Result<Self, LayoutError>;
+
+    /// Core `attach`.
+    ///
+    /// # Safety
+    ///
+    /// As the core's `attach`: `ptr` valid for `len` bytes for `'static`, accessed only
+    /// through the layout's views (in any process).
+    unsafe fn attach(ptr: *mut u8, len: usize) -> std::result::Result<Self, LayoutError>;
+
+    /// The header's `server_alive` flag.
+    fn server_flag(&self) -> bool;
+
+    /// The server's owner as recorded at init.
+    fn server_owner(&self) -> Owner;
+}
+
+/// The same forwarding for each protocol's region view (their inherent functions have
+/// the same shapes).
+macro_rules! shm_layout {
+    ($region:ident, $config:ty) => {
+        impl<Req: Payload, Resp: Payload> ShmLayout for $region<'static, Req, Resp> {
+            type Config = $config;
+
+            fn required_len(cfg: &$config) -> std::result::Result<usize, LayoutError> {
+                $region::<'static, Req, Resp>::required_len(cfg)
+            }
+
+            unsafe fn init(
+                ptr: *mut u8,
+                len: usize,
+                cfg: &$config,
+                owner: ProcessId,
+            ) -> std::result::Result<Self, LayoutError> {
+                // SAFETY: the caller's contract is the core's.
+                unsafe { $region::<'static, Req, Resp>::init(ptr, len, cfg, owner) }
+            }
+
+            unsafe fn attach(ptr: *mut u8, len: usize) -> std::result::Result<Self, LayoutError> {
+                // SAFETY: the caller's contract is the core's.
+                unsafe { $region::<'static, Req, Resp>::attach(ptr, len) }
+            }
+
+            fn server_flag(&self) -> bool {
+                // Relaxed: a flag; nothing is published with it.
+                self.header()
+                    .server_alive
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            }
+
+            fn server_owner(&self) -> Owner {
+                self.header().server_owner()
+            }
+        }
+    };
+}
+
+shm_layout!(DelegRegion, deleg::Config);
+shm_layout!(IpcRegion, ipc::Config);
+
+fn layout_err(name: &str) -> impl Fn(LayoutError) -> Error + '_ {
+    move |source| Error::ShmLayout {
+        name: name.to_owned(),
+        source,
+    }
+}
+
+/// Creates region `name` exclusively (see [`create_exclusive`]) and initialises layout
+/// `L` in it with this process as its server.
+///
+/// The view borrows the mapping as `'static`: the caller keeps the [`ShmRegion`] alive
+/// for as long as it holds the view (a field declared after every view, so it drops
+/// last), and hands out nothing that outlives `&self`.
+pub(crate) fn create_region<L: ShmLayout>(
+    name: &str,
+    cfg: &L::Config,
+    replace_stale: bool,
+) -> Result<(L, ShmRegion)> {
+    let len = L::required_len(cfg).map_err(layout_err(name))?;
+    let shm = create_exclusive(name, len, replace_stale)?;
+    // SAFETY: a fresh mapping of `len` zero bytes; the caller keeps `shm` alive as long as
+    // the view (see above).
+    let region = unsafe { L::init(shm.as_ptr(), shm.len(), cfg, ProcessId::current()) }
+        .map_err(layout_err(name))?;
+    Ok((region, shm))
+}
+
+/// Opens `name`, validates layout `L` in it and checks that its server runs: the flag
+/// set ([`Error::ServerGone`] if not) and its process, pid and start time, alive
+/// ([`Error::ShmStale`] if not). Returns the view, the server and the mapping, which the
+/// caller keeps alive as long as the view (as for [`create_region`]).
+pub(crate) fn open_region<L: ShmLayout>(name: &str) -> Result<(L, ProcessId, ShmRegion)> {
+    let shm = ShmRegion::open(name)?;
+    // SAFETY: the mapping covers `shm.len()` bytes and the caller keeps it alive as long
+    // as the view; other processes access it only through the same layout's atomics and
+    // protocol.
+    let region = unsafe { L::attach(shm.as_ptr(), shm.len()) }.map_err(layout_err(name))?;
+    if !region.server_flag() {
+        return Err(Error::ServerGone {
+            name: name.to_owned(),
+        });
+    }
+    let server = ProcessId::from(region.server_owner());
+    if !server.alive() {
+        return Err(Error::ShmStale {
+            name: name.to_owned(),
+            pid: server.pid,
+        });
+    }
+    Ok((region, server, shm))
+}
+
+/// True while the server runs: its flag is set and its process (pid and start time) is
+/// alive. A server killed without running its destructor is caught by the second.
+pub(crate) fn server_alive<L: ShmLayout>(region: &L) -> bool {
+    region.server_flag() && ProcessId::from(region.server_owner()).alive()
+}
+
+/// The creator of an existing region, if it is a delegationrpc or ipc region of the
+/// current layout versions (both keep magic @0, version @8, the creator's pid @32 and its
+/// start time @48). `None` for anything else: too short, not initialised, another
+/// protocol, or an older layout, whose creator cannot be told from a reused pid.
+pub(crate) fn header_owner(shm: &ShmRegion) -> Option<ProcessId> {
+    // SAFETY: the mapping covers `shm.len()` bytes, which other processes touch only
+    // atomically.
+    let h = unsafe { peek_header(shm.as_ptr(), shm.len()) }?;
+    let current = (h.magic == deleg::MAGIC && h.version == deleg::VERSION)
+        || (h.magic == ipc::MAGIC && h.version == ipc::VERSION);
+    current.then(|| h.server.into())
+}
+
+/// Creates `name` exclusively. If it exists: [`Error::ShmExists`] when its creator (pid
+/// and start time) is
+/// alive, else [`Error::ShmStale`] (or, with `replace_stale`, unlink and create anew).
+pub(crate) fn create_exclusive(name: &str, len: usize, replace_stale: bool) -> Result<ShmRegion> {
+    match ShmRegion::create(name, len) {
+        Err(Error::ShmOpen { source, .. })
+            if source.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            let owner = ShmRegion::open(name).ok().and_then(|r| header_owner(&r));
+            let pid = owner.map_or(0, |o| o.pid);
+            if owner.is_some_and(|o| o.alive()) {
+                return Err(Error::ShmExists {
+                    name: name.to_owned(),
+                    pid,
+                });
+            }
+            if !replace_stale {
+                return Err(Error::ShmStale {
+                    name: name.to_owned(),
+                    pid,
+                });
+            }
+            ShmRegion::unlink(name)?;
+            ShmRegion::create(name, len)
+        }
+        other => other,
+    }
+}
+
+/// True if the client row names an owner (0 while it registers) that is no longer alive.
+pub(crate) fn owner_gone(c: &ClientInfo) -> bool {
+    c.owner != 0
+        && !ProcessId {
+            pid: c.owner,
+            start: c.owner_token,
+        }
+        .alive()
+}
+
+/// The ids of the active clients in `clients` whose owner process is gone.
+pub(crate) fn dead_clients(clients: impl Iterator<Item = ClientInfo>) -> Vec<u32> {
+    clients
+        .filter(|c| c.state == ClientState::Active && owner_gone(c))
+        .map(|c| c.id)
+        .collect()
+}
