@@ -1,10 +1,11 @@
 //! The wire views' public setters and the accessors nothing else asserts: each setter
 //! writes exactly the bytes `Repr::emit` writes for its field and leaves every other
-//! byte alone; `is_response` reads the flag; the batch iterator's `size_hint` is exact.
+//! byte alone; `buffer_len` is what `emit` writes; `is_response` reads the flag; the
+//! batch iterator's `size_hint` is exact; each error has its own text.
 
 use copyrpc_core::wire::{
     emit_message, parse_batch, to_response_id, FlowMetaRepr, FlowMetaView, HeaderRepr, HeaderView,
-    WireError, HEADER_SIZE, RESPONSE_FLAG,
+    WireError, FLOW_METADATA_SIZE, HEADER_SIZE, RESPONSE_FLAG,
 };
 
 /// Filler that no field value below contains, so an untouched byte is told apart.
@@ -174,4 +175,53 @@ fn size_hint_is_the_exact_bound_and_falls_as_the_iterator_advances() {
     assert_eq!(it.size_hint(), (0, Some(1)));
     assert_eq!(it.next(), None);
     assert_eq!(it.size_hint(), (0, Some(0)));
+}
+
+/// Each error says what went wrong in its own words: the host puts these texts in its
+/// error messages, so an empty or shared text would hide which check refused.
+#[test]
+fn wire_errors_display_distinct_nonempty_text() {
+    let all = [
+        WireError::Truncated,
+        WireError::Misaligned,
+        WireError::ImmOverflow,
+        WireError::PayloadTooLarge,
+        WireError::TrailingBytes,
+    ];
+    let texts: Vec<String> = all.iter().map(ToString::to_string).collect();
+    for (e, t) in all.iter().zip(&texts) {
+        assert!(!t.is_empty(), "{e:?}");
+    }
+    let mut unique = texts.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), all.len(), "{texts:?}");
+}
+
+/// `buffer_len` is the room a caller must give `emit`: exactly the bytes it writes.
+#[test]
+fn buffer_len_is_what_emit_writes() {
+    let header = HeaderRepr {
+        call_id: 1,
+        piggyback: 2,
+        payload_len: 3,
+    };
+    let mut buf = [FILL; 64];
+    header.emit(&mut HeaderView::new_unchecked(&mut buf[..]));
+    let written = buf.iter().rposition(|&b| b != FILL).unwrap() + 1;
+    assert_eq!(header.buffer_len(), HEADER_SIZE as usize);
+    assert!(written <= header.buffer_len());
+    assert!(buf[header.buffer_len()..].iter().all(|&b| b == FILL));
+
+    let meta = FlowMetaRepr {
+        ring_credit_return: 1,
+        credit_grant: 2,
+        message_count: 3,
+    };
+    let mut buf = [FILL; 64];
+    meta.emit(&mut FlowMetaView::new_unchecked(&mut buf[..]));
+    // The padding is written (as zeros) up to the last byte of the metadata.
+    let written = buf.iter().rposition(|&b| b != FILL).unwrap() + 1;
+    assert_eq!(meta.buffer_len(), written);
+    assert_eq!(meta.buffer_len(), FLOW_METADATA_SIZE as usize);
 }

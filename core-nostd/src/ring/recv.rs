@@ -218,6 +218,19 @@ mod tests {
         );
     }
 
+    /// A batch may fill the ring up to the last free byte; one 32 B block more is an
+    /// overrun.
+    #[test]
+    fn a_batch_that_fills_the_ring_exactly_is_accepted() {
+        let mut r = ring(256);
+        r.on_imm(128).unwrap();
+        assert_eq!(r.on_imm(128).map(|s| s.offset), Ok(128));
+        assert_eq!(r.unconsumed(), 256);
+        r.consume(32).unwrap();
+        assert_eq!(r.on_imm(64), Err(RingError::Overrun));
+        assert_eq!(r.on_imm(32).map(|s| s.offset), Ok(0));
+    }
+
     #[test]
     fn skip_wrap_cannot_pass_the_producer() {
         let mut r = ring(256);
