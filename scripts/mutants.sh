@@ -74,7 +74,7 @@ for m in "${modules[@]}"; do
   t0=$SECONDS
   status=0
   timeout --signal=INT --kill-after=30 "$left" \
-    cargo mutants -p copyrpc-core -f "core-nostd/src/$m/**" -j "$JOBS" \
+    cargo mutants -p copyrpc-core -f "core-nostd/src/$m/**" --shuffle -j "$JOBS" \
       --timeout "$TIMEOUT" --build-timeout 300 --output "$out" "${args[@]}" \
       -- -- --skip deleg:: --skip ipc:: --skip flux:: ||
     status=$?

@@ -242,6 +242,11 @@ fn an_idle_poll_visits_no_endpoint() {
                     .unwrap();
             }
         }
+        for i in 0..E {
+            assert_eq!(p.a.ctx.pending_calls_on(p.a.eps[i]), 3, "endpoint {i}");
+        }
+        // Each endpoint has a batch to post: all are due before the first poll.
+        assert_eq!(p.a.ctx.endpoints_due(), E as u32);
         while got < 2 * 3 * E {
             p.a.ctx.poll(|_, r| {
                 r.unwrap();
@@ -262,6 +267,7 @@ fn an_idle_poll_visits_no_endpoint() {
             p.b.ctx.poll(|_, _| unreachable!());
             p.step();
         }
+        assert_eq!(p.a.ctx.pending_calls_on(p.a.eps[0]), 0);
         assert_eq!(p.a.ctx.endpoints_due(), 0, "caller endpoints left to visit");
         assert_eq!(
             p.b.ctx.endpoints_due(),
