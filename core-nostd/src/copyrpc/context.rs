@@ -503,6 +503,16 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         &self.stats
     }
 
+    /// Endpoints the next poll will visit even if nothing arrives: those with something
+    /// to post, and failed ones not yet drained. With none (and no probe sweep due) a
+    /// poll that finds both CQs empty returns at once. For tests and diagnostics: the
+    /// poll path itself never calls this.
+    pub fn endpoints_due(&self) -> u32 {
+        (0..EPS.div_ceil(64))
+            .map(|w| self.dirty.word(w).count_ones())
+            .sum()
+    }
+
     /// The QP number of an endpoint.
     pub fn qpn(&self, id: EndpointId) -> Result<u32, Error> {
         Ok(self.ep(id)?.sq.qpn())

@@ -250,5 +250,7 @@ mod tests {
         assert_eq!(batch_wqe_bbs(220, 204), 4);
         assert_eq!(batch_wqe_bbs(0, 0), 1);
         assert_eq!(batch_wqe_bbs(236, 0), 5);
+        // The split WQE is the larger: its data segment (the `+ 1`) takes it to 9 units.
+        assert_eq!(batch_wqe_bbs(0, 92), 3);
     }
 }

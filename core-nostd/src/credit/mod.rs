@@ -290,6 +290,22 @@ pub const fn max_sure_request_payload(max_resp_reservation: u64, remote_ring_siz
 mod tests {
     use super::*;
 
+    /// The host quotes these texts when it reports a refused call or reply.
+    #[test]
+    fn errors_display_distinct_nonempty_text() {
+        let all = [
+            CreditError::InsufficientCredit,
+            CreditError::AllowanceTooLarge,
+            CreditError::ReplyTooLarge,
+            CreditError::ReservationUnderflow,
+        ];
+        let mut texts: Vec<String> = all.iter().map(ToString::to_string).collect();
+        assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
+        texts.sort();
+        texts.dedup();
+        assert_eq!(texts.len(), all.len());
+    }
+
     #[test]
     fn allowance_sum_is_the_sum_of_the_allowances() {
         let blocks = [0u32, 1, 7, 128, 4095, u32::MAX];

@@ -131,6 +131,25 @@ mod tests {
         assert!(RingSize::new(1 << 36).is_ok());
     }
 
+    /// The host quotes these texts when it reports a refused batch.
+    #[test]
+    fn errors_display_distinct_nonempty_text() {
+        let all = [
+            RingError::BadSize,
+            RingError::Misaligned,
+            RingError::MessageTooLarge,
+            RingError::CrossesRingEnd,
+            RingError::Overrun,
+            RingError::BeyondProducer,
+            RingError::CreditOverrun,
+        ];
+        let mut texts: Vec<String> = all.iter().map(ToString::to_string).collect();
+        assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
+        texts.sort();
+        texts.dedup();
+        assert_eq!(texts.len(), all.len());
+    }
+
     #[test]
     fn lap_arithmetic() {
         let size = RingSize::new(256).unwrap();

@@ -197,6 +197,40 @@ mod tests {
         assert_eq!(r.consume(33), Err(RingError::Misaligned));
     }
 
+    /// The room to the ring end is `size - offset`: at offset 0 it equals the size, so
+    /// only a nonzero offset tells it from `size + offset` (or from no offset at all).
+    #[test]
+    fn crossing_the_ring_end_is_refused_at_a_nonzero_offset() {
+        let mut r = ring(256);
+        r.on_imm(64).unwrap();
+        r.consume(64).unwrap();
+        // 224 B from offset 64 would run 32 B past the end, though nothing is unconsumed.
+        assert_eq!(r.on_imm(224), Err(RingError::CrossesRingEnd));
+        assert_eq!(r.producer(), 64, "a refused batch changes nothing");
+        // Exactly to the end is fine.
+        assert_eq!(
+            r.on_imm(192),
+            Ok(RecvSpan {
+                start: 64,
+                offset: 64,
+                len: 192
+            })
+        );
+    }
+
+    /// A batch may fill the ring up to the last free byte; one 32 B block more is an
+    /// overrun.
+    #[test]
+    fn a_batch_that_fills_the_ring_exactly_is_accepted() {
+        let mut r = ring(256);
+        r.on_imm(128).unwrap();
+        assert_eq!(r.on_imm(128).map(|s| s.offset), Ok(128));
+        assert_eq!(r.unconsumed(), 256);
+        r.consume(32).unwrap();
+        assert_eq!(r.on_imm(64), Err(RingError::Overrun));
+        assert_eq!(r.on_imm(32).map(|s| s.offset), Ok(0));
+    }
+
     #[test]
     fn skip_wrap_cannot_pass_the_producer() {
         let mut r = ring(256);

@@ -387,6 +387,36 @@ mod tests {
         }
     }
 
+    /// The fast paths are not just consistent (above) but taken: every message that
+    /// does not wrap is answered by one of them, not left to the general code (which
+    /// gives the same answer at several times the instructions, so only a test can tell).
+    #[test]
+    fn every_write_that_does_not_wrap_takes_a_fast_path() {
+        for open in [false, true] {
+            for start in (0..256u64).step_by(32) {
+                let mut base = ring(256);
+                base.producer = 256 + start;
+                base.flush_start = base.producer;
+                if open {
+                    if start + 32 >= 256 {
+                        continue;
+                    }
+                    base.meta_pos = Some(base.producer);
+                    base.producer += 32;
+                }
+                for padded in (32..=320u64).step_by(32) {
+                    let no_wrap = matches!(base.plan_general(padded), Ok(p) if !p.wraps);
+                    let fast = if open {
+                        base.fits_open_batch(padded)
+                    } else {
+                        base.fits_new_batch(padded)
+                    };
+                    assert_eq!(fast, no_wrap, "open {open} offset {start} padded {padded}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn fast_paths_agree_with_the_general_plan_and_reservation() {
         // `plan` and `reserve_message` answer the open-batch and new-batch cases inline;

@@ -1,0 +1,297 @@
+//! End-to-end edges of flow control nothing else drives: a receiver that never calls
+//! keeps its caller going with metadata-only batches; a ring held at its credit edge
+//! keeps every held request's bytes intact and refuses only what the invariant
+//! forbids; an idle poll visits no endpoint.
+
+mod copyrpc_common;
+
+use copyrpc_common::{big_stack, serve_echo, Opts, Pair, Rng};
+use copyrpc_core::copyrpc::{CreditSnapshot, Error, RecvHandle};
+use copyrpc_core::credit::{allowance_blocks, internal_allowance_for_blocks};
+use copyrpc_core::wire::{padded_message_size, FLOW_METADATA_SIZE};
+
+const RING: u64 = 4096;
+
+/// The payload of call `k`: its length and every byte depend on `k`, so a request
+/// overwritten by a later one (or by anything else) no longer matches.
+fn payload(k: u64) -> Vec<u8> {
+    let len = 24 + (k as usize * 37) % 200;
+    (0..len)
+        .map(|i| (k as usize).wrapping_mul(131).wrapping_add(i * 7) as u8)
+        .collect()
+}
+
+/// The call a payload belongs to, checking every byte.
+fn call_of(data: &[u8], calls: u64) -> Option<u64> {
+    (0..calls).find(|&k| payload(k) == data)
+}
+
+fn snap<const E: usize, const C: usize, const R: usize>(
+    s: &copyrpc_common::Side<E, C, R>,
+    i: usize,
+) -> CreditSnapshot {
+    s.ctx.credit_snapshot(s.eps[i]).unwrap()
+}
+
+/// The receiver holds every request unanswered: the caller's first credit is spent and
+/// nothing of the receiver's own (no reply, no call) could carry more. With a
+/// reservation cap above the quarter of the ring the first credit is, the receiver may
+/// grant more, and it must do so in a batch carrying only metadata, or the caller stays
+/// refused until a reply. (Three eighths: a cap near half the ring would let the caller's
+/// own reservation for the receiver, which never calls, crowd its calls out of the ring.)
+#[test]
+fn a_receiver_that_never_calls_sends_credit_only_batches_to_a_caller_short_of_credit() {
+    big_stack(|| {
+        let mut o = Opts::new(1, RING as usize);
+        o.cfg.max_resp_reservation = RING * 3 / 8;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let ea = p.a.eps[0];
+        let initial = snap(&p.a, 0).peer_credit_balance;
+        assert_eq!(
+            initial,
+            RING / 4,
+            "the first credit is the quarter of the ring"
+        );
+        let cost = internal_allowance_for_blocks(allowance_blocks(100));
+        let mut held: Vec<RecvHandle> = Vec::new();
+        let mut k = 0u64;
+        let mut refused = 0;
+        // Credit for more than the first grant's worth of calls, none of it from a reply.
+        while k * cost <= initial + cost {
+            match p.a.ctx.call_with_allowance(ea, b"held", 100, k) {
+                Ok(_) => k += 1,
+                Err(e) => {
+                    assert_eq!(e.error, Error::InsufficientCredit, "call {k}");
+                    refused += 1;
+                }
+            }
+            p.a.ctx.poll(|_, _| unreachable!("nothing is answered yet"));
+            p.b.ctx.poll(|_, _| unreachable!());
+            while let Some(h) = p.b.ctx.recv() {
+                held.push(h);
+            }
+            p.step();
+            assert!(
+                p.steps < 5_000,
+                "the caller stayed short of credit after {k} calls ({refused} refusals); \
+                 the receiver sent {} credit-only batches\n{}",
+                p.b.ctx.stats().credit_batches,
+                p.dump()
+            );
+        }
+        assert!(refused > 0, "the caller did run short of credit");
+        // No response reached the caller (its callback would have panicked): the
+        // credit came in batches without messages.
+        assert!(
+            p.b.ctx.stats().credit_batches > 0,
+            "a metadata-only batch carried the grant"
+        );
+        // Now answer everything: the caller completes every call it made.
+        let mut got = Vec::new();
+        for h in held.drain(..) {
+            h.reply(&mut p.b.ctx, b"done").unwrap();
+        }
+        while (got.len() as u64) < k {
+            p.a.ctx.poll(|u, r| {
+                assert_eq!(r.unwrap(), b"done");
+                got.push(u);
+            });
+            p.b.ctx.poll(|_, _| unreachable!());
+            while let Some(h) = p.b.ctx.recv() {
+                h.reply(&mut p.b.ctx, b"done").unwrap();
+            }
+            p.step();
+            assert!(p.steps < 10_000, "replies did not arrive\n{}", p.dump());
+        }
+        got.sort_unstable();
+        assert_eq!(got, (0..k).collect::<Vec<_>>());
+    });
+}
+
+/// Whether a refused call is one the invariant (or the balance) really forbids, as the
+/// caller knows its counters: a refusal with room for even the worst-case advance is
+/// one too many.
+fn refusal_is_justified(s: &CreditSnapshot, error: Error, len: usize, allowance: u32) -> bool {
+    match error {
+        Error::InsufficientCredit => {
+            s.peer_credit_balance < internal_allowance_for_blocks(allowance_blocks(allowance))
+        }
+        Error::RingFull => {
+            // Metadata and message, or those plus the lap tail a wrap skips.
+            let padded = padded_message_size(len as u32);
+            let worst = 2 * (padded + FLOW_METADATA_SIZE);
+            s.in_flight + worst + 2 * s.resp_reservation > RING
+        }
+        _ => false,
+    }
+}
+
+/// The caller fills the receiver's ring while the receiver holds some requests for
+/// many rounds and answers the others in random order. Every held request still reads
+/// back byte for byte when finally answered (the consumer never passed an unanswered
+/// one, so nothing overwrote it), `in_flight + 2R <= C` holds on both sides after every
+/// step, the ring does reach its edge, and every refusal is one the invariant requires.
+#[test]
+fn a_ring_held_at_its_credit_edge_keeps_held_requests_intact_and_refuses_only_past_it() {
+    big_stack(|| {
+        let mut p: Pair<1, 256, 128> = Pair::new(Opts::new(1, RING as usize));
+        let ea = p.a.eps[0];
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        const CALLS: u64 = 600;
+        // (call, handle, the round it arrived): the oldest are held longest.
+        let mut held: Vec<(u64, RecvHandle, u64)> = Vec::new();
+        let mut got: Vec<u64> = Vec::new();
+        let (mut k, mut refusals, mut edge) = (0u64, 0u64, 0u64);
+        let mut round = 0u64;
+        while (got.len() as u64) < CALLS {
+            round += 1;
+            // Call until refused, checking each refusal against the counters.
+            while k < CALLS {
+                let data = payload(k);
+                let allowance = 16 + (k % 5) as u32 * 16;
+                let before = snap(&p.a, 0);
+                match p.a.ctx.call_with_allowance(ea, &data, allowance, k) {
+                    Ok(_) => k += 1,
+                    Err(e) => {
+                        assert!(
+                            refusal_is_justified(&before, e.error, data.len(), allowance),
+                            "call {k} refused with {:?} though the invariant allows it: {before:?}",
+                            e.error
+                        );
+                        assert_eq!(snap(&p.a, 0), before, "a refused call changes nothing");
+                        refusals += 1;
+                        break;
+                    }
+                }
+            }
+            p.a.ctx.poll(|u, r| {
+                let reply = r.expect("no call fails");
+                assert_eq!(reply, &payload(u)[..reply.len()], "reply to {u}");
+                got.push(u);
+            });
+            p.b.ctx.poll(|_, _| unreachable!());
+            while let Some(h) = p.b.ctx.recv() {
+                let call = call_of(h.data(&p.b.ctx), k).expect("a request arrives intact");
+                held.push((call, h, round));
+            }
+            // Answer a random few, out of order; the oldest wait 40 rounds, so the
+            // consumer stays behind them while the ring fills past them.
+            let mut i = 0;
+            while i < held.len() {
+                let (call, _, since) = held[i];
+                if round - since >= 40 || (round - since >= 2 && rng.below(4) == 0 && i > 0) {
+                    let (call2, h, _) = held.swap_remove(i);
+                    assert_eq!(call, call2);
+                    let data = h.data(&p.b.ctx);
+                    assert_eq!(
+                        data,
+                        &payload(call)[..],
+                        "request {call}, held {} rounds, was overwritten",
+                        round - since
+                    );
+                    let n = data.len().min(h.max_reply_len(&p.b.ctx));
+                    h.reply_with(&mut p.b.ctx, n, |req, out| out.copy_from_slice(&req[..n]))
+                        .unwrap();
+                } else {
+                    i += 1;
+                }
+            }
+            p.step();
+            for (s, side) in [(snap(&p.a, 0), "caller"), (snap(&p.b, 0), "receiver")] {
+                assert!(
+                    s.in_flight + 2 * s.resp_reservation <= RING,
+                    "{side} broke in_flight + 2R <= C: {s:?}"
+                );
+            }
+            let a = snap(&p.a, 0);
+            // At the edge: not even the smallest call (a 32 B message and metadata)
+            // would fit next to what is in flight and reserved.
+            if a.in_flight + 2 * a.resp_reservation + 2 * 64 > RING {
+                edge += 1;
+            }
+            assert!(
+                round < 20_000,
+                "stuck at {} of {CALLS}\n{}",
+                got.len(),
+                p.dump()
+            );
+        }
+        assert!(refusals > 0 && edge > 0, "the ring never reached its edge");
+        got.sort_unstable();
+        assert_eq!(got, (0..CALLS).collect::<Vec<_>>());
+    });
+}
+
+/// Several endpoints that have carried traffic both ways, then nothing: every further
+/// poll must find no endpoint to visit (a dirty bit left set would make each idle poll
+/// flush that endpoint for nothing), hand out nothing and change no counter.
+#[test]
+fn an_idle_poll_visits_no_endpoint() {
+    big_stack(|| {
+        const E: usize = 4;
+        let mut p: Pair<E, 64, 128> = Pair::new(Opts::new(E, RING as usize));
+        let mut got = 0;
+        for i in 0..E {
+            for k in 0..3u64 {
+                let (ea, eb) = (p.a.eps[i], p.b.eps[i]);
+                p.a.ctx
+                    .call_with_allowance(ea, &[i as u8; 40], 48, k)
+                    .unwrap();
+                p.b.ctx
+                    .call_with_allowance(eb, &[k as u8; 300], 48, k)
+                    .unwrap();
+            }
+        }
+        for i in 0..E {
+            assert_eq!(p.a.ctx.pending_calls_on(p.a.eps[i]), 3, "endpoint {i}");
+        }
+        // Each endpoint has a batch to post: all are due before the first poll.
+        assert_eq!(p.a.ctx.endpoints_due(), E as u32);
+        while got < 2 * 3 * E {
+            p.a.ctx.poll(|_, r| {
+                r.unwrap();
+                got += 1;
+            });
+            p.b.ctx.poll(|_, r| {
+                r.unwrap();
+                got += 1;
+            });
+            serve_echo(&mut p.a.ctx);
+            serve_echo(&mut p.b.ctx);
+            p.step();
+            assert!(p.steps < 5_000, "echo did not finish\n{}", p.dump());
+        }
+        // Trailing credit returns and grants land, and their send completions.
+        for _ in 0..200 {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.b.ctx.poll(|_, _| unreachable!());
+            p.step();
+        }
+        assert_eq!(p.a.ctx.pending_calls_on(p.a.eps[0]), 0);
+        assert_eq!(p.a.ctx.endpoints_due(), 0, "caller endpoints left to visit");
+        assert_eq!(
+            p.b.ctx.endpoints_due(),
+            0,
+            "receiver endpoints left to visit"
+        );
+        let stats = (*p.a.ctx.stats(), *p.b.ctx.stats());
+        let credit = |p: &Pair<E, 64, 128>| -> Vec<_> {
+            (0..E).map(|i| (snap(&p.a, i), snap(&p.b, i))).collect()
+        };
+        let before = credit(&p);
+        for n in 0..10_000 {
+            assert_eq!(p.a.ctx.poll(|_, _| unreachable!()), 0, "poll {n}");
+            assert_eq!(p.b.ctx.poll(|_, _| unreachable!()), 0, "poll {n}");
+            assert_eq!(p.a.ctx.endpoints_due() + p.b.ctx.endpoints_due(), 0);
+            if n % 16 == 0 {
+                p.step();
+            }
+        }
+        assert_eq!(
+            (*p.a.ctx.stats(), *p.b.ctx.stats()),
+            stats,
+            "no counter moved"
+        );
+        assert_eq!(credit(&p), before, "no endpoint state moved");
+    });
+}

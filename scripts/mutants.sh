@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Mutation testing of copyrpc-core's protocol arithmetic with cargo-mutants (issue 25):
+# every mutant a test does not kill is a line whose breakage no test would notice.
+# Not run in CI: on a 2-core machine a module takes tens of minutes.
+#
+#   scripts/mutants.sh [MODULE...]        default: wire ring credit copyrpc
+#
+#   MUTANTS_BUDGET=3600   total seconds for the whole run, shared equally by the modules
+#                         left; a module stopped by its share reports the shuffled sample
+#                         it finished and says so
+#   MUTANTS_TIMEOUT=60    seconds per mutant's test run (a mutant that loops is a kill)
+#   MUTANTS_JOBS=1        mutants built and tested at once
+#
+# Each module is tested against the test targets that exercise it (the whole crate's
+# suite per mutant would take about a minute each, most of it the fault-injection test
+# that no arithmetic mutant reaches first). Results go to target/mutants/<module>/
+# mutants.out/ (caught.txt, missed.txt, timeout.txt, unviable.txt); the score printed is
+# caught (timeouts included) over viable mutants. docs/TESTING.md records the last run
+# and explains each surviving mutant.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUDGET=${MUTANTS_BUDGET:-3600}
+TIMEOUT=${MUTANTS_TIMEOUT:-60}
+JOBS=${MUTANTS_JOBS:-1}
+modules=("$@")
+[ ${#modules[@]} -gt 0 ] || modules=(wire ring credit copyrpc)
+
+if ! cargo mutants --version >/dev/null 2>&1; then
+  echo "cargo-mutants is missing: cargo install cargo-mutants --locked" >&2
+  exit 2
+fi
+
+# Test targets per module: the unit tests always, plus the integration tests that drive
+# the module (directly, or end to end through copyrpc on the device model).
+targets() {
+  local t=(--lib)
+  case $1 in
+    wire) t+=(--test wire_views --test wire_golden --test wire_props --test wire_structured) ;;
+    ring) t+=(--test ring_props --test copyrpc_wrap --test copyrpc_edges) ;;
+    credit) t+=(--test credit_model --test copyrpc_credit --test copyrpc_edges
+                --test copyrpc_echo) ;;
+    copyrpc) t+=(--test copyrpc_alloc --test copyrpc_api --test copyrpc_credit
+                 --test copyrpc_echo --test copyrpc_edges --test copyrpc_faults
+                 --test copyrpc_raw --test copyrpc_rules --test copyrpc_serve
+                 --test copyrpc_wrap) ;;
+    *) echo "unknown module '$1' (wire, ring, credit, copyrpc)" >&2; exit 2 ;;
+  esac
+  printf '%s\n' "${t[@]}" | sed -z 's/--test\n/--test=/g'
+}
+
+# Line tables only: linking the test binaries is most of a mutant's build time. No
+# shrinking: a mutant is killed by the first failing case, and shrinking it only costs.
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only CARGO_TERM_COLOR=never
+export PROPTEST_MAX_SHRINK_ITERS=1
+
+deadline=$((SECONDS + BUDGET))
+summary=()
+todo=${#modules[@]}
+for m in "${modules[@]}"; do
+  # As cargo arguments, so the build step compiles only these targets too.
+  mapfile -t args < <(targets "$m" | sed 's/^/--cargo-arg=/')
+  # The unit tests of the shared-memory protocols exercise none of these modules: skipped.
+  # An equal share of what is left, so every module gets a (shuffled, so unbiased)
+  # sample when the budget cannot cover them all.
+  left=$(((deadline - SECONDS) / todo))
+  todo=$((todo - 1))
+  if [ "$left" -le 0 ]; then
+    summary+=("$(printf '%-8s not run: the %ss budget was spent' "$m" "$BUDGET")")
+    continue
+  fi
+  out=target/mutants/$m
+  mkdir -p "$out"
+  t0=$SECONDS
+  status=0
+  timeout --signal=INT --kill-after=30 "$left" \
+    cargo mutants -p copyrpc-core -f "core-nostd/src/$m/**" --shuffle -j "$JOBS" \
+      --timeout "$TIMEOUT" --build-timeout 300 --output "$out" "${args[@]}" \
+      -- -- --skip deleg:: --skip ipc:: --skip flux:: ||
+    status=$?
+  dir=$out/mutants.out
+  # grep -c prints 0 (and fails) for an empty file.
+  count() { if [ -f "$dir/$1" ]; then grep -c . "$dir/$1" || true; else echo 0; fi; }
+  caught=$(count caught.txt) missed=$(count missed.txt)
+  timeouts=$(count timeout.txt) unviable=$(count unviable.txt)
+  viable=$((caught + missed + timeouts))
+  note=""
+  # cargo-mutants exits 2 when mutants were missed, 3 on timeouts: both are results.
+  total=$(cargo mutants -p copyrpc-core -f "core-nostd/src/$m/**" --list 2>/dev/null | grep -c . || true)
+  case $status in
+    0 | 2 | 3) ;;
+    124 | 130) note=" (stopped by the budget: $((viable + unviable)) of $total mutants, a random sample)" ;;
+    *) note=" (cargo mutants exit $status)" ;;
+  esac
+  score=$(awk -v c=$((caught + timeouts)) -v v=$viable 'BEGIN { if (v) printf "%.1f%%", 100 * c / v; else print "n/a" }')
+  summary+=("$(printf '%-8s score %6s  caught %3s  timeout %2s  missed %3s  unviable %3s  %5ss%s' \
+    "$m" "$score" "$caught" "$timeouts" "$missed" "$unviable" $((SECONDS - t0)) "$note")")
+  if [ "$missed" -gt 0 ]; then
+    echo "== $m: surviving mutants"
+    cat "$dir/missed.txt"
+  fi
+done
+echo
+printf '%s\n' "${summary[@]}"
