@@ -74,18 +74,11 @@ pub enum ProcState {
     Gone,
 }
 
-/// The state of process `pid` from `/proc/<pid>/stat` (the field after the command,
-/// which may itself hold spaces and parentheses, so it is found after the last `)`).
+/// The state of process `pid`, from `/proc` (`copyrpc_host::shm::proc_state`).
 pub fn proc_state(pid: u32) -> ProcState {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return ProcState::Gone;
-    };
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next());
-    match state {
-        Some("T" | "t") => ProcState::Stopped,
-        Some("Z" | "X" | "x") => ProcState::Zombie,
+    match copyrpc_host::shm::proc_state(pid) {
+        Some('T' | 't') => ProcState::Stopped,
+        Some('Z' | 'X' | 'x') => ProcState::Zombie,
         Some(_) => ProcState::Alive,
         None => ProcState::Gone,
     }

@@ -334,6 +334,12 @@ fn process_started_at(pid: u32) -> Option<SystemTime> {
     SystemTime::now().checked_sub(since_boot.checked_sub(at_start)?)
 }
 
+/// The state letter of process `pid` (`/proc/<pid>/stat` field 3: `R`, `S`, `T`, `Z`,
+/// ...), or `None` if there is no such process (or no `/proc`).
+pub fn proc_state(pid: u32) -> Option<char> {
+    proc_stat(pid).map(|(state, _)| state)
+}
+
 /// `(state, start time)` of process `pid` from `/proc/<pid>/stat` (fields 3 and 22).
 fn proc_stat(pid: u32) -> Option<(char, u64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -422,14 +428,9 @@ pub fn pid_alive(pid: u32) -> bool {
     if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
         return false;
     }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the last ')' (the command name may contain spaces or parens).
-        Ok(s) => !matches!(
-            s.rsplit_once(')')
-                .and_then(|(_, r)| r.trim_start().chars().next()),
-            Some('Z') | Some('X')
-        ),
-        Err(_) => rc == 0,
+    match proc_state(pid) {
+        Some(state) => !matches!(state, 'Z' | 'X'),
+        None => rc == 0,
     }
 }
 
