@@ -51,16 +51,18 @@ pub struct Cli {
     pub queue_depth: u32,
 
     /// Length of each timed run: seconds (`2`, `0.5`), or with a unit (`500ms`, `3s`).
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "TIME")]
-    pub duration: Duration,
+    /// Default 2s; with --world virtual, 10ms of virtual time.
+    #[arg(long, value_parser = parse_duration, value_name = "TIME")]
+    pub duration: Option<Duration>,
 
     /// Timed runs, back to back (clients keep running between them).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub runs: usize,
 
     /// Keys per rank (0..keys), preloaded, spread over the K shards by key % K.
-    #[arg(long, default_value_t = 1 << 20, value_name = "N")]
-    pub keys: u64,
+    /// Default 1048576; with --world virtual, 65536.
+    #[arg(long, value_name = "N")]
+    pub keys: Option<u64>,
 
     /// Key distribution.
     #[arg(long, value_enum, default_value_t = DistributionArg::Uniform)]
@@ -79,11 +81,17 @@ pub struct Cli {
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub ring_size: u32,
 
-    /// Requests a daemon takes from one source per loop turn before moving to the next
-    /// phase: `off` (no limit) or N >= 1. (`adaptive`, seed 001's controller, is not
-    /// implemented yet and is refused.)
+    /// Seed 001's poll budget: after a transport poll that found no completion, the
+    /// daemon polls up to N more times before the rest of its loop, to let completions
+    /// accumulate: `off` (the default) or N in 1..=65536. (`adaptive`, seed 001's
+    /// controller, is not implemented yet and is refused.)
     #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive")]
     pub poll_budget: PollBudget,
+
+    /// Requests a daemon takes from one source per loop turn before moving to the next
+    /// phase: `all` (no limit) or N >= 1. (Before 0.2 this was `--poll-budget`.)
+    #[arg(long, default_value = "all", value_parser = parse_take, value_name = "all|N")]
+    pub take_per_turn: usize,
 
     /// Collect and print daemon loop metrics: loop and idle counts, the transport's
     /// CQE-batch histogram (0, 1, 2-10, 11-100, >100) and sampled outstanding calls.
@@ -125,8 +133,9 @@ pub struct Cli {
     pub loopback_ranks: u32,
 
     /// Entries in each client's pregenerated pattern (replayed cyclically).
-    #[arg(long, default_value_t = 1 << 16, value_name = "N")]
-    pub pattern_len: usize,
+    /// Default 65536; with --world virtual, 4096.
+    #[arg(long, value_name = "N")]
+    pub pattern_len: Option<usize>,
 
     /// How long clients may take, after the last run, to collect the answers to their
     /// outstanding requests before the drain is reported incomplete.
@@ -138,6 +147,36 @@ pub struct Cli {
     /// state of each peer. After the runs the bound is --drain-timeout plus 5 s.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "TIME")]
     pub setup_timeout: Duration,
+
+    /// Where the ranks run: `threads` (the default: this process is one rank, mpirun
+    /// starts the others) or `virtual:N`: N ranks, each with its K daemons and C clients,
+    /// in this one process and thread, in virtual time, over the mlx5 device model with
+    /// the --nic profile; turns cost what --cost says. Deterministic: the same flags give
+    /// the same output. Rates and latencies are virtual. See docs/BENCHKV.md.
+    #[arg(long, default_value = "threads", value_name = "threads|virtual:N")]
+    pub world: String,
+
+    /// Virtual world: CPU cost of each turn, `key=ns,...` over the defaults loop_ns=550,
+    /// item_ns=160, post_ns=120, poll_ns=1000, client_ns=100, client_item_ns=40,
+    /// client_idle_ns=500.
+    #[arg(long, default_value = "", value_name = "KEY=NS,...")]
+    pub cost: String,
+
+    /// Virtual world: the NIC profile, `key=value,...` over the defaults (ConnectX-6,
+    /// HDR100) latency_ns=600, doorbell_ns=250, wqe_ns=100, dma_ns=350, gbps=100,
+    /// ack_timeout_ns=1048576.
+    #[arg(long, default_value = "", value_name = "KEY=VALUE,...")]
+    pub nic: String,
+
+    /// Virtual world: a fault at a virtual time, `stall:RANK@TIME+DURATION` (the rank's
+    /// NICs stop) or `cut:A-B@TIME` (the link between two ranks drops everything).
+    /// Repeatable.
+    #[arg(long, value_name = "FAULT")]
+    pub vfault: Vec<String>,
+
+    /// Virtual world: the interval of the --plot time series (default: the run / 400).
+    #[arg(long, value_parser = parse_duration, value_name = "TIME")]
+    pub sample_every: Option<Duration>,
 }
 
 /// `--backend`.
@@ -206,10 +245,10 @@ pub const FAULT_EVERY: u64 = 1000;
 /// `--poll-budget`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PollBudget {
-    /// No limit.
+    /// No extra polls.
     Off,
-    /// At most this many requests per source per turn.
-    Fixed(usize),
+    /// Up to this many extra empty polls per loop.
+    Fixed(u32),
     /// Seed 001's adaptive controller (refused by config validation for now).
     Adaptive,
 }
@@ -239,17 +278,35 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// `off`, `adaptive`, or a count >= 1.
+/// Largest `--poll-budget`: more extra polls than this per loop is a loop that has
+/// stopped serving anything else.
+pub const MAX_POLL_BUDGET: u32 = 65_536;
+
+/// `off`, `adaptive`, or a count in 1..=[`MAX_POLL_BUDGET`].
 pub fn parse_budget(s: &str) -> Result<PollBudget, String> {
     match s.trim() {
         "off" => Ok(PollBudget::Off),
         "adaptive" => Ok(PollBudget::Adaptive),
+        n => match n.parse::<u32>() {
+            Ok(0) => Err("a poll budget of 0 is no extra poll: write `off`".into()),
+            Ok(n) if n <= MAX_POLL_BUDGET => Ok(PollBudget::Fixed(n)),
+            _ => Err(format!(
+                "`{s}` is not `off`, `adaptive` or a count of extra polls in 1..={MAX_POLL_BUDGET}"
+            )),
+        },
+    }
+}
+
+/// `all` (no limit, `usize::MAX`) or a count >= 1.
+pub fn parse_take(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "all" => Ok(usize::MAX),
         n => match n.parse::<usize>() {
             Ok(0) => {
-                Err("a poll budget of 0 would never take a request; use N >= 1 or `off`".into())
+                Err("taking 0 requests per turn would never serve one; use N >= 1 or `all`".into())
             }
-            Ok(n) => Ok(PollBudget::Fixed(n)),
-            Err(_) => Err(format!("`{s}` is not `off`, `adaptive` or a count")),
+            Ok(n) => Ok(n),
+            Err(_) => Err(format!("`{s}` is not `all` or a count")),
         },
     }
 }

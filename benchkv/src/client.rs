@@ -224,44 +224,116 @@ fn connect(s: &ClientSetup<'_>) -> Result<Connections, String> {
 /// and the drain. Errors are fatal for the run (a region that cannot be opened, a server
 /// gone).
 pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> {
-    let conn = connect(&s);
+    let client = Client::connect(s);
     ready.wait();
-    let (mut ipc, mut deleg) = conn?;
-    let mut deleg_slots = vec![Inflight::default(); s.queue_depth.next_power_of_two() as usize];
+    let mut client = client?;
     let base = Instant::now();
-    let now_ns = || base.elapsed().as_nanos() as u64;
-    let mut tally = Tally {
-        verify: s.verify,
-        completed: 0,
-        hists: vec![Histogram::new(); s.runs],
-        checked: 0,
-        failures: 0,
-        first_failure: None,
-    };
-    let mut issued = 0u64;
-    let mut next = 0usize;
-    let mut version = 0u32;
+    let mut now_ns = || base.elapsed().as_nanos() as u64;
     let mut drain_deadline = None;
     loop {
         // Relaxed: flags; the counters they guard travel through the join.
-        let stopping = s.control.stop_clients.load(Ordering::Relaxed);
-        let outstanding = issued - tally.completed;
+        let stopping = client.s.control.stop_clients.load(Ordering::Relaxed);
         if stopping {
-            let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + s.drain_timeout);
-            if outstanding == 0 || Instant::now() >= deadline {
+            let deadline =
+                *drain_deadline.get_or_insert_with(|| Instant::now() + client.s.drain_timeout);
+            if client.outstanding() == 0 || Instant::now() >= deadline {
                 break;
             }
         }
-        let mut progress = false;
+        // Relaxed: which run a completion counts for may be off by one turn at a run
+        // boundary; the run's rate comes from the counters, not from here.
+        let run = client.s.control.run.load(Ordering::Relaxed);
+        let t = client.turn(&mut now_ns, stopping, run)?;
+        if t.issued == 0 && t.completed == 0 {
+            // Two cores: let the daemons run.
+            std::thread::yield_now();
+        }
+    }
+    Ok(client.report())
+}
+
+/// What one client turn did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Turn {
+    /// Requests sent.
+    pub issued: usize,
+    /// Answers received.
+    pub completed: usize,
+}
+
+/// One closed-loop client: its connections, its place in the pattern, its tally. The
+/// thread of [`run`] turns it in real time; benchkv's virtual world turns the same code
+/// at virtual instants.
+pub struct Client<'a> {
+    s: ClientSetup<'a>,
+    ipc: Vec<IpcClient<Request, Response, Inflight>>,
+    deleg: Option<DelegClient<Request, Response>>,
+    deleg_slots: Vec<Inflight>,
+    tally: Tally,
+    issued: u64,
+    next: usize,
+    version: u32,
+}
+
+impl std::fmt::Debug for Client<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("issued", &self.issued)
+            .field("completed", &self.tally.completed)
+            .finish()
+    }
+}
+
+impl<'a> Client<'a> {
+    /// Opens the client's ipc regions and delegation ring.
+    pub fn connect(s: ClientSetup<'a>) -> Result<Self, String> {
+        let (ipc, deleg) = connect(&s)?;
+        Ok(Self {
+            deleg_slots: vec![Inflight::default(); s.queue_depth.next_power_of_two() as usize],
+            tally: Tally {
+                verify: s.verify,
+                completed: 0,
+                hists: vec![Histogram::new(); s.runs],
+                checked: 0,
+                failures: 0,
+                first_failure: None,
+            },
+            s,
+            ipc,
+            deleg,
+            issued: 0,
+            next: 0,
+            version: 0,
+        })
+    }
+
+    /// Requests sent and not yet answered.
+    pub fn outstanding(&self) -> u64 {
+        self.issued - self.tally.completed
+    }
+
+    /// One pass of the closed loop: unless `stopping`, fill the queue depth from the
+    /// pattern (a call refused for room is retried next turn), then collect every answer.
+    /// `now()` stamps issues and completions (latency = their difference); completions
+    /// count for run `run`.
+    pub fn turn(
+        &mut self,
+        now: &mut dyn FnMut() -> u64,
+        stopping: bool,
+        run: usize,
+    ) -> Result<Turn, String> {
+        let s = &self.s;
+        let mut turn = Turn::default();
+        let outstanding = self.issued - self.tally.completed;
         if !stopping && outstanding < u64::from(s.queue_depth) {
-            let t = now_ns();
+            let t = now();
             for _ in outstanding..u64::from(s.queue_depth) {
-                let e = s.pattern[next];
+                let e = s.pattern[self.next];
                 let (req, value) = if e.is_read {
                     (Request::get(e.rank, e.key), 0)
                 } else {
-                    version = version.wrapping_add(1);
-                    let v = value_for(e.key, version);
+                    self.version = self.version.wrapping_add(1);
+                    let v = value_for(e.key, self.version);
                     (Request::put(e.rank, e.key, v), v)
                 };
                 let f = Inflight {
@@ -271,11 +343,11 @@ pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> 
                     is_read: e.is_read,
                 };
                 let remote = e.rank != s.my_rank;
-                let sent = match (&mut deleg, remote && s.backend == Backend::Delegation) {
+                let sent = match (&mut self.deleg, remote && s.backend == Backend::Delegation) {
                     (Some(_), true) if !take_ring_credit(s.ring_credits) => false,
                     (Some(d), true) => match d.call(&req) {
                         Ok(slot) => {
-                            deleg_slots[slot as usize] = f;
+                            self.deleg_slots[slot as usize] = f;
                             true
                         }
                         // RingFull: the ring stayed full for the call's whole wait; the
@@ -294,7 +366,7 @@ pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> 
                         }
                     },
                     _ => {
-                        let c = &mut ipc[owner_of(e.key, s.daemons)];
+                        let c = &mut self.ipc[owner_of(e.key, s.daemons)];
                         match c.call(&req, f) {
                             Ok(()) => true,
                             Err(IpcCallError::Full) => false,
@@ -307,24 +379,22 @@ pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> 
                 if !sent {
                     break;
                 }
-                next = (next + 1) % s.pattern.len();
-                issued += 1;
-                progress = true;
+                self.next = (self.next + 1) % s.pattern.len();
+                self.issued += 1;
+                turn.issued += 1;
             }
             // Relaxed: a statistic read once a second.
-            s.counters.issued.store(issued, Ordering::Relaxed);
+            s.counters.issued.store(self.issued, Ordering::Relaxed);
         }
-        // Relaxed: which run a completion counts for may be off by one turn at a run
-        // boundary; the run's rate comes from the counters, not from here.
-        let run = s.control.run.load(Ordering::Relaxed);
-        let t = now_ns();
+        let t = now();
+        let tally = &mut self.tally;
         let mut n = 0;
-        for c in &mut ipc {
+        for c in &mut self.ipc {
             n += c.poll(|f, resp| tally.complete(&f, resp, t, run));
         }
-        if let Some(d) = deleg.as_mut() {
-            let got =
-                d.poll(|slot, resp| tally.complete(&deleg_slots[slot as usize], resp, t, run));
+        if let Some(d) = self.deleg.as_mut() {
+            let slots = &self.deleg_slots;
+            let got = d.poll(|slot, resp| tally.complete(&slots[slot as usize], resp, t, run));
             return_ring_credits(s.ring_credits, got);
             n += got;
         }
@@ -332,21 +402,24 @@ pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> 
             // Relaxed: a statistic.
             s.counters
                 .completed
-                .store(tally.completed, Ordering::Relaxed);
-        } else if !progress {
-            // Two cores: let the daemons run.
-            std::thread::yield_now();
+                .store(self.tally.completed, Ordering::Relaxed);
+        }
+        turn.completed = n;
+        Ok(turn)
+    }
+
+    /// The client's results; what is still outstanding counts as undrained.
+    pub fn report(self) -> ClientReport {
+        ClientReport {
+            issued: self.issued,
+            completed: self.tally.completed,
+            undrained: self.issued - self.tally.completed,
+            hists: self.tally.hists,
+            checked: self.tally.checked,
+            failures: self.tally.failures,
+            first_failure: self.tally.first_failure,
         }
     }
-    Ok(ClientReport {
-        issued,
-        completed: tally.completed,
-        undrained: issued - tally.completed,
-        hists: tally.hists,
-        checked: tally.checked,
-        failures: tally.failures,
-        first_failure: tally.first_failure,
-    })
 }
 
 #[cfg(test)]

@@ -22,13 +22,18 @@ const LAUNCHER_VARS: [&str; 4] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK
 impl Cluster {
     /// MPI if a launcher started us, else a single rank.
     pub fn from_env() -> Result<Self, String> {
-        if LAUNCHER_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
+        if Self::launched_by_mpi() {
             MpiExchange::init()
                 .map(Self::Mpi)
                 .map_err(|e| format!("MPI initialisation failed: {e}"))
         } else {
             Ok(Self::Single)
         }
+    }
+
+    /// True when an MPI launcher started this process.
+    pub fn launched_by_mpi() -> bool {
+        LAUNCHER_VARS.iter().any(|v| std::env::var_os(v).is_some())
     }
 
     /// Bounds each MPI collective (the job aborts past it; see `MpiExchange`). The

@@ -8,6 +8,7 @@ use copyrpc_host::fabric::FabricKind;
 use crate::cli::{
     BackendArg, Cli, DistributionArg, FabricArg, Fault, OutputArg, PinArg, PollBudget,
 };
+use crate::vworld::{CostModel, Fault as VFault, NicProfile, VirtualSpec, MAX_RANKS};
 use crate::workload::{Distribution, PatternSpec};
 
 /// `--backend`, resolved.
@@ -66,7 +67,9 @@ pub struct Config {
     /// Delegation ring / Flux queue / loopback slots.
     pub ring_size: u32,
     /// Requests per source per loop turn (`usize::MAX` = no limit).
-    pub poll_budget: usize,
+    pub take_per_turn: usize,
+    /// Seed 001's extra empty polls per loop (0 = off).
+    pub poll_budget: u32,
     /// `--metrics`.
     pub metrics: bool,
     /// `--output`.
@@ -89,6 +92,57 @@ pub struct Config {
     pub plot: Option<std::path::PathBuf>,
     /// `--inject-fault`.
     pub fault: Option<Fault>,
+    /// `--world virtual:N`; `None` for threads.
+    pub world: Option<VirtualSpec>,
+}
+
+/// `--world` and the virtual world's flags; `None` for `threads`. The other virtual
+/// flags without `--world virtual:N` are refused, not ignored.
+fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<VirtualSpec>, String> {
+    let w = cli.world.trim();
+    if w == "threads" {
+        let stray = [
+            ("--cost", !cli.cost.is_empty()),
+            ("--nic", !cli.nic.is_empty()),
+            ("--vfault", !cli.vfault.is_empty()),
+            ("--sample-every", cli.sample_every.is_some()),
+        ];
+        if let Some((flag, _)) = stray.iter().find(|(_, set)| *set) {
+            return Err(format!("{flag} applies only with --world virtual:N"));
+        }
+        return Ok(None);
+    }
+    let Some(n) = w.strip_prefix("virtual:") else {
+        return Err(format!(
+            "--world {w}: expected `threads` or `virtual:N` (N ranks, e.g. virtual:16)"
+        ));
+    };
+    let ranks: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("--world {w}: `{n}` is not a rank count"))?;
+    if !(1..=MAX_RANKS).contains(&ranks) {
+        return Err(format!(
+            "--world {w}: the rank count must be in 1..={MAX_RANKS}"
+        ));
+    }
+    let mut faults = cli
+        .vfault
+        .iter()
+        .map(|f| VFault::parse(f, ranks))
+        .collect::<Result<Vec<_>, _>>()?;
+    faults.sort_by_key(|f| f.at_ns);
+    let sample_ns = match cli.sample_every {
+        Some(d) => d.as_nanos() as u64,
+        None => (duration.as_nanos() as u64 / 400).max(1),
+    };
+    Ok(Some(VirtualSpec {
+        ranks,
+        cost: CostModel::parse(&cli.cost)?,
+        nic: NicProfile::parse(&cli.nic)?,
+        faults,
+        sample_ns,
+    }))
 }
 
 /// Fails now, not after the run, when `path` cannot be written: opens it for appending
@@ -119,6 +173,40 @@ fn check_writable(path: &std::path::Path) -> Result<(), String> {
 impl Config {
     /// Checks `cli`; the error is one sentence for the user.
     pub fn from_cli(cli: &Cli) -> Result<Self, String> {
+        let is_virtual = cli.world.trim() != "threads";
+        let duration = cli.duration.unwrap_or(if is_virtual {
+            Duration::from_millis(10)
+        } else {
+            Duration::from_secs(2)
+        });
+        let keys = cli
+            .keys
+            .unwrap_or(if is_virtual { 1 << 16 } else { 1 << 20 });
+        let pattern_len = cli
+            .pattern_len
+            .unwrap_or(if is_virtual { 1 << 12 } else { 1 << 16 });
+        let world = virtual_spec(cli, duration)?;
+        if world.is_some() {
+            if cli.loopback_ranks > 1 {
+                return Err(
+                    "--loopback-ranks and --world virtual both stand in for other ranks; \
+                     use one"
+                        .to_string(),
+                );
+            }
+            if cli.fabric == FabricArg::Verbs || cli.device.is_some() {
+                return Err(
+                    "--world virtual runs on the device model; --fabric verbs and --device \
+                     do not apply"
+                        .to_string(),
+                );
+            }
+            if cli.pin == PinArg::On {
+                return Err(
+                    "--world virtual runs on one thread; --pin on does not apply".to_string(),
+                );
+            }
+        }
         let in_range = |name: &str, v: u64, lo: u64, hi: u64| {
             if (lo..=hi).contains(&v) {
                 Ok(())
@@ -135,9 +223,9 @@ impl Config {
             u64::from(MAX_QUEUE_DEPTH),
         )?;
         in_range("runs", cli.runs as u64, 1, 10_000)?;
-        in_range("keys", cli.keys, 1, MAX_KEYS)?;
+        in_range("keys", keys, 1, MAX_KEYS)?;
         in_range("loopback-ranks", u64::from(cli.loopback_ranks), 1, 1024)?;
-        in_range("pattern-len", cli.pattern_len as u64, 1, 1 << 24)?;
+        in_range("pattern-len", pattern_len as u64, 1, 1 << 24)?;
         if !cli.ring_size.is_power_of_two() || !(2..=1 << 20).contains(&cli.ring_size) {
             return Err(format!(
                 "--ring-size {} must be a power of two in 2..=1048576",
@@ -166,7 +254,7 @@ impl Config {
             }
         };
         let poll_budget = match cli.poll_budget {
-            PollBudget::Off => usize::MAX,
+            PollBudget::Off => 0,
             PollBudget::Fixed(n) => n,
             PollBudget::Adaptive => {
                 return Err(
@@ -199,24 +287,26 @@ impl Config {
             daemons: cli.daemons,
             clients: cli.clients,
             queue_depth: cli.queue_depth,
-            duration: cli.duration,
+            duration,
             runs: cli.runs,
-            keys: cli.keys,
+            keys,
             distribution,
             read_ratio: cli.read_ratio,
             ring_size: cli.ring_size,
             poll_budget,
+            take_per_turn: cli.take_per_turn,
             metrics: cli.metrics,
             output: cli.output,
             verify: cli.verify,
             seed: cli.seed,
             pin: cli.pin,
             loopback_ranks: cli.loopback_ranks,
-            pattern_len: cli.pattern_len,
+            pattern_len,
             drain_timeout: cli.drain_timeout,
             setup_timeout: cli.setup_timeout,
             plot: cli.plot.clone(),
             fault: cli.inject_fault,
+            world,
         })
     }
 
@@ -293,7 +383,7 @@ mod tests {
         assert_eq!((c.daemons, c.clients, c.runs), (1, 1, 1));
         assert_eq!(c.duration, Duration::from_secs(2));
         assert_eq!(c.distribution, Distribution::Uniform);
-        assert_eq!(c.poll_budget, usize::MAX);
+        assert_eq!((c.poll_budget, c.take_per_turn), (0, usize::MAX));
     }
 
     #[test]

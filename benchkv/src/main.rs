@@ -15,6 +15,7 @@
 //! | [`setup`] | what a rank builds first: shm servers, Flux memory, fabric decision |
 //! | [`orchestrate`] | seed §9: threads, runs, stop, drain, gather |
 //! | [`watchdog`] | bounds every wait on other ranks; names the wait and the stuck peer |
+//! | [`vworld`] | `--world virtual:N`: every rank in one process and thread, in virtual time |
 //! | [`histogram`], [`metrics`], [`report`], [`output`], [`plot`] | results and their formats |
 
 mod cli;
@@ -33,6 +34,7 @@ mod remote;
 mod report;
 mod setup;
 mod store;
+mod vworld;
 mod watchdog;
 mod workload;
 
@@ -86,7 +88,11 @@ fn main() -> ExitCode {
         };
         print!("{text}");
         if let Some(path) = &cfg.plot {
-            if let Err(e) = std::fs::write(path, plot::svg(&out.report)) {
+            let svg = match &out.series_svg {
+                Some(s) => s.clone(),
+                None => plot::svg(&out.report),
+            };
+            if let Err(e) = std::fs::write(path, svg) {
                 eprintln!("benchkv: error: --plot {}: {e}", path.display());
                 return ExitCode::from(1);
             }

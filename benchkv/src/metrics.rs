@@ -23,8 +23,11 @@ pub struct DaemonMetrics {
     pub forwarded: u64,
     /// Requests this daemon sent to other ranks.
     pub remote_calls: u64,
-    /// Transport polls by completions returned: see [`CQE_BUCKET_LABELS`].
+    /// Loops by the completions their transport step returned: see [`CQE_BUCKET_LABELS`].
     pub cqe_batches: [u64; 5],
+    /// Completions returned by the transport step, over all loops (the CQE-batch mean is
+    /// this over the loops that polled a transport).
+    pub cqes: u64,
     /// Outstanding-call samples taken.
     pub outstanding_samples: u64,
     /// Sum of the sampled outstanding counts.
@@ -42,8 +45,9 @@ pub struct DaemonMetrics {
 }
 
 impl DaemonMetrics {
-    /// Records one transport poll that returned `n` completions.
+    /// Records one loop whose transport step returned `n` completions.
     pub fn cqe_batch(&mut self, n: usize) {
+        self.cqes += n as u64;
         let i = match n {
             0 => 0,
             1 => 1,
@@ -59,6 +63,16 @@ impl DaemonMetrics {
         self.outstanding_samples += 1;
         self.outstanding_sum += n;
         self.outstanding_max = self.outstanding_max.max(n);
+    }
+
+    /// Mean completions per loop that polled a transport (seed 001's "CQE batch avg").
+    pub fn cqe_batch_mean(&self) -> f64 {
+        let loops: u64 = self.cqe_batches.iter().sum();
+        if loops == 0 {
+            0.0
+        } else {
+            self.cqes as f64 / loops as f64
+        }
     }
 
     /// Mean of the outstanding samples.

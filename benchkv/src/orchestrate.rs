@@ -65,6 +65,9 @@ pub struct Outcome {
     pub first_failure: Option<String>,
     /// This rank's thread errors.
     pub errors: Vec<String>,
+    /// What `--plot` writes instead of the report's charts (the virtual world's time
+    /// series).
+    pub series_svg: Option<String>,
 }
 
 /// Why a run did not happen.
@@ -85,6 +88,16 @@ impl From<String> for Fail {
 
 /// Runs the benchmark on this rank. Errors are set-up failures, one sentence each.
 pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
+    if let Some(v) = &cfg.world {
+        if Cluster::launched_by_mpi() {
+            return Err(Fail::Usage(
+                "--world virtual runs every rank inside this one process; start it \
+                 without mpirun"
+                    .to_string(),
+            ));
+        }
+        return crate::vworld::run(cfg, v);
+    }
     let cluster = Cluster::from_env()?;
     let (rank, size) = (cluster.rank() as u32, cluster.size() as u32);
     if cfg.loopback_ranks > 1 && size > 1 {
@@ -171,7 +184,8 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
                     daemons: k,
                     my_rank: rank,
                     backend: cfg.backend,
-                    budget: cfg.poll_budget,
+                    take_per_turn: cfg.take_per_turn,
+                    poll_budget: cfg.poll_budget,
                     metrics: cfg.metrics,
                     fault: cfg.fault,
                     store: Store::with_capacity(0),
@@ -321,11 +335,12 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         },
         first_failure,
         errors,
+        series_svg: None,
     })
 }
 
 /// This rank's totals from its threads' reports; thread errors go to `errors`.
-fn tally(
+pub(crate) fn tally(
     runs: usize,
     clients: Vec<Result<ClientReport, String>>,
     daemons: Vec<Result<DaemonMetrics, String>>,

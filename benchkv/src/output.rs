@@ -107,7 +107,7 @@ pub fn table(r: &Report) -> String {
     if let Some(m) = &r.metrics {
         let _ = writeln!(
             o,
-            "\n{:>4} {:>6} {:>12} {:>6} {:>10} {:>9} {:>9} {:>44} {:>13} {:>9} {:>9}",
+            "\n{:>4} {:>6} {:>12} {:>6} {:>10} {:>9} {:>9} {:>44} {:>8} {:>13} {:>9} {:>9}",
             "rank",
             "daemon",
             "loops",
@@ -116,6 +116,7 @@ pub fn table(r: &Report) -> String {
             "forwarded",
             "remote",
             format!("cqe batches [{}]", CQE_BUCKET_LABELS.join(" ")),
+            "cqe avg",
             "outst mean/max",
             "flux full",
             "rem busy"
@@ -130,11 +131,12 @@ pub fn table(r: &Report) -> String {
                 let cqe = x.cqe_batches.map(|c| c.to_string()).join(" ");
                 let _ = writeln!(
                     o,
-                    "{rank:>4} {d:>6} {:>12} {idle:>6.1} {:>10} {:>9} {:>9} {cqe:>44} {:>13} {:>9} {:>9}",
+                    "{rank:>4} {d:>6} {:>12} {idle:>6.1} {:>10} {:>9} {:>9} {cqe:>44} {:>8.2} {:>13} {:>9} {:>9}",
                     x.loops,
                     x.served,
                     x.forwarded,
                     x.remote_calls,
+                    x.cqe_batch_mean(),
                     format!("{:.1}/{}", x.outstanding_mean(), x.outstanding_max),
                     x.flux_full,
                     x.remote_busy
@@ -161,6 +163,7 @@ fn metrics_json(rank: usize, daemon: usize, m: &DaemonMetrics) -> Value {
         "forwarded": m.forwarded,
         "remote_calls": m.remote_calls,
         "cqe_batches": cqe,
+        "cqe_batch_mean": m.cqe_batch_mean(),
         "outstanding_samples": m.outstanding_samples,
         "outstanding_mean": m.outstanding_mean(),
         "outstanding_max": m.outstanding_max,

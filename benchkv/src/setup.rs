@@ -183,15 +183,21 @@ pub fn describe(
             setup.push(("zipf_theta", json!(theta)));
         }
     }
-    let budget = if cfg.poll_budget == usize::MAX {
+    let budget = if cfg.poll_budget == 0 {
         json!("off")
     } else {
         json!(cfg.poll_budget)
+    };
+    let take = if cfg.take_per_turn == usize::MAX {
+        json!("all")
+    } else {
+        json!(cfg.take_per_turn)
     };
     setup.extend([
         ("read_ratio", json!(cfg.read_ratio)),
         ("ring_size", json!(cfg.ring_size)),
         ("poll_budget", budget),
+        ("take_per_turn", take),
         ("seed", json!(cfg.seed)),
         ("verify", json!(cfg.verify)),
         ("fabric", json!(fabric)),

@@ -334,6 +334,8 @@ fn bad_flags_and_impossible_combinations_are_clear_errors() {
         (&["--zipf-theta", "0.9"], "--zipf-theta"),
         (&["--poll-budget", "adaptive"], "adaptive"),
         (&["--poll-budget", "0"], "poll budget"),
+        (&["--poll-budget", "65537"], "poll-budget"),
+        (&["--take-per-turn", "0"], "take"),
         (&["--fabric", "sim", "--device", "mlx5_0"], "--device"),
         (&["--pin", "on", "-C", "1000"], "--pin on"),
         (&["--fabric", "nope"], "--fabric"),
@@ -378,7 +380,8 @@ fn every_flag_with_bad_values_is_a_clear_error_never_a_panic() {
         ("--drain-timeout", &["0", "-1", "nan", "1e30", ""]),
         ("--setup-timeout", &["0", "-1", "nan", "1e30", ""]),
         ("--read-ratio", &["-0.1", "1.1", "nan", "inf", "abc", ""]),
-        ("--poll-budget", &["0", "-1", HUGE, "abc", ""]),
+        ("--poll-budget", &["0", "-1", HUGE, "65537", "abc", ""]),
+        ("--take-per-turn", &["0", "-1", HUGE, "abc", ""]),
         ("--backend", &["", "rdma", "0"]),
         ("--fabric", &["", "ib", "0"]),
         ("--distribution", &["", "normal"]),
@@ -567,8 +570,13 @@ fn unanswered_requests_fail_the_drain() {
 }
 
 #[test]
-fn a_poll_budget_of_one_still_answers_everything() {
-    for backend in ["delegation", "meta"] {
+fn one_request_per_turn_or_a_poll_budget_still_answers_everything() {
+    for (backend, knob, value) in [
+        ("delegation", "--take-per-turn", "1"),
+        ("meta", "--take-per-turn", "1"),
+        ("delegation", "--poll-budget", "16"),
+        ("meta", "--poll-budget", "16"),
+    ] {
         let l = json_run(&[
             "--backend",
             backend,
@@ -581,10 +589,15 @@ fn a_poll_budget_of_one_still_answers_everything() {
             "2",
             "-C",
             "2",
-            "--poll-budget",
-            "1",
+            knob,
+            value,
         ]);
         assert_drained_and_verified(&l);
-        assert_eq!(l[0]["poll_budget"], 1);
+        let field = knob.trim_start_matches("--").replace('-', "_");
+        assert_eq!(
+            l[0][field.as_str()],
+            value.parse::<u32>().unwrap(),
+            "{knob}"
+        );
     }
 }

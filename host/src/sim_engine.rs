@@ -160,6 +160,39 @@ impl<D: SimDevice> SimEngine<D> {
         })
     }
 
+    /// An engine without a thread: nothing steps `dev` but [`step_manual`](Self::step_manual).
+    /// For a caller that owns time itself (benchkv's virtual-time world steps each device
+    /// at the virtual instants its scheduler picks); the data path is the same.
+    pub fn manual(dev: D, trace_events: usize) -> Self {
+        let trace = (trace_events > 0).then(|| Trace::new(vec![TraceEvent::EMPTY; trace_events]));
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State { dev, trace }),
+                stop: AtomicBool::new(false),
+                waiters: AtomicUsize::new(0),
+                steps: AtomicU64::new(0),
+            }),
+            thread: None,
+        }
+    }
+
+    /// One step at `now_ns`, for an engine made by [`manual`](Self::manual). `None` when a
+    /// thread steps this engine: two steppers would each move the device's clock.
+    pub fn step_manual(&self, now_ns: u64) -> Option<StepStats> {
+        if self.thread.is_some() {
+            return None;
+        }
+        let mut st = self.shared.lock();
+        let State { dev, trace } = &mut *st;
+        let stats = match trace {
+            Some(t) => dev.step_at(now_ns, Some(t)),
+            None => dev.step_at(now_ns, None),
+        };
+        // Relaxed: a statistic.
+        self.shared.steps.fetch_add(1, Ordering::Relaxed);
+        Some(stats)
+    }
+
     /// Runs `f` on the device between two steps (object creation, faults, snapshots).
     pub fn with<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
         // Relaxed: a scheduling hint for the engine loop; the mutex orders the access.

@@ -62,8 +62,12 @@ pub struct Parts<R> {
     pub my_rank: u32,
     /// Which backend routes remote requests.
     pub backend: Backend,
-    /// Requests per source per turn.
-    pub budget: usize,
+    /// Requests taken per source per turn (`--take-per-turn`).
+    pub take_per_turn: usize,
+    /// Seed 001's poll budget (`--poll-budget`): after a transport poll that found
+    /// nothing, up to this many extra polls before the rest of the loop runs, to let
+    /// completions accumulate. 0: none.
+    pub poll_budget: u32,
     /// Collect the loop metrics.
     pub metrics: bool,
     /// Break answers on purpose (`--inject-fault`).
@@ -108,6 +112,10 @@ pub struct Daemon<'m, 's, R: Remote> {
     parked_replies: VecDeque<(R::Incoming, Response)>,
     /// Answers collected by a poll, delivered after it returns.
     done: Vec<(u32, Response)>,
+    /// Extra polls made so far in this loop's step A (seed 001's poll budget).
+    extra_polls: u32,
+    /// Completions found by this loop's step A so far.
+    step_a: usize,
     m: DaemonMetrics,
 }
 
@@ -133,6 +141,8 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             parked_owner: VecDeque::new(),
             parked_replies: VecDeque::new(),
             done: Vec::new(),
+            extra_polls: 0,
+            step_a: 0,
             m: DaemonMetrics::default(),
         }
     }
@@ -141,48 +151,79 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
     pub fn run(mut self, stop: &AtomicBool) -> DaemonMetrics {
         // Relaxed: a flag; everything the daemon reports is handed over by the join.
         while !stop.load(Ordering::Relaxed) {
-            let work = self.turn();
-            self.m.loops += 1;
-            if work == 0 {
-                self.m.idle_loops += 1;
+            if self.turn() == 0 {
                 // Two cores: a spinning daemon must let the client threads run.
                 std::thread::yield_now();
             }
-            if self.p.metrics && self.m.loops.is_multiple_of(SAMPLE_EVERY) {
-                self.m.sample_outstanding(self.pending.len() as u64);
-            }
         }
+        self.finish()
+    }
+
+    /// The metrics at the end: what is still held counts as pending at stop.
+    pub fn finish(mut self) -> DaemonMetrics {
         self.m.pending_at_stop = self.pending.len() as u64;
         self.m
     }
 
-    /// One pass over every phase; returns how much work it found.
+    /// The metrics so far.
+    pub fn metrics(&self) -> &DaemonMetrics {
+        &self.m
+    }
+
+    /// Requests held: awaiting an answer from another daemon or rank, or parked.
+    pub fn outstanding(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// One call of the loop; returns how much work it found. Normally a whole loop
+    /// (every phase once); while seed 001's poll budget holds the loop in step A, only a
+    /// transport poll (and 0 when it found nothing). [`DaemonMetrics::loops`] counts
+    /// whole loops.
     pub fn turn(&mut self) -> usize {
+        let Some(remote) = self.p.remote.as_mut() else {
+            return self.rest_of_loop(0);
+        };
+        let done = &mut self.done;
+        let n = remote.poll(&mut |token, resp| done.push((token as u32, resp)));
+        self.step_a += n;
+        if self.step_a == 0 && self.extra_polls < self.p.poll_budget {
+            self.extra_polls += 1;
+            return 0;
+        }
+        self.extra_polls = 0;
+        let cqes = std::mem::take(&mut self.step_a);
+        self.rest_of_loop(cqes)
+    }
+
+    /// The loop after step A found `cqes` completions: every other phase once.
+    fn rest_of_loop(&mut self, cqes: usize) -> usize {
         let mut work = 0;
         if self.p.remote.is_some() {
-            work += self.phase_remote();
+            self.m.cqe_batch(cqes);
+            work += cqes + self.phase_remote();
         }
         if self.p.deleg.is_some() {
             work += self.phase_deleg();
         }
         work += self.phase_ipc();
         work += self.phase_flux();
+        self.m.loops += 1;
+        if work == 0 {
+            self.m.idle_loops += 1;
+        }
+        if self.p.metrics && self.m.loops.is_multiple_of(SAMPLE_EVERY) {
+            self.m.sample_outstanding(self.pending.len() as u64);
+        }
         work
     }
 
+    /// Phase 1 after its poll: deliver the answers, retry what was parked, take requests
+    /// from other ranks.
     fn phase_remote(&mut self) -> usize {
-        let Some(remote) = self.p.remote.as_mut() else {
-            return 0;
-        };
-        let done = &mut self.done;
-        let n = remote.poll(&mut |token, resp| done.push((token as u32, resp)));
-        if self.p.metrics {
-            self.m.cqe_batch(n);
-        }
-        let mut work = n + self.deliver_done();
+        let mut work = self.deliver_done();
         work += self.retry_replies() + self.retry_calls();
         let mut taken = 0;
-        while taken < self.p.budget {
+        while taken < self.p.take_per_turn {
             let Some((inc, mut req)) = self.p.remote.as_mut().and_then(|r| r.recv()) else {
                 break;
             };
@@ -211,7 +252,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             return 0;
         }
         let mut taken = 0;
-        while taken < self.p.budget && self.parked_calls.is_empty() {
+        while taken < self.p.take_per_turn && self.parked_calls.is_empty() {
             let Some(e) = self.p.deleg.as_mut().and_then(|d| d.recv()) else {
                 break;
             };
@@ -230,7 +271,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             return 0;
         }
         let mut taken = 0;
-        while taken < self.p.budget {
+        while taken < self.p.take_per_turn {
             let Some(h) = self.p.ipc.recv() else {
                 break;
             };
@@ -276,7 +317,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         // The owner lane first: what it takes is answered at once.
         for lane in [Lane::Owner, Lane::Holder] {
             let mut taken = 0;
-            while taken < self.p.budget {
+            while taken < self.p.take_per_turn {
                 let Some(h) = self.node(lane).try_recv() else {
                     break;
                 };

@@ -64,6 +64,13 @@ impl CopyrpcRemote {
         }
     }
 
+    /// The QP number of this daemon's endpoint to `rank`, if it holds one (the virtual
+    /// world cuts links by QP).
+    pub fn qpn_to(&mut self, rank: u32) -> Option<u32> {
+        let ep = self.node.endpoint(rank as usize)?;
+        self.node.ctx().qpn(ep).ok()
+    }
+
     /// See [`super::Remote::poll`].
     pub fn poll(&mut self, on_response: &mut dyn FnMut(u64, Response)) -> usize {
         self.node.ctx().poll(|token, r| {
@@ -110,6 +117,9 @@ impl CopyrpcRemote {
     }
 }
 
+/// One daemon's copyrpc node before its endpoints are connected.
+pub type Node = RpcNode<u64, EPS, CALLS, REQS>;
+
 /// Builds the copyrpc transports of this rank: for each daemon, a context with an
 /// endpoint to every remote rank in `peers_of[daemon]` (empty: `None`), all on one
 /// fabric, brought up with one all-to-all of endpoint records and a barrier.
@@ -120,37 +130,64 @@ pub fn connect_all(
 ) -> Result<Vec<Option<CopyrpcRemote>>, String> {
     let (rank, ranks) = (x.rank(), x.size());
     let fabric = Arc::new(fabric);
+    let nodes = build_nodes(|_| Arc::clone(&fabric), rank, ranks, peers_of)?;
+    let table = records(&nodes, ranks)?;
+    let got = x.all_to_all(&table).map_err(|e| e.to_string())?;
+    let remotes = finish(nodes, &got)?;
+    x.barrier().map_err(|e| e.to_string())?;
+    Ok(remotes)
+}
+
+/// The first step of [`connect_all`], without the exchange: one node per daemon that
+/// holds endpoints, on the fabric `fabric_of(daemon)` gives (the threaded run gives all
+/// one fabric; the virtual world gives each daemon a device of its own).
+pub fn build_nodes(
+    mut fabric_of: impl FnMut(usize) -> Arc<Fabric>,
+    rank: usize,
+    ranks: usize,
+    peers_of: &[Vec<usize>],
+) -> Result<Vec<Option<Node>>, String> {
     let cfg = RpcConfig::for_ring(RING_BYTES);
-    // One node per daemon that holds endpoints (each context is built in place on the
-    // heap, so this thread's stack size does not matter).
+    // Each context is built in place on the heap, so this thread's stack size does not
+    // matter.
     let mut nodes = Vec::with_capacity(peers_of.len());
-    for peers in peers_of {
+    for (d, peers) in peers_of.iter().enumerate() {
         nodes.push(if peers.is_empty() {
             None
         } else {
             Some(
-                RpcNode::<u64, EPS, CALLS, REQS>::for_peers(
-                    Arc::clone(&fabric),
-                    rank,
-                    ranks,
-                    peers,
-                    &cfg,
-                )
-                .map_err(|e| e.to_string())?,
+                Node::for_peers(fabric_of(d), rank, ranks, peers, &cfg)
+                    .map_err(|e| e.to_string())?,
             )
         });
     }
+    Ok(nodes)
+}
+
+/// This rank's endpoint records, indexed by the peer rank they are for (what the
+/// all-to-all sends).
+pub fn records(nodes: &[Option<Node>], ranks: usize) -> Result<Vec<PeerRecord>, String> {
     let mut table = vec![PeerRecord::new_zeroed(); ranks];
     for n in nodes.iter().flatten() {
         n.fill_records(&mut table).map_err(|e| e.to_string())?;
     }
-    let got = x.all_to_all(&table).map_err(|e| e.to_string())?;
-    for n in nodes.iter_mut().flatten() {
-        n.connect(&got).map_err(|e| e.to_string())?;
+    Ok(table)
+}
+
+/// The last step: connects every node to the records `got` (indexed by the sending rank).
+pub fn finish(
+    nodes: Vec<Option<Node>>,
+    got: &[PeerRecord],
+) -> Result<Vec<Option<CopyrpcRemote>>, String> {
+    let mut out = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        out.push(match n {
+            Some(mut node) => {
+                node.connect(got).map_err(|e| e.to_string())?;
+                Some(CopyrpcRemote { node })
+            }
+            None => None,
+        });
     }
-    x.barrier().map_err(|e| e.to_string())?;
-    Ok(nodes
-        .into_iter()
-        .map(|n| n.map(|node| CopyrpcRemote { node }))
-        .collect())
+    Ok(out)
 }

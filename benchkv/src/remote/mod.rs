@@ -24,7 +24,7 @@
 mod copyrpc;
 mod loopback;
 
-pub use self::copyrpc::{CopyrpcIncoming, CopyrpcRemote};
+pub use self::copyrpc::{build_nodes, finish, records, CopyrpcIncoming, CopyrpcRemote, EPS};
 pub use loopback::{Loopback, LoopbackIncoming};
 
 use copyrpc_host::exchange::Collectives;

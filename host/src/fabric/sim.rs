@@ -34,9 +34,13 @@ use mlx5_raw::sim::{
 };
 
 use super::{MrEndpoint, QpEndpoint};
+
 use crate::error::{Error, Result};
 use crate::shm::ShmRegion;
 use crate::sim_engine::{EngineConfig, Idle, SimEngine};
+/// The link timing [`SimOptions::link`] takes and what a step reports, re-exported so a
+/// user of this fabric needs no direct dependency on the device crate.
+pub use mlx5_raw::sim::{LinkConfig as SimLinkConfig, StepStats};
 
 /// The device's object tables: QPs, CQs, SRQs, MRs. The sim fabric connects processes
 /// of one machine, so 64 QPs (an endpoint to each of 64 peer ranks) is ample; a QP's
@@ -67,6 +71,22 @@ pub struct SimOptions {
     pub mtu: u32,
     /// One-way latency and bandwidth of every link this fabric sends on.
     pub link: LinkConfig,
+    /// Who steps the device: its own engine thread in real time (the default), or the
+    /// owner through [`SimFabric::step`] at times it chooses (a virtual-time world).
+    pub stepping: Stepping,
+    /// Every QP's acknowledgement timeout, ns (the model's default, 500 ms, unless set):
+    /// with `retry_cnt` 7 a dead link fails a QP after eight of these.
+    pub ack_timeout_ns: Option<u64>,
+}
+
+/// Who steps a sim fabric's device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Stepping {
+    /// An engine thread, with `CLOCK_MONOTONIC` as `now`.
+    #[default]
+    Thread,
+    /// Nobody but [`SimFabric::step`]; `now` is whatever the caller passes.
+    Manual,
 }
 
 impl Default for SimOptions {
@@ -78,6 +98,8 @@ impl Default for SimOptions {
             link_slots: 64,
             mtu: 4096,
             link: LinkConfig::default(),
+            stepping: Stepping::Thread,
+            ack_timeout_ns: None,
         }
     }
 }
@@ -258,18 +280,21 @@ impl SimFabric {
             qpn_base: qpn_base & 0xff_ffff,
             ..DeviceConfig::DEFAULT
         }));
-        let engine = SimEngine::start(
-            dev,
-            EngineConfig {
-                idle: opts.idle,
-                trace_events: opts.trace_events,
-                name: format!("mlx5-sim-{instance}"),
-            },
-        )
-        .map_err(|source| Error::SpawnThread {
-            what: "sim engine",
-            source,
-        })?;
+        let engine = match opts.stepping {
+            Stepping::Thread => SimEngine::start(
+                dev,
+                EngineConfig {
+                    idle: opts.idle,
+                    trace_events: opts.trace_events,
+                    name: format!("mlx5-sim-{instance}"),
+                },
+            )
+            .map_err(|source| Error::SpawnThread {
+                what: "sim engine",
+                source,
+            })?,
+            Stepping::Manual => SimEngine::manual(dev, opts.trace_events),
+        };
         let pd = engine.with(|d| d.alloc_pd());
         Ok(Self {
             engine,
@@ -286,6 +311,12 @@ impl SimFabric {
     /// The `/dev/shm` name of this fabric's region.
     pub fn region_name(&self) -> &str {
         self.region.name()
+    }
+
+    /// Steps the device at `now_ns` when this fabric was opened with
+    /// [`Stepping::Manual`]; `None` (and nothing happens) when its engine thread steps it.
+    pub fn step(&self, now_ns: u64) -> Option<StepStats> {
+        self.engine.step_manual(now_ns)
     }
 
     /// The engine: faults, snapshots ([`SimEngine::with`]) and the trace.
@@ -396,6 +427,9 @@ impl SimFabric {
         let pd = self.pd;
         let mut attr = QpAttr::new(opts.send_cq, opts.recv_cq, opts.srq);
         attr.rnr_retry = opts.rnr_retry;
+        if let Some(t) = self.opts.ack_timeout_ns {
+            attr.ack_timeout_ns = t;
+        }
         let mem = SqMem {
             buf,
             wqe_cnt,

@@ -1,0 +1,555 @@
+//! The virtual-time world (`--world virtual:N`): N ranks, each with its K daemons and C
+//! clients, in this process and on this one thread, in virtual time.
+//!
+//! It runs the code the threaded benchkv runs — [`Daemon::turn`], the client's
+//! [`Client::turn`], delegationrpc, ipc and Flux over their `/dev/shm` regions, copyrpc
+//! over the mlx5 device model — and replaces three things only:
+//!
+//! - **the scheduler**: every actor (each daemon, each client) has its own clock; the
+//!   actor with the earliest clock runs next (ties: daemons before clients, lower index
+//!   first), so a run is a deterministic function of the flags and the seed;
+//! - **the clock**: a turn advances its actor's clock by the [`CostModel`]; clients stamp
+//!   requests and answers with virtual time, so latencies are virtual;
+//! - **the fabric**: each daemon that holds endpoints has a device of its own
+//!   ([`Stepping::Manual`]), stepped at the start of each of its turns (delivering what
+//!   arrived by then) and at the end (sending what the turn posted, stamped with the end
+//!   time); the links carry the [`NicProfile`]'s one-way time and bandwidth.
+//!
+//! Why this is causal: a daemon reads its completion queue only at the start of its
+//! turns, and only its own device writes there. A packet is stamped at the end of its
+//! sender's turn plus the one-way time, which is after the sender's turn started; the
+//! scheduler ran every turn that started earlier first, so whatever is due by the start
+//! of a turn has been sent by then. What the model simplifies: shared-memory writes
+//! (ipc, delegation, Flux) are seen at once by the reader's next turn, a turn's posts
+//! leave at its end and their CPU cost is charged after them (docs/BENCHKV.md).
+
+mod faults;
+mod model;
+mod series;
+
+pub use faults::{Fault, FaultKind};
+pub use model::{CostModel, NicProfile};
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use copyrpc_core::shm::{Slab, SlabEntry};
+use copyrpc_host::fabric::sim::{SimFabric, SimLinkConfig as LinkConfig, SimOptions, Stepping};
+use copyrpc_host::fabric::Fabric;
+use copyrpc_host::rpc::PeerRecord;
+use serde_json::json;
+
+use crate::client::{Client, ClientReport, ClientSetup, Control, Counters, NOT_MEASURING};
+use crate::config::{Backend, Config};
+use crate::daemon::{Daemon, Parts};
+use crate::metrics::DaemonMetrics;
+use crate::orchestrate::{tally, Fail, Outcome};
+use crate::remote::{self, endpoint_daemon, AnyRemote, CopyrpcRemote};
+use crate::report::{Report, RunRecord, RunResult};
+use crate::setup::{self, FluxMem, Servers};
+use crate::store::Store;
+use crate::workload::{client_seed, generate};
+use model::ns;
+use series::Series;
+
+/// `--world virtual:N` and the figures of its model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VirtualSpec {
+    /// N.
+    pub ranks: u32,
+    /// `--cost`.
+    pub cost: CostModel,
+    /// `--nic`.
+    pub nic: NicProfile,
+    /// `--vfault`, in time order.
+    pub faults: Vec<Fault>,
+    /// `--sample-every` (ns of virtual time) for `--plot`.
+    pub sample_ns: u64,
+}
+
+/// Virtual time the clients get to collect their outstanding answers after the last
+/// run, at most (`--drain-timeout` if shorter).
+const DRAIN_LIMIT_NS: u64 = 100_000_000;
+
+/// Largest world: more ranks than a daemon's context has endpoints is refused anyway;
+/// this bounds the meta case (K daemons share the endpoints).
+pub const MAX_RANKS: u32 = 1024;
+
+/// Bytes of `/dev/shm` one NIC touches per peer (QP queues, link queue, rings): measured
+/// on a 32-rank delegation run (docs/BENCHKV.md), rounded up.
+const NIC_BYTES_PER_PEER: u64 = 640 << 10;
+
+/// Checks that the world fits before anything is built: endpoints per daemon and memory.
+pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
+    let (n, k) = (spec.ranks, cfg.daemons);
+    let most_eps = (0..k)
+        .map(|d| {
+            (1..n)
+                .filter(|&p| endpoint_daemon(cfg.backend, p, k) == d)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    if most_eps > remote::EPS {
+        return Err(format!(
+            "--world virtual:{n}: a daemon would hold {most_eps} endpoints, more than a \
+             copyrpc context here has ({}); use fewer ranks{}",
+            remote::EPS,
+            if cfg.backend == Backend::Delegation {
+                " or --backend meta with more daemons"
+            } else {
+                " or more daemons"
+            }
+        ));
+    }
+    let store =
+        u64::from(n) * ((cfg.keys / k as u64).max(1) * 2).next_power_of_two() * 16 * k as u64;
+    let patterns = u64::from(n) * cfg.clients as u64 * cfg.pattern_len as u64 * 16;
+    let nics = u64::from(n) * (u64::from(n) - 1) * NIC_BYTES_PER_PEER;
+    let need = store + patterns + nics;
+    if let Some(avail) = mem_available() {
+        if need > avail / 4 * 3 {
+            return Err(format!(
+                "--world virtual:{n}: this world needs about {} MiB (stores {} MiB for \
+                 --keys {}, patterns {} MiB for --pattern-len {}, NICs {} MiB) and the \
+                 machine has {} MiB available; use fewer ranks, keys or a shorter pattern",
+                need >> 20,
+                store >> 20,
+                cfg.keys,
+                patterns >> 20,
+                cfg.pattern_len,
+                nics >> 20,
+                avail >> 20
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
+}
+
+/// Who runs next: `(clock, actor)`, the smallest first.
+type Queue = BinaryHeap<Reverse<(u64, usize)>>;
+
+/// A daemon actor: the daemon and the NIC it steps.
+struct DaemonActor<'m, 's> {
+    rank: u32,
+    daemon: Daemon<'m, 's, AnyRemote>,
+    nic: Option<Arc<Fabric>>,
+}
+
+fn sim(f: &Fabric) -> &SimFabric {
+    match f {
+        Fabric::Sim(s) => s,
+        _ => unreachable!("the virtual world opens sim fabrics only"),
+    }
+}
+
+/// Runs the world; every rank's results come back as one report (rank 0's view).
+pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
+    check_fits(cfg, spec).map_err(Fail::Usage)?;
+    let wall = Instant::now();
+    let (n, k, c) = (spec.ranks, cfg.daemons, cfg.clients);
+    let cap = cfg.ring_size as usize;
+    let cost = spec.cost;
+
+    // Each rank's shared memory: ipc servers, the delegation ring, two Flux meshes.
+    let mut ipc_names = Vec::new();
+    let mut deleg_names = Vec::new();
+    let mut ipc_servers = Vec::new();
+    let mut deleg_servers = Vec::new();
+    for r in 0..n {
+        let s = Servers::create(cfg, r)?;
+        ipc_names.push(s.ipc_names);
+        deleg_names.push(s.deleg_name);
+        ipc_servers.push(s.ipc);
+        deleg_servers.push(s.deleg);
+    }
+    let flux: Vec<(FluxMem, FluxMem)> = (0..n)
+        .map(|_| (FluxMem::new(k, cap), FluxMem::new(k, cap)))
+        .collect();
+    let mut meshes = Vec::with_capacity(flux.len());
+    for (h, o) in &flux {
+        meshes.push((h.mesh()?, o.mesh()?));
+    }
+    let mut slabs: Vec<[Vec<SlabEntry<u32>>; 2]> = (0..n as usize * k)
+        .map(|_| std::array::from_fn(|_| (0..k * cap).map(|_| SlabEntry::new()).collect()))
+        .collect();
+
+    // The NICs (one per daemon that holds endpoints) and copyrpc, wired as the MPI
+    // exchange would: every rank's records, then each rank connects to what the others
+    // sent it.
+    let opts = SimOptions {
+        region_bytes: 64 << 20,
+        link: LinkConfig {
+            latency_ns: spec.nic.one_way_ns(),
+            bandwidth_bytes_per_s: spec.nic.bytes_per_s(),
+        },
+        stepping: Stepping::Manual,
+        ack_timeout_ns: Some(spec.nic.ack_timeout_ns.round() as u64),
+        ..SimOptions::default()
+    };
+    let peers_of = |r: u32| -> Vec<Vec<usize>> {
+        (0..k)
+            .map(|d| {
+                (0..n)
+                    .filter(|&p| p != r && endpoint_daemon(cfg.backend, p, k) == d)
+                    .map(|p| p as usize)
+                    .collect()
+            })
+            .collect()
+    };
+    let mut nics: Vec<Vec<Option<Arc<Fabric>>>> = Vec::with_capacity(n as usize);
+    let mut nodes = Vec::with_capacity(n as usize);
+    let mut tables: Vec<Vec<PeerRecord>> = Vec::with_capacity(n as usize);
+    for r in 0..n {
+        let peers = peers_of(r);
+        let mut fabs = Vec::with_capacity(k);
+        for p in &peers {
+            fabs.push(if p.is_empty() {
+                None
+            } else {
+                let f = SimFabric::open(&opts).map_err(|e| format!("rank {r}'s NIC: {e}"))?;
+                Some(Arc::new(Fabric::Sim(Box::new(f))))
+            });
+        }
+        let built = remote::build_nodes(
+            |d| Arc::clone(fabs[d].as_ref().expect("a NIC for every daemon with peers")),
+            r as usize,
+            n as usize,
+            &peers,
+        )?;
+        tables.push(remote::records(&built, n as usize)?);
+        nodes.push(built);
+        nics.push(fabs);
+    }
+    let mut remotes: Vec<Vec<Option<CopyrpcRemote>>> = Vec::with_capacity(n as usize);
+    for (r, built) in nodes.into_iter().enumerate() {
+        let got: Vec<PeerRecord> = tables.iter().map(|t| t[r]).collect();
+        remotes.push(remote::finish(built, &got)?);
+    }
+    // Which daemon and QP of rank a carry its link to rank b (for --vfault cut).
+    let mut qp_of: BTreeMap<(u32, u32), (usize, u32)> = BTreeMap::new();
+    for (r, rs) in remotes.iter_mut().enumerate() {
+        for (d, rem) in rs.iter_mut().enumerate() {
+            if let Some(rem) = rem {
+                for p in 0..n {
+                    if let Some(qpn) = rem.qpn_to(p) {
+                        qp_of.insert((r as u32, p), (d, qpn));
+                    }
+                }
+            }
+        }
+    }
+
+    // Daemons, in rank-major order.
+    let mut actors: Vec<DaemonActor<'_, '_>> = Vec::with_capacity(n as usize * k);
+    let mut slab_it = slabs.iter_mut();
+    for r in 0..n as usize {
+        let (holder, owner) = &meshes[r];
+        for d in 0..k {
+            let [hs, os] = slab_it.next().expect("a slab pair per daemon");
+            let parts = Parts {
+                id: d,
+                daemons: k,
+                my_rank: r as u32,
+                backend: cfg.backend,
+                take_per_turn: cfg.take_per_turn,
+                poll_budget: cfg.poll_budget,
+                metrics: true,
+                fault: cfg.fault,
+                store: Store::preloaded(cfg.keys, k, d),
+                ipc: ipc_servers[r].remove(0),
+                deleg: if d == 0 {
+                    deleg_servers[r].take()
+                } else {
+                    None
+                },
+                remote: remotes[r][d]
+                    .take()
+                    .map(|x| AnyRemote::Copyrpc(Box::new(x))),
+            };
+            let h = holder
+                .node(d, Slab::new(hs))
+                .map_err(|e| format!("Flux: {e}"))?;
+            let o = owner
+                .node(d, Slab::new(os))
+                .map_err(|e| format!("Flux: {e}"))?;
+            actors.push(DaemonActor {
+                rank: r as u32,
+                daemon: Daemon::new(parts, h, o),
+                nic: nics[r][d].clone(),
+            });
+        }
+    }
+
+    // Clients. The delegation ring is always credit-counted here: a full ring must
+    // never make a client wait inside `call`, since nothing else runs meanwhile.
+    let controls: Vec<Control> = (0..n).map(|_| Control::default()).collect();
+    let credits: Vec<AtomicI64> = (0..n)
+        .map(|_| AtomicI64::new(i64::from(cfg.ring_size)))
+        .collect();
+    let counters: Vec<Vec<Counters>> = (0..n)
+        .map(|_| (0..c).map(|_| Counters::default()).collect())
+        .collect();
+    let spec_p = cfg.pattern_spec(n);
+    let mut clients: Vec<(u32, Option<Client<'_>>)> = Vec::with_capacity(n as usize * c);
+    for r in 0..n {
+        for i in 0..c {
+            let s = ClientSetup {
+                my_rank: r,
+                daemons: k,
+                backend: cfg.backend,
+                queue_depth: cfg.queue_depth,
+                verify: cfg.verify,
+                runs: cfg.runs,
+                drain_timeout: cfg.drain_timeout,
+                pattern: generate(&spec_p, client_seed(cfg.seed, r, i)),
+                ipc_names: &ipc_names[r as usize],
+                deleg_name: (cfg.backend == Backend::Delegation)
+                    .then_some(deleg_names[r as usize].as_str()),
+                ring_credits: Some(&credits[r as usize]),
+                counters: &counters[r as usize][i],
+                control: &controls[r as usize],
+            };
+            let cl = Client::connect(s).map_err(|e| format!("rank {r} client {i}: {e}"))?;
+            clients.push((r, Some(cl)));
+        }
+    }
+
+    // The scheduler.
+    let nd = actors.len();
+    let nc = clients.len();
+    let mut q: Queue = BinaryHeap::with_capacity(nd + nc + spec.faults.len());
+    for id in 0..nd + nc {
+        q.push(Reverse((0, id)));
+    }
+    for (i, f) in spec.faults.iter().enumerate() {
+        q.push(Reverse((f.at_ns, nd + nc + i)));
+    }
+    let run_ns = cfg.duration.as_nanos() as u64;
+    let end_ns = run_ns * cfg.runs as u64;
+    // Long enough for a cut link's QPs to fail (eight ack timeouts) and answer.
+    let transport_gives_up = (spec.nic.ack_timeout_ns * 9.0) as u64;
+    let give_up_ns = end_ns
+        + (cfg.drain_timeout.as_nanos() as u64)
+            .min(DRAIN_LIMIT_NS)
+            .max(transport_gives_up);
+    let mut answers = vec![0u64; n as usize];
+    let mut reports: Vec<Vec<Result<ClientReport, String>>> =
+        (0..n).map(|_| Vec::with_capacity(c)).collect();
+    let mut left = nc;
+    let mut series = Series::new(spec.sample_ns);
+    let mut last_progress = Instant::now();
+    let mut t_now = 0;
+    while left > 0 {
+        let Some(Reverse((t, id))) = q.pop() else {
+            break;
+        };
+        t_now = t;
+        if t > give_up_ns {
+            break;
+        }
+        if id < nd {
+            let a = &mut actors[id];
+            let nic = a.nic.as_deref().map(sim);
+            if let Some(s) = nic {
+                s.step(t);
+            }
+            let loops = a.daemon.metrics().loops;
+            let work = a.daemon.turn();
+            let whole = a.daemon.metrics().loops != loops;
+            let spent = if whole {
+                ns(cost.loop_ns + cost.item_ns * work as f64)
+            } else {
+                ns(cost.poll_ns)
+            };
+            let mut next = t + spent;
+            if let Some(s) = nic {
+                let st = s.step(next).unwrap_or_default();
+                if st.wqes > 0 {
+                    next += ns(cost.post_ns * f64::from(st.wqes));
+                }
+            }
+            if id == 0 {
+                let m = a.daemon.metrics();
+                series.offer(
+                    t,
+                    m.loops,
+                    m.cqes,
+                    a.daemon.outstanding() as u64,
+                    answers[0],
+                );
+            }
+            q.push(Reverse((next, id)));
+        } else if id < nd + nc {
+            let (r, slot) = &mut clients[id - nd];
+            let Some(cl) = slot.as_mut() else { continue };
+            let stopping = t >= end_ns;
+            let run = if stopping {
+                NOT_MEASURING
+            } else {
+                (t / run_ns) as usize
+            };
+            let res = cl.turn(&mut || t, stopping, run);
+            let done = match res {
+                Ok(turn) => {
+                    answers[*r as usize] += turn.completed as u64;
+                    let items = turn.issued + turn.completed;
+                    if stopping && cl.outstanding() == 0 {
+                        true
+                    } else {
+                        let spent = if items > 0 {
+                            ns(cost.client_ns + cost.client_item_ns * items as f64)
+                        } else {
+                            ns(cost.client_idle_ns)
+                        };
+                        q.push(Reverse((t + spent, id)));
+                        false
+                    }
+                }
+                Err(e) => {
+                    reports[*r as usize].push(Err(format!("client {}: {e}", id - nd)));
+                    *slot = None;
+                    left -= 1;
+                    continue;
+                }
+            };
+            if done {
+                let cl = slot.take().expect("checked above");
+                reports[*r as usize].push(Ok(cl.report()));
+                left -= 1;
+            }
+        } else {
+            apply_fault(&spec.faults[id - nd - nc], &actors, &qp_of, k)?;
+        }
+        if last_progress.elapsed().as_secs() >= 2 {
+            last_progress = Instant::now();
+            eprintln!(
+                "benchkv: virtual {:.3} ms of {:.3} ms (wall {:.1} s)",
+                t as f64 / 1e6,
+                end_ns as f64 / 1e6,
+                wall.elapsed().as_secs_f64()
+            );
+        }
+    }
+    // Clients that never drained report what they still wait for.
+    for (r, slot) in &mut clients {
+        if let Some(cl) = slot.take() {
+            reports[*r as usize].push(Ok(cl.report()));
+        }
+    }
+    let mut metrics: Vec<Vec<Result<DaemonMetrics, String>>> = (0..n).map(|_| Vec::new()).collect();
+    for a in actors {
+        metrics[a.rank as usize].push(Ok(a.daemon.finish()));
+    }
+    drop(meshes);
+
+    // One report, as the gathers of the threaded run would assemble it.
+    let mut errors = Vec::new();
+    let mut first_failure = None;
+    let mut runs: Vec<RunResult> = (0..cfg.runs)
+        .map(|_| RunResult {
+            ranks: Vec::new(),
+            hists: Vec::new(),
+        })
+        .collect();
+    let mut ranks = Vec::new();
+    let mut per_rank_metrics = Vec::new();
+    for (r, (cr, dm)) in reports.into_iter().zip(metrics).enumerate() {
+        let mut errs = Vec::new();
+        let (summary, hists, m, ff) = tally(cfg.runs, cr, dm, &mut errs);
+        errors.extend(errs.into_iter().map(|e| format!("rank {r}: {e}")));
+        if first_failure.is_none() {
+            first_failure = ff.map(|f| format!("rank {r}: {f}"));
+        }
+        for (run, h) in runs.iter_mut().zip(hists) {
+            run.ranks.push(RunRecord {
+                completed: h.count(),
+                elapsed_ns: run_ns,
+            });
+            run.hists.push(h);
+        }
+        ranks.push(summary);
+        per_rank_metrics.push(m);
+    }
+    let mut describe = setup::describe(cfg, n, "sim (virtual time)", None);
+    describe.retain(|(k, _)| !matches!(*k, "mpi_ranks" | "pinned" | "cores"));
+    describe.extend([
+        ("world", json!(format!("virtual:{n}"))),
+        ("cost", json!(cost.describe())),
+        ("nic", json!(spec.nic.describe())),
+        ("one_way_ns", json!(spec.nic.one_way_ns())),
+        (
+            "faults",
+            json!(spec
+                .faults
+                .iter()
+                .map(|f| format!("{f:?}"))
+                .collect::<Vec<_>>()),
+        ),
+        ("virtual_end_us", json!(t_now / 1000)),
+    ]);
+    eprintln!(
+        "benchkv: virtual world of {n} ranks: {:.3} ms of virtual time in {:.2} s wall, one core",
+        t_now as f64 / 1e6,
+        wall.elapsed().as_secs_f64()
+    );
+    Ok(Outcome {
+        rank: 0,
+        report: Report {
+            setup: describe,
+            runs,
+            ranks,
+            metrics: Some(per_rank_metrics),
+        },
+        first_failure,
+        errors,
+        series_svg: Some(series.svg(&format!(
+            "virtual:{n} {} K={k} C={c} QD={} poll budget {}",
+            cfg.backend.as_str(),
+            cfg.queue_depth,
+            cfg.poll_budget
+        ))),
+    })
+}
+
+fn apply_fault(
+    f: &Fault,
+    actors: &[DaemonActor<'_, '_>],
+    qp_of: &BTreeMap<(u32, u32), (usize, u32)>,
+    k: usize,
+) -> Result<(), String> {
+    match f.kind {
+        FaultKind::Stall { rank, for_ns } => {
+            for a in &actors[rank as usize * k..(rank as usize + 1) * k] {
+                if let Some(nic) = &a.nic {
+                    sim(nic).engine().with(|d| d.stall_until(f.at_ns + for_ns));
+                }
+            }
+        }
+        FaultKind::Cut { a, b } => {
+            for (from, to) in [(a, b), (b, a)] {
+                if let Some(&(d, qpn)) = qp_of.get(&(from, to)) {
+                    let nic = actors[from as usize * k + d]
+                        .nic
+                        .as_ref()
+                        .expect("a daemon with a QP has a NIC");
+                    sim(nic)
+                        .engine()
+                        .with(|dev| dev.set_link_cut(qpn, true))
+                        .map_err(|e| format!("--vfault cut: QP {qpn:#x}: {e:?}"))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

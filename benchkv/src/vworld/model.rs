@@ -1,0 +1,223 @@
+//! What virtual time is made of: the CPU cost of each actor's turn ([`CostModel`]), the
+//! NIC between the ranks ([`NicProfile`]), and the `key=value` lists the command line
+//! sets them with. Where each default comes from is in docs/BENCHKV.md ("The virtual
+//! world's figures").
+
+/// Nanoseconds of CPU per piece of a turn. A daemon loop costs
+/// `loop_ns + item_ns × items + post_ns × WQEs posted`; a step-A poll that the poll
+/// budget repeats costs `poll_ns`; a client turn that did something costs
+/// `client_ns + client_item_ns × (issued + answered)`, one that found nothing
+/// `client_idle_ns` (its polling period).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostModel {
+    /// A daemon loop's fixed cost: every phase's poll of shared lines.
+    pub loop_ns: f64,
+    /// Per item a loop handles (a completion, a request taken, served or forwarded).
+    pub item_ns: f64,
+    /// Per WQE the loop posted (build, doorbell record, BlueFlame copy).
+    pub post_ns: f64,
+    /// One extra transport poll in step A (seed 001's poll budget).
+    pub poll_ns: f64,
+    /// A client turn's fixed cost when it issued or collected something.
+    pub client_ns: f64,
+    /// Per request a client issued or collected.
+    pub client_item_ns: f64,
+    /// A client turn that found nothing: the period of its polling.
+    pub client_idle_ns: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self {
+            loop_ns: 550.0,
+            item_ns: 160.0,
+            post_ns: 120.0,
+            poll_ns: 1000.0,
+            client_ns: 100.0,
+            client_item_ns: 40.0,
+            client_idle_ns: 500.0,
+        }
+    }
+}
+
+/// One NIC and its link, in the units of a data sheet. A packet's one-way time is
+/// `doorbell_ns + wqe_ns + latency_ns + dma_ns` plus its bytes at `gbps`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NicProfile {
+    /// Wire and switch, one way.
+    pub latency_ns: f64,
+    /// From the doorbell (BlueFlame write) to the NIC starting on the WQE.
+    pub doorbell_ns: f64,
+    /// The NIC's processing of one WQE.
+    pub wqe_ns: f64,
+    /// The receiving NIC's PCIe write of the payload and the CQE.
+    pub dma_ns: f64,
+    /// Link bandwidth, Gbit/s.
+    pub gbps: f64,
+    /// The transport's acknowledgement timeout; a cut link fails a QP after 8 of these
+    /// (retry count 7).
+    pub ack_timeout_ns: f64,
+}
+
+impl Default for NicProfile {
+    /// ConnectX-6 on HDR100 (100 Gbit/s) through one switch.
+    fn default() -> Self {
+        Self {
+            latency_ns: 600.0,
+            doorbell_ns: 250.0,
+            wqe_ns: 100.0,
+            dma_ns: 350.0,
+            gbps: 100.0,
+            // IB local_ack_timeout 8: 4.096 us << 8.
+            ack_timeout_ns: 1_048_576.0,
+        }
+    }
+}
+
+impl NicProfile {
+    /// A packet's fixed one-way time, ns.
+    pub fn one_way_ns(&self) -> u64 {
+        (self.latency_ns + self.doorbell_ns + self.wqe_ns + self.dma_ns).round() as u64
+    }
+
+    /// Link bandwidth in bytes per second.
+    pub fn bytes_per_s(&self) -> u64 {
+        (self.gbps * 1e9 / 8.0).round() as u64
+    }
+}
+
+/// The largest figure any cost or NIC entry may have: a second (ns) or 10 Tbit/s.
+const ABSURD: f64 = 1e9;
+const ABSURD_GBPS: f64 = 10_000.0;
+
+/// Applies `key=value,key=value` to `fields` (name, slot); every value must be a finite
+/// number in `(0, max]`. The error names the flag, the key and why.
+fn apply(flag: &str, text: &str, fields: &mut [(&str, &mut f64, f64)]) -> Result<(), String> {
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((k, v)) = item.split_once('=') else {
+            return Err(format!("{flag}: `{item}` is not key=value"));
+        };
+        let (k, v) = (k.trim(), v.trim());
+        let Some((_, slot, max)) = fields.iter_mut().find(|(name, _, _)| *name == k) else {
+            let names: Vec<&str> = fields.iter().map(|(n, _, _)| *n).collect();
+            return Err(format!(
+                "{flag}: unknown key `{k}` (known: {})",
+                names.join(", ")
+            ));
+        };
+        let x: f64 = v
+            .parse()
+            .map_err(|_| format!("{flag}: {k}={v} is not a number"))?;
+        if !x.is_finite() || x <= 0.0 || x > *max {
+            return Err(format!(
+                "{flag}: {k}={v} must be more than 0 and at most {max}"
+            ));
+        }
+        **slot = x;
+    }
+    Ok(())
+}
+
+impl CostModel {
+    /// The defaults with `text` (`--cost`) applied.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut c = Self::default();
+        apply(
+            "--cost",
+            text,
+            &mut [
+                ("loop_ns", &mut c.loop_ns, ABSURD),
+                ("item_ns", &mut c.item_ns, ABSURD),
+                ("post_ns", &mut c.post_ns, ABSURD),
+                ("poll_ns", &mut c.poll_ns, ABSURD),
+                ("client_ns", &mut c.client_ns, ABSURD),
+                ("client_item_ns", &mut c.client_item_ns, ABSURD),
+                ("client_idle_ns", &mut c.client_idle_ns, ABSURD),
+            ],
+        )?;
+        Ok(c)
+    }
+
+    /// `key=value` list of every figure, for the report.
+    pub fn describe(&self) -> String {
+        format!(
+            "loop_ns={},item_ns={},post_ns={},poll_ns={},client_ns={},client_item_ns={},client_idle_ns={}",
+            self.loop_ns,
+            self.item_ns,
+            self.post_ns,
+            self.poll_ns,
+            self.client_ns,
+            self.client_item_ns,
+            self.client_idle_ns
+        )
+    }
+}
+
+impl NicProfile {
+    /// The defaults with `text` (`--nic`) applied.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut n = Self::default();
+        apply(
+            "--nic",
+            text,
+            &mut [
+                ("latency_ns", &mut n.latency_ns, ABSURD),
+                ("doorbell_ns", &mut n.doorbell_ns, ABSURD),
+                ("wqe_ns", &mut n.wqe_ns, ABSURD),
+                ("dma_ns", &mut n.dma_ns, ABSURD),
+                ("gbps", &mut n.gbps, ABSURD_GBPS),
+                ("ack_timeout_ns", &mut n.ack_timeout_ns, ABSURD * 10.0),
+            ],
+        )?;
+        Ok(n)
+    }
+
+    /// `key=value` list of every figure, for the report.
+    pub fn describe(&self) -> String {
+        format!(
+            "latency_ns={},doorbell_ns={},wqe_ns={},dma_ns={},gbps={},ack_timeout_ns={}",
+            self.latency_ns,
+            self.doorbell_ns,
+            self.wqe_ns,
+            self.dma_ns,
+            self.gbps,
+            self.ack_timeout_ns
+        )
+    }
+}
+
+/// Virtual nanoseconds, rounded, never 0 (a turn that costs nothing would let the
+/// scheduler pick the same actor forever).
+pub fn ns(x: f64) -> u64 {
+    (x.round() as u64).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_override_defaults_and_bad_values_are_named() {
+        let c = CostModel::parse("loop_ns=700, item_ns=0.5").unwrap();
+        assert_eq!((c.loop_ns, c.item_ns), (700.0, 0.5));
+        assert_eq!(c.post_ns, CostModel::default().post_ns);
+        let n = NicProfile::parse("gbps=200,latency_ns=1000").unwrap();
+        assert_eq!(n.bytes_per_s(), 25_000_000_000);
+        assert_eq!(n.one_way_ns(), 1000 + 250 + 100 + 350);
+        for (bad, needle) in [
+            ("loop_ns=0", "more than 0"),
+            ("loop_ns=-5", "more than 0"),
+            ("loop_ns=nan", "more than 0"),
+            ("loop_ns=inf", "more than 0"),
+            ("loop_ns=1e12", "at most"),
+            ("loop_ns=abc", "not a number"),
+            ("loop_ns", "key=value"),
+            ("speed=1", "unknown key `speed`"),
+        ] {
+            let e = CostModel::parse(bad).unwrap_err();
+            assert!(e.contains("--cost") && e.contains(needle), "{bad}: {e}");
+        }
+        assert!(NicProfile::parse("gbps=1e6").unwrap_err().contains("gbps"));
+        assert_eq!(ns(0.2), 1);
+    }
+}

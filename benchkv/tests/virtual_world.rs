@@ -1,0 +1,283 @@
+//! `--world virtual:N`: every rank in one process, in virtual time, running the same
+//! daemon and client code as the threaded benchkv over the device model.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn benchkv(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_benchkv"))
+        .args(["--keys", "4096", "--pattern-len", "1024"])
+        .args(args)
+        .output()
+        .expect("benchkv runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn json_lines(out: &Output) -> Vec<Value> {
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn of_type<'a>(lines: &'a [Value], t: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["type"] == t).collect()
+}
+
+/// Runs the world and checks every request was answered and checked right.
+fn verified_run(ranks: u32, backend: &str, extra: &[&str]) -> Vec<Value> {
+    let world = format!("virtual:{ranks}");
+    let mut args = vec![
+        "--world",
+        &world,
+        "--backend",
+        backend,
+        "--verify",
+        "-K",
+        "2",
+        "-C",
+        "3",
+        "--queue-depth",
+        "8",
+        "--duration",
+        "400us",
+        "--output",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = benchkv(&args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let lines = json_lines(&out);
+    let s = of_type(&lines, "summary");
+    assert_eq!(s.len(), 1);
+    let issued = s[0]["issued"].as_u64().unwrap();
+    assert!(issued > 0, "nothing issued: {}", s[0]);
+    assert_eq!(s[0]["completed"].as_u64(), Some(issued), "{}", s[0]);
+    assert_eq!(s[0]["verify_checked"].as_u64(), Some(issued), "{}", s[0]);
+    assert_eq!(s[0]["verify_failures"], 0, "{}", s[0]);
+    lines
+}
+
+/// Per-rank completions of run 1.
+fn per_rank(lines: &[Value]) -> Vec<u64> {
+    of_type(lines, "run")[0]["per_rank"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["requests"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn two_and_eight_ranks_answer_and_verify_every_request_with_both_backends() {
+    for backend in ["delegation", "meta"] {
+        for ranks in [2, 8] {
+            let lines = verified_run(ranks, backend, &[]);
+            let counts = per_rank(&lines);
+            assert_eq!(counts.len(), ranks as usize, "{backend} {ranks}: {lines:?}");
+            assert!(
+                counts.iter().all(|&c| c > 0),
+                "a rank did nothing: {counts:?}"
+            );
+            // Every daemon that holds endpoints made remote calls: the copyrpc path ran.
+            let remote: u64 = of_type(&lines, "metrics")
+                .iter()
+                .map(|m| m["remote_calls"].as_u64().unwrap())
+                .sum();
+            assert!(remote > 0, "{backend} {ranks}: no remote call");
+        }
+    }
+}
+
+#[test]
+fn the_same_seed_gives_byte_identical_output_and_another_seed_does_not() {
+    let args = |seed: &'static str| {
+        vec![
+            "--world",
+            "virtual:8",
+            "-C",
+            "2",
+            "--queue-depth",
+            "8",
+            "--duration",
+            "300us",
+            "--metrics",
+            "--seed",
+            seed,
+        ]
+    };
+    let a = benchkv(&args("7"));
+    let b = benchkv(&args("7"));
+    let c = benchkv(&args("8"));
+    for o in [&a, &b, &c] {
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    assert!(!a.stdout.is_empty());
+    assert_eq!(text(&a.stdout), text(&b.stdout), "same flags, same seed");
+    // The per-rank table rows differ (other patterns, other keys and ranks).
+    let rows = |o: &Output| -> Vec<String> {
+        text(&o.stdout)
+            .lines()
+            .filter(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() == 8 && w[0] == "1"
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        rows(&a).len(),
+        9,
+        "8 ranks and the total: {}",
+        text(&a.stdout)
+    );
+    assert_ne!(
+        rows(&a),
+        rows(&c),
+        "another seed gave the same per-rank counts"
+    );
+}
+
+#[test]
+fn the_poll_budget_runs_in_virtual_time_and_adds_loops_with_nothing_in_them() {
+    let without = verified_run(4, "delegation", &[]);
+    let with = verified_run(4, "delegation", &["--poll-budget", "16"]);
+    let loops = |lines: &[Value]| -> u64 {
+        of_type(lines, "metrics")
+            .iter()
+            .map(|m| m["loops"].as_u64().unwrap())
+            .sum()
+    };
+    // Each extra poll costs virtual time, so the same run has fewer whole loops.
+    assert!(
+        loops(&with) < loops(&without),
+        "{} vs {}",
+        loops(&with),
+        loops(&without)
+    );
+    assert_eq!(of_type(&with, "setup")[0]["poll_budget"], 16);
+}
+
+#[test]
+fn a_stalled_nic_delays_but_loses_nothing_and_a_cut_link_fails_its_calls_once() {
+    let lines = verified_run(3, "delegation", &["--vfault", "stall:1@100us+200us"]);
+    let s = of_type(&lines, "summary")[0];
+    assert_eq!(s["drained"], true, "{s}");
+
+    let out = benchkv(&[
+        "--world",
+        "virtual:3",
+        "--verify",
+        "-C",
+        "2",
+        "--queue-depth",
+        "4",
+        "--duration",
+        "400us",
+        "--vfault",
+        "cut:0-1@100us",
+        "--output",
+        "json",
+    ]);
+    // Calls on the cut link are answered `Unreachable` once the QPs give up: every
+    // request is answered, the wrong ones are counted and the run fails, saying why.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let lines = json_lines(&out);
+    let s = of_type(&lines, "summary")[0];
+    assert_eq!(s["completed"], s["issued"], "{s}");
+    assert!(s["verify_failures"].as_u64().unwrap() > 0, "{s}");
+    assert!(
+        text(&out.stderr).contains("Unreachable"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn bad_world_cost_nic_and_fault_flags_are_refused_before_anything_runs() {
+    for (args, needle) in [
+        (&["--world", "virtual:0"][..], "--world"),
+        (&["--world", "virtual:x"], "--world"),
+        (&["--world", "virtual:-1"], "--world"),
+        (&["--world", "virtual:100000"], "--world"),
+        (&["--world", "galaxy"], "--world"),
+        (&["--world", "virtual:2", "--cost", "loop_ns=0"], "--cost"),
+        (&["--world", "virtual:2", "--cost", "item_ns=-3"], "--cost"),
+        (
+            &["--world", "virtual:2", "--cost", "loop_ns=1e300"],
+            "--cost",
+        ),
+        (&["--world", "virtual:2", "--cost", "speed=3"], "--cost"),
+        (&["--world", "virtual:2", "--nic", "gbps=0"], "--nic"),
+        (
+            &["--world", "virtual:2", "--nic", "latency_ns=nan"],
+            "--nic",
+        ),
+        (
+            &["--world", "virtual:2", "--vfault", "stall:2@1ms+1ms"],
+            "--vfault",
+        ),
+        (
+            &["--world", "virtual:2", "--vfault", "cut:0-0@1ms"],
+            "--vfault",
+        ),
+        (&["--world", "virtual:2", "--fabric", "verbs"], "--world"),
+        (
+            &["--world", "virtual:2", "--loopback-ranks", "2"],
+            "--world",
+        ),
+        (&["--cost", "loop_ns=5"], "--cost"),
+        (&["--vfault", "stall:0@1ms+1ms"], "--vfault"),
+        // More endpoints than a daemon's context holds.
+        (&["--world", "virtual:66"], "endpoints"),
+        // More memory than the machine has.
+        (
+            &[
+                "--world",
+                "virtual:64",
+                "--backend",
+                "meta",
+                "-K",
+                "2",
+                "--keys",
+                "100000000",
+            ],
+            "MiB",
+        ),
+    ] {
+        let out = benchkv(args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} ran: {}", text(&out.stdout));
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn plot_draws_the_outstanding_time_series() {
+    let path = std::env::temp_dir().join(format!("benchkv-vplot-{}.svg", std::process::id()));
+    let out = benchkv(&[
+        "--world",
+        "virtual:2",
+        "--duration",
+        "200us",
+        "--plot",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert_eq!(svg.matches("<polyline").count(), 3, "{svg}");
+    assert!(svg.contains("outstanding"));
+}
