@@ -148,6 +148,11 @@ pub struct Cli {
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "TIME")]
     pub setup_timeout: Duration,
 
+    /// copyrpc ring per endpoint and direction between ranks: `16k` (the default: ~40
+    /// calls in flight per peer) or `256k` (~700 per peer; 8 MiB of tables per daemon).
+    #[arg(long, value_enum, default_value_t = RingArg::Small, value_name = "16k|256k")]
+    pub copyrpc_ring: RingArg,
+
     /// Where the ranks run: `threads` (the default: this process is one rank, mpirun
     /// starts the others) or `virtual:N`: N ranks, each with its K daemons and C clients,
     /// in this one process and thread, in virtual time, over the mlx5 device model with
@@ -177,6 +182,17 @@ pub struct Cli {
     /// Virtual world: the interval of the --plot time series (default: the run / 400).
     #[arg(long, value_parser = parse_duration, value_name = "TIME")]
     pub sample_every: Option<Duration>,
+}
+
+/// `--copyrpc-ring`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RingArg {
+    /// 16 KiB.
+    #[value(name = "16k")]
+    Small,
+    /// 256 KiB.
+    #[value(name = "256k")]
+    Large,
 }
 
 /// `--backend`.

@@ -6,8 +6,9 @@ use std::time::Duration;
 use copyrpc_host::fabric::FabricKind;
 
 use crate::cli::{
-    BackendArg, Cli, DistributionArg, FabricArg, Fault, OutputArg, PinArg, PollBudget,
+    BackendArg, Cli, DistributionArg, FabricArg, Fault, OutputArg, PinArg, PollBudget, RingArg,
 };
+use crate::remote::RingSize;
 use crate::vworld::{CostModel, Fault as VFault, NicProfile, VirtualSpec, MAX_RANKS};
 use crate::workload::{Distribution, PatternSpec};
 
@@ -94,6 +95,8 @@ pub struct Config {
     pub fault: Option<Fault>,
     /// `--world virtual:N`; `None` for threads.
     pub world: Option<VirtualSpec>,
+    /// `--copyrpc-ring`.
+    pub copyrpc_ring: RingSize,
 }
 
 /// `--world` and the virtual world's flags; `None` for `threads`. The other virtual
@@ -307,6 +310,10 @@ impl Config {
             plot: cli.plot.clone(),
             fault: cli.inject_fault,
             world,
+            copyrpc_ring: match cli.copyrpc_ring {
+                RingArg::Small => RingSize::Small,
+                RingArg::Large => RingSize::Large,
+            },
         })
     }
 

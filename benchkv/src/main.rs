@@ -76,7 +76,14 @@ fn main() -> ExitCode {
     if out.rank == 0 {
         let text = match cfg.output {
             OutputArg::Table => output::table(&out.report),
-            OutputArg::Json => output::json_lines(&out.report),
+            OutputArg::Json => {
+                let mut t = output::json_lines(&out.report);
+                for v in &out.extra_json {
+                    t.push_str(&v.to_string());
+                    t.push('\n');
+                }
+                t
+            }
             OutputArg::Csv => {
                 let t = out.report.total();
                 eprintln!(

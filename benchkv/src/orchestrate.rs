@@ -68,6 +68,8 @@ pub struct Outcome {
     /// What `--plot` writes instead of the report's charts (the virtual world's time
     /// series).
     pub series_svg: Option<String>,
+    /// Extra JSON lines after the report's (the virtual world's time series).
+    pub extra_json: Vec<serde_json::Value>,
 }
 
 /// Why a run did not happen.
@@ -336,6 +338,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         first_failure,
         errors,
         series_svg: None,
+        extra_json: Vec::new(),
     })
 }
 

@@ -198,6 +198,7 @@ pub fn describe(
         ("ring_size", json!(cfg.ring_size)),
         ("poll_budget", budget),
         ("take_per_turn", take),
+        ("copyrpc_ring_bytes", json!(cfg.copyrpc_ring.bytes())),
         ("seed", json!(cfg.seed)),
         ("verify", json!(cfg.verify)),
         ("fabric", json!(fabric)),

@@ -85,6 +85,29 @@ fn two_ranks_delegation_verifies_over_copyrpc() {
 }
 
 #[test]
+fn two_ranks_with_large_copyrpc_rings_verify() {
+    // 256 KiB rings: a context of the other size type, the same protocol.
+    let out = mpirun(
+        2,
+        &[
+            "--verify",
+            "--duration",
+            "500ms",
+            "-C",
+            "2",
+            "--queue-depth",
+            "64",
+            "--copyrpc-ring",
+            "256k",
+        ],
+    );
+    let l = lines(&out);
+    check(&l, 2);
+    let setup = l.iter().find(|x| x["type"] == "setup").unwrap();
+    assert_eq!(setup["copyrpc_ring_bytes"], 256 << 10);
+}
+
+#[test]
 fn two_ranks_meta_with_two_daemons_verifies_over_copyrpc() {
     // K = 2: each rank's peers are spread over two daemons' contexts.
     let out = mpirun(

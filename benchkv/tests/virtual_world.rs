@@ -99,6 +99,28 @@ fn two_and_eight_ranks_answer_and_verify_every_request_with_both_backends() {
 }
 
 #[test]
+fn large_copyrpc_rings_answer_everything_and_hold_more_calls_per_peer() {
+    let small = verified_run(2, "delegation", &["-C", "8", "--queue-depth", "32"]);
+    let large = verified_run(
+        2,
+        "delegation",
+        &["-C", "8", "--queue-depth", "32", "--copyrpc-ring", "256k"],
+    );
+    assert_eq!(of_type(&large, "setup")[0]["copyrpc_ring_bytes"], 256 << 10);
+    // 8 clients x QD 32 = 256 requests, about half for the peer: more than a 16 KiB ring's
+    // credit (~40 calls) holds, so the small ring refuses calls for room and the large
+    // one does not.
+    let busy = |lines: &[Value]| -> u64 {
+        of_type(lines, "metrics")
+            .iter()
+            .map(|m| m["remote_busy"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(busy(&small) > 0, "the 16 KiB ring never filled");
+    assert_eq!(busy(&large), 0, "the 256 KiB ring filled");
+}
+
+#[test]
 fn the_same_seed_gives_byte_identical_output_and_another_seed_does_not() {
     let args = |seed: &'static str| {
         vec![

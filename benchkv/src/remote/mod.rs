@@ -24,7 +24,9 @@
 mod copyrpc;
 mod loopback;
 
-pub use self::copyrpc::{build_nodes, finish, records, CopyrpcIncoming, CopyrpcRemote, EPS};
+pub use self::copyrpc::{
+    build_nodes, finish, records, CopyrpcIncoming, CopyrpcRemote, RingSize, EPS,
+};
 pub use loopback::{Loopback, LoopbackIncoming};
 
 use copyrpc_host::exchange::Collectives;
@@ -169,7 +171,7 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         opts.verbs.device = cfg.device.clone();
         let (fabric, _) =
             fabric::open(cfg.fabric, &opts).map_err(|e| format!("--fabric {}: {e}", cfg.fabric))?;
-        let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of)?;
+        let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of, cfg.copyrpc_ring)?;
         return Ok(remotes
             .into_iter()
             .map(|r| r.map(|c| AnyRemote::Copyrpc(Box::new(c))))

@@ -78,9 +78,10 @@ const DRAIN_LIMIT_NS: u64 = 100_000_000;
 /// this bounds the meta case (K daemons share the endpoints).
 pub const MAX_RANKS: u32 = 1024;
 
-/// Bytes of `/dev/shm` one NIC touches per peer (QP queues, link queue, rings): measured
-/// on a 32-rank delegation run (docs/BENCHKV.md), rounded up.
-const NIC_BYTES_PER_PEER: u64 = 640 << 10;
+/// Bytes one NIC touches per peer besides the rings (QP queues, link queue, the peer's
+/// mapping): from the resident size of a 32-rank delegation run (836 MiB for 992
+/// NIC-peer pairs, docs/BENCHKV.md), rounded up.
+const NIC_BYTES_PER_PEER: u64 = 1 << 20;
 
 /// Checks that the world fits before anything is built: endpoints per daemon and memory.
 pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
@@ -108,7 +109,8 @@ pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
     let store =
         u64::from(n) * ((cfg.keys / k as u64).max(1) * 2).next_power_of_two() * 16 * k as u64;
     let patterns = u64::from(n) * cfg.clients as u64 * cfg.pattern_len as u64 * 16;
-    let nics = u64::from(n) * (u64::from(n) - 1) * NIC_BYTES_PER_PEER;
+    let per_peer = NIC_BYTES_PER_PEER + 2 * cfg.copyrpc_ring.bytes() as u64;
+    let nics = u64::from(n) * (u64::from(n) - 1) * per_peer;
     let need = store + patterns + nics;
     if let Some(avail) = mem_available() {
         if need > avail / 4 * 3 {
@@ -188,7 +190,8 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
     // exchange would: every rank's records, then each rank connects to what the others
     // sent it.
     let opts = SimOptions {
-        region_bytes: 64 << 20,
+        // Rings of both directions per peer, with room for the queues and links.
+        region_bytes: 64 * (2 * cfg.copyrpc_ring.bytes() + (512 << 10)) + (16 << 20),
         link: LinkConfig {
             latency_ns: spec.nic.one_way_ns(),
             bandwidth_bytes_per_s: spec.nic.bytes_per_s(),
@@ -226,6 +229,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
             r as usize,
             n as usize,
             &peers,
+            cfg.copyrpc_ring,
         )?;
         tables.push(remote::records(&built, n as usize)?);
         nodes.push(built);
@@ -303,7 +307,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
     let spec_p = cfg.pattern_spec(n);
     let mut clients: Vec<(u32, Option<Client<'_>>)> = Vec::with_capacity(n as usize * c);
     for r in 0..n {
-        for i in 0..c {
+        for (i, counter) in counters[r as usize].iter().enumerate() {
             let s = ClientSetup {
                 my_rank: r,
                 daemons: k,
@@ -317,7 +321,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                 deleg_name: (cfg.backend == Backend::Delegation)
                     .then_some(deleg_names[r as usize].as_str()),
                 ring_credits: Some(&credits[r as usize]),
-                counters: &counters[r as usize][i],
+                counters: counter,
                 control: &controls[r as usize],
             };
             let cl = Client::connect(s).map_err(|e| format!("rank {r} client {i}: {e}"))?;
@@ -513,6 +517,19 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
         },
         first_failure,
         errors,
+        extra_json: series
+            .samples
+            .iter()
+            .map(|x| {
+                json!({
+                    "type": "sample",
+                    "t_us": x.t_ns as f64 / 1e3,
+                    "outstanding": x.outstanding,
+                    "cqe_batch": x.cqe_batch,
+                    "answers_per_us": x.rate_per_us,
+                })
+            })
+            .collect(),
         series_svg: Some(series.svg(&format!(
             "virtual:{n} {} K={k} C={c} QD={} poll budget {}",
             cfg.backend.as_str(),

@@ -63,7 +63,7 @@ impl Series {
     /// Three stacked line charts over virtual time.
     pub fn svg(&self, title: &str) -> String {
         let (w, h, pad, gap) = (720.0, 170.0, 56.0, 24.0);
-        let charts: [(&str, fn(&Sample) -> f64, &str); 3] = [
+        let charts: [Chart; 3] = [
             (
                 "outstanding (daemon#0 of rank 0)",
                 |s| s.outstanding as f64,
@@ -117,6 +117,9 @@ impl Series {
         o
     }
 }
+
+/// A chart: its title, what it plots of a sample, its colour.
+type Chart = (&'static str, fn(&Sample) -> f64, &'static str);
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
