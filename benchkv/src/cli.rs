@@ -162,8 +162,8 @@ pub struct Cli {
     pub world: String,
 
     /// Virtual world: CPU cost of each turn, `key=ns,...` over the defaults loop_ns=550,
-    /// item_ns=160, post_ns=120, poll_ns=1000, client_ns=100, client_item_ns=40,
-    /// client_idle_ns=500.
+    /// item_ns=160, post_ns=120, cqe_ns=0, poll_ns=1000, client_ns=100, client_item_ns=40,
+    /// client_idle_ns=500, jitter=0 (a fraction).
     #[arg(long, default_value = "", value_name = "KEY=NS,...")]
     pub cost: String,
 

@@ -51,7 +51,7 @@ use crate::remote::{self, endpoint_daemon, AnyRemote, CopyrpcRemote};
 use crate::report::{Report, RunRecord, RunResult};
 use crate::setup::{self, FluxMem, Servers};
 use crate::store::Store;
-use crate::workload::{client_seed, generate};
+use crate::workload::{client_seed, generate, Rng};
 use model::ns;
 use series::Series;
 
@@ -332,6 +332,16 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
     // The scheduler.
     let nd = actors.len();
     let nc = clients.len();
+    let mut rngs: Vec<Rng> = (0..nd + nc)
+        .map(|id| Rng::new(cfg.seed ^ (id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5157))
+        .collect();
+    let mut vary = |id: usize, x: f64| -> u64 {
+        if cost.jitter == 0.0 {
+            return ns(x);
+        }
+        let u = (rngs[id].next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        ns(x * (1.0 + cost.jitter * (2.0 * u - 1.0)))
+    };
     let mut q: Queue = BinaryHeap::with_capacity(nd + nc + spec.faults.len());
     for id in 0..nd + nc {
         q.push(Reverse((0, id)));
@@ -368,13 +378,17 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
             if let Some(s) = nic {
                 s.step(t);
             }
-            let loops = a.daemon.metrics().loops;
+            let (loops, cqes) = (a.daemon.metrics().loops, a.daemon.metrics().cqes);
             let work = a.daemon.turn();
             let whole = a.daemon.metrics().loops != loops;
+            let took = (a.daemon.metrics().cqes - cqes) as f64;
             let spent = if whole {
-                ns(cost.loop_ns + cost.item_ns * work as f64)
+                vary(
+                    id,
+                    cost.loop_ns + cost.item_ns * work as f64 + cost.cqe_ns * took,
+                )
             } else {
-                ns(cost.poll_ns)
+                vary(id, cost.poll_ns)
             };
             let mut next = t + spent;
             if let Some(s) = nic {
@@ -412,9 +426,9 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                         true
                     } else {
                         let spent = if items > 0 {
-                            ns(cost.client_ns + cost.client_item_ns * items as f64)
+                            vary(id, cost.client_ns + cost.client_item_ns * items as f64)
                         } else {
-                            ns(cost.client_idle_ns)
+                            vary(id, cost.client_idle_ns)
                         };
                         q.push(Reverse((t + spent, id)));
                         false

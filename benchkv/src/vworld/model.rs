@@ -4,7 +4,7 @@
 //! world's figures").
 
 /// Nanoseconds of CPU per piece of a turn. A daemon loop costs
-/// `loop_ns + item_ns × items + post_ns × WQEs posted`; a step-A poll that the poll
+/// `loop_ns + item_ns × items + cqe_ns × completions + post_ns × WQEs posted`; a step-A poll that the poll
 /// budget repeats costs `poll_ns`; a client turn that did something costs
 /// `client_ns + client_item_ns × (issued + answered)`, one that found nothing
 /// `client_idle_ns` (its polling period).
@@ -16,6 +16,9 @@ pub struct CostModel {
     pub item_ns: f64,
     /// Per WQE the loop posted (build, doorbell record, BlueFlame copy).
     pub post_ns: f64,
+    /// Per completion (receive CQE: one arrived batch) the loop took, on top of its item:
+    /// the CQE read, the SRQ repost, the batch parse. 0 by default (the item covers it).
+    pub cqe_ns: f64,
     /// One extra transport poll in step A (seed 001's poll budget).
     pub poll_ns: f64,
     /// A client turn's fixed cost when it issued or collected something.
@@ -24,6 +27,11 @@ pub struct CostModel {
     pub client_item_ns: f64,
     /// A client turn that found nothing: the period of its polling.
     pub client_idle_ns: f64,
+    /// Every turn's cost is drawn uniformly from `cost × (1 ± jitter)` (a seeded stream
+    /// per actor, so runs stay deterministic): the run-to-run variation of real loops
+    /// (cache misses, interrupts) that seed 001 says starts the dispersion of the
+    /// synchronised first wave. 0 makes every turn cost exactly its figure.
+    pub jitter: f64,
 }
 
 impl Default for CostModel {
@@ -32,10 +40,12 @@ impl Default for CostModel {
             loop_ns: 550.0,
             item_ns: 160.0,
             post_ns: 120.0,
+            cqe_ns: 0.0,
             poll_ns: 1000.0,
             client_ns: 100.0,
             client_item_ns: 40.0,
             client_idle_ns: 500.0,
+            jitter: 0.0,
         }
     }
 }
@@ -93,6 +103,16 @@ const ABSURD_GBPS: f64 = 10_000.0;
 /// Applies `key=value,key=value` to `fields` (name, slot); every value must be a finite
 /// number in `(0, max]`. The error names the flag, the key and why.
 fn apply(flag: &str, text: &str, fields: &mut [(&str, &mut f64, f64)]) -> Result<(), String> {
+    apply_with_zero(flag, text, fields, &[])
+}
+
+/// [`apply`], where the keys in `zero_ok` may also be 0.
+fn apply_with_zero(
+    flag: &str,
+    text: &str,
+    fields: &mut [(&str, &mut f64, f64)],
+    zero_ok: &[&str],
+) -> Result<(), String> {
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some((k, v)) = item.split_once('=') else {
             return Err(format!("{flag}: `{item}` is not key=value"));
@@ -108,10 +128,14 @@ fn apply(flag: &str, text: &str, fields: &mut [(&str, &mut f64, f64)]) -> Result
         let x: f64 = v
             .parse()
             .map_err(|_| format!("{flag}: {k}={v} is not a number"))?;
-        if !x.is_finite() || x <= 0.0 || x > *max {
-            return Err(format!(
-                "{flag}: {k}={v} must be more than 0 and at most {max}"
-            ));
+        let low_ok = x > 0.0 || (x == 0.0 && zero_ok.contains(&k));
+        if !x.is_finite() || !low_ok || x > *max {
+            let low = if zero_ok.contains(&k) {
+                "at least 0"
+            } else {
+                "more than 0"
+            };
+            return Err(format!("{flag}: {k}={v} must be {low} and at most {max}"));
         }
         **slot = x;
     }
@@ -122,18 +146,21 @@ impl CostModel {
     /// The defaults with `text` (`--cost`) applied.
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut c = Self::default();
-        apply(
+        apply_with_zero(
             "--cost",
             text,
             &mut [
+                ("jitter", &mut c.jitter, 0.9),
                 ("loop_ns", &mut c.loop_ns, ABSURD),
                 ("item_ns", &mut c.item_ns, ABSURD),
                 ("post_ns", &mut c.post_ns, ABSURD),
+                ("cqe_ns", &mut c.cqe_ns, ABSURD),
                 ("poll_ns", &mut c.poll_ns, ABSURD),
                 ("client_ns", &mut c.client_ns, ABSURD),
                 ("client_item_ns", &mut c.client_item_ns, ABSURD),
                 ("client_idle_ns", &mut c.client_idle_ns, ABSURD),
             ],
+            &["jitter", "cqe_ns"],
         )?;
         Ok(c)
     }
@@ -141,14 +168,16 @@ impl CostModel {
     /// `key=value` list of every figure, for the report.
     pub fn describe(&self) -> String {
         format!(
-            "loop_ns={},item_ns={},post_ns={},poll_ns={},client_ns={},client_item_ns={},client_idle_ns={}",
+            "loop_ns={},item_ns={},post_ns={},cqe_ns={},poll_ns={},client_ns={},client_item_ns={},client_idle_ns={},jitter={}",
             self.loop_ns,
             self.item_ns,
             self.post_ns,
+            self.cqe_ns,
             self.poll_ns,
             self.client_ns,
             self.client_item_ns,
-            self.client_idle_ns
+            self.client_idle_ns,
+            self.jitter
         )
     }
 }
@@ -219,5 +248,8 @@ mod tests {
         }
         assert!(NicProfile::parse("gbps=1e6").unwrap_err().contains("gbps"));
         assert_eq!(ns(0.2), 1);
+        assert_eq!(CostModel::parse("jitter=0").unwrap().jitter, 0.0);
+        assert!(CostModel::parse("jitter=0.95").unwrap_err().contains("at most 0.9"));
+        assert!(CostModel::parse("loop_ns=0").unwrap_err().contains("more than 0"));
     }
 }

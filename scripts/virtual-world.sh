@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The virtual-world figures of docs/PERFORMANCE.md ("benchkv at scale in virtual time"):
+#   scripts/virtual-world.sh scale   wall time of 10 ms of virtual time, NP = 2..64
+#   scripts/virtual-world.sh seed001 seed 001's settings at NP = 2, 8, 16, 32
+#   scripts/virtual-world.sh dvm     Delegation against Meta at NP = 16, 32, K = 1, 2, 4
+# Each line is one run; the runs are deterministic (same flags, same output), the wall
+# times are this machine's (one core: the world runs on one thread).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --quiet --release -p benchkv
+B=target/release/benchkv
+
+summary() {
+    python3 -c '
+import json, sys
+ls = [json.loads(l) for l in sys.stdin if l.strip()]
+run = [l for l in ls if l["type"] == "run"][0]
+m = [l for l in ls if l["type"] == "metrics"]
+s = [l for l in ls if l["type"] == "summary"][0]
+d = m[0]
+tot = sum(d["cqe_batches"].values()) or 1
+h = "/".join("%.0f" % (100 * d["cqe_batches"][k] / tot) for k in ["0", "1", "2-10", "11-100", ">100"])
+np_ = len(run["per_rank"])
+print("%s: %.2f M req/s per rank, %.1f M total; daemon#0 of rank 0: %d loops, %.0f %% idle, CQE batches %% [0/1/2-10/11-100/>100] %s, mean %.2f; p50 %.0f us; drained %s"
+      % (sys.argv[1], run["total_rps"] / 1e6 / np_, run["total_rps"] / 1e6, d["loops"],
+         100 * d["idle_loops"] / max(1, d["loops"]), h, d["cqe_batch_mean"], run["p50_ns"] / 1e3, s["drained"]))
+' "$1"
+}
+
+case "${1:-scale}" in
+scale)
+    for np in 2 8 16 32 64; do
+        start=$(date +%s.%N)
+        $B --world "virtual:$np" -K 2 -C 8 --queue-depth 32 --duration 10ms --output json 2>/dev/null \
+            | summary "NP=$np K=2 C=8 QD=32 10ms"
+        echo "  wall $(echo "$(date +%s.%N) - $start" | bc) s"
+    done
+    ;;
+seed001)
+    for item in 160 40; do
+        for np in 2 8 16 32; do
+            for pb in off 16; do
+                $B --world "virtual:$np" -C 46 --queue-depth 32 --duration 5ms --copyrpc-ring 256k \
+                    --poll-budget "$pb" --cost "item_ns=$item,jitter=0.3" --output json 2>/dev/null \
+                    | summary "item_ns=$item NP=$np poll-budget=$pb"
+            done
+        done
+    done
+    ;;
+dvm)
+    for np in 16 32; do
+        for k in 1 2 4; do
+            for be in delegation meta; do
+                $B --world "virtual:$np" --backend "$be" -K "$k" -C 8 --queue-depth 32 --duration 3ms \
+                    --cost item_ns=40 --output json 2>/dev/null | summary "NP=$np K=$k $be"
+            done
+        done
+    done
+    for be in delegation meta; do
+        $B --world virtual:2 --backend "$be" -K 2 -C 4 --queue-depth 4 --duration 5ms \
+            --cost item_ns=40 --output json 2>/dev/null | summary "seed 000 §10 shape: NP=2 K=2 C=4 QD=4 $be"
+    done
+    ;;
+*)
+    echo "usage: $0 scale|seed001|dvm" >&2
+    exit 2
+    ;;
+esac
