@@ -58,6 +58,18 @@ fn drive(backend: Backend, requests: u64) -> [DaemonMetrics; K] {
 /// depth `qd`; requests cycle through every rank and both shards. Fails if an answer is
 /// missing after 100 000 turns (a deadlock shows as that, not as a hang).
 fn drive_ranks(backend: Backend, ranks: u64, qd: u32, requests: u64) -> [DaemonMetrics; K] {
+    drive_with_budget(backend, ranks, qd, requests, 0)
+}
+
+/// [`drive_ranks`] with seed 001's poll budget on every daemon. With a budget, also
+/// checks on idle daemon#0 that the extra polls are turns but not loops.
+fn drive_with_budget(
+    backend: Backend,
+    ranks: u64,
+    qd: u32,
+    requests: u64,
+    poll_budget: u32,
+) -> [DaemonMetrics; K] {
     let ipc_names: Vec<String> = (0..K).map(|_| unique("ipc")).collect();
     let ipc: Vec<_> = ipc_names
         .iter()
@@ -107,7 +119,7 @@ fn drive_ranks(backend: Backend, ranks: u64, qd: u32, requests: u64) -> [DaemonM
                 my_rank: 0,
                 backend,
                 take_per_turn: usize::MAX,
-                poll_budget: 0,
+                poll_budget,
                 metrics: true,
                 fault: None,
                 store: Store::preloaded(64, K, d),
@@ -175,6 +187,30 @@ fn drive_ranks(backend: Backend, ranks: u64, qd: u32, requests: u64) -> [DaemonM
         }
     }
     assert_eq!(answered, requests, "{backend:?}: answers missing");
+    if poll_budget > 0 {
+        // Finish the step A daemon#0 may be in, then: `poll_budget` empty polls that
+        // are not loops, and the next call completes exactly one loop.
+        let d0 = &mut daemons[0];
+        let start = d0.m.loops;
+        for _ in 0..=poll_budget {
+            if d0.m.loops != start {
+                break;
+            }
+            d0.turn();
+        }
+        let before = d0.m.loops;
+        for i in 0..poll_budget {
+            assert_eq!(d0.turn(), 0, "extra poll {i} found work on an idle daemon");
+            assert_eq!(d0.m.loops, before, "extra poll {i} counted as a loop");
+        }
+        d0.turn();
+        assert_eq!(
+            d0.m.loops,
+            before + 1,
+            "the poll after the budget runs the loop"
+        );
+        assert_eq!(d0.m.idle_loops, d0.m.idle_loops.min(d0.m.loops));
+    }
     let metrics = daemons
         .iter()
         .map(|d| {
@@ -198,6 +234,15 @@ fn delegation_answers_everything_through_full_queues() {
         "inbound requests for shard 1 go over Flux"
     );
     assert_eq!(m[1].remote_calls, 0, "only daemon#0 holds endpoints");
+}
+
+#[test]
+fn seed_001_poll_budget_polls_again_before_the_loop_and_still_answers_everything() {
+    for backend in [Backend::Delegation, Backend::Meta] {
+        let m = drive_with_budget(backend, 3, 8, 1000, 3);
+        let holder = if backend == Backend::Delegation { 0 } else { 1 };
+        assert!(m[holder].remote_calls > 0, "{backend:?}: {m:?}");
+    }
 }
 
 #[test]

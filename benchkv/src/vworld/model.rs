@@ -249,7 +249,11 @@ mod tests {
         assert!(NicProfile::parse("gbps=1e6").unwrap_err().contains("gbps"));
         assert_eq!(ns(0.2), 1);
         assert_eq!(CostModel::parse("jitter=0").unwrap().jitter, 0.0);
-        assert!(CostModel::parse("jitter=0.95").unwrap_err().contains("at most 0.9"));
-        assert!(CostModel::parse("loop_ns=0").unwrap_err().contains("more than 0"));
+        assert!(CostModel::parse("jitter=0.95")
+            .unwrap_err()
+            .contains("at most 0.9"));
+        assert!(CostModel::parse("loop_ns=0")
+            .unwrap_err()
+            .contains("more than 0"));
     }
 }
