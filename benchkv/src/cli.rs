@@ -83,8 +83,9 @@ pub struct Cli {
 
     /// Seed 001's poll budget: after a transport poll that found no completion, the
     /// daemon polls up to N more times before the rest of its loop, to let completions
-    /// accumulate: `off` (the default) or N in 1..=65536. (`adaptive`, seed 001's
-    /// controller, is not implemented yet and is refused.)
+    /// accumulate: `off` (the default), N in 1..=65536, or `adaptive`: seed 001's
+    /// controller (warm-up self-identification, then hysteresis on loop time / RTT and
+    /// the empty-loop ratio) steers it per daemon.
     #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive")]
     pub poll_budget: PollBudget,
 
@@ -265,7 +266,7 @@ pub enum PollBudget {
     Off,
     /// Up to this many extra empty polls per loop.
     Fixed(u32),
-    /// Seed 001's adaptive controller (refused by config validation for now).
+    /// Seed 001's adaptive controller.
     Adaptive,
 }
 

@@ -71,6 +71,8 @@ pub struct Config {
     pub take_per_turn: usize,
     /// Seed 001's extra empty polls per loop (0 = off).
     pub poll_budget: u32,
+    /// `--poll-budget adaptive`: seed 001's controller steers it.
+    pub adaptive: bool,
     /// `--metrics`.
     pub metrics: bool,
     /// `--output`.
@@ -256,16 +258,10 @@ impl Config {
                 Distribution::Zipf { theta }
             }
         };
-        let poll_budget = match cli.poll_budget {
-            PollBudget::Off => 0,
-            PollBudget::Fixed(n) => n,
-            PollBudget::Adaptive => {
-                return Err(
-                    "--poll-budget adaptive (seed 001's controller) is not implemented \
-                     yet; use `off` or a fixed count"
-                        .to_string(),
-                )
-            }
+        let (poll_budget, adaptive) = match cli.poll_budget {
+            PollBudget::Off => (0, false),
+            PollBudget::Fixed(n) => (n, false),
+            PollBudget::Adaptive => (0, true),
         };
         let fabric = match cli.fabric {
             FabricArg::Auto => FabricKind::Auto,
@@ -297,6 +293,7 @@ impl Config {
             read_ratio: cli.read_ratio,
             ring_size: cli.ring_size,
             poll_budget,
+            adaptive,
             take_per_turn: cli.take_per_turn,
             metrics: cli.metrics,
             output: cli.output,
@@ -407,7 +404,6 @@ mod tests {
                 &["--distribution", "zipf", "--zipf-theta", "0"],
                 "--zipf-theta",
             ),
-            (&["--poll-budget", "adaptive"], "--poll-budget"),
             (&["--fabric", "sim", "--device", "mlx5_0"], "--device"),
             (&["--keys", "0"], "--keys"),
         ] {

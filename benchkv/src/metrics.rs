@@ -42,6 +42,22 @@ pub struct DaemonMetrics {
     pub reply_failures: u64,
     /// Requests still held (parked or awaiting an answer) when the daemon stopped.
     pub pending_at_stop: u64,
+    /// The poll budget in force at the end.
+    pub budget_u: u64,
+    /// `--poll-budget adaptive`: the controller's bound on it.
+    pub budget_u_max: u64,
+    /// The controller's rho (loop time / RTT) × 2^16.
+    pub budget_rho_q16: u64,
+    /// The controller's CQE-batch EWMA × 2^16.
+    pub budget_batch_q16: u64,
+    /// The controller's empty-loop EWMA × 2^16.
+    pub budget_empty_q16: u64,
+    /// The controller's moves up, down, and collapse recoveries.
+    pub budget_ups: u64,
+    /// See `budget_ups`.
+    pub budget_downs: u64,
+    /// See `budget_ups`.
+    pub budget_recoveries: u64,
 }
 
 impl DaemonMetrics {

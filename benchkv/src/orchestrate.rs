@@ -188,6 +188,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
                     backend: cfg.backend,
                     take_per_turn: cfg.take_per_turn,
                     poll_budget: cfg.poll_budget,
+                    adaptive: cfg.adaptive,
                     metrics: cfg.metrics,
                     fault: cfg.fault,
                     store: Store::with_capacity(0),

@@ -143,6 +143,34 @@ pub fn table(r: &Report) -> String {
                 );
             }
         }
+        let adaptive: Vec<(usize, usize, &DaemonMetrics)> = m
+            .iter()
+            .enumerate()
+            .flat_map(|(r, ds)| ds.iter().enumerate().map(move |(d, x)| (r, d, x)))
+            .filter(|(_, _, x)| x.budget_u_max > 0)
+            .collect();
+        if !adaptive.is_empty() {
+            let _ = writeln!(
+                o,
+                "\nadaptive poll budget (seed 001's controller), at the end:\n{:>4} {:>6} {:>5} {:>5} {:>7} {:>9} {:>7} {:>5} {:>5} {:>10}",
+                "rank", "daemon", "u", "u_max", "rho", "batch", "empty", "ups", "downs", "recoveries"
+            );
+            for (r, d, x) in adaptive {
+                let q = |v: u64| v as f64 / 65536.0;
+                let _ = writeln!(
+                    o,
+                    "{r:>4} {d:>6} {:>5} {:>5} {:>7.2} {:>9.2} {:>7.2} {:>5} {:>5} {:>10}",
+                    x.budget_u,
+                    x.budget_u_max,
+                    q(x.budget_rho_q16),
+                    q(x.budget_batch_q16),
+                    q(x.budget_empty_q16),
+                    x.budget_ups,
+                    x.budget_downs,
+                    x.budget_recoveries
+                );
+            }
+        }
     }
     o
 }
@@ -171,6 +199,14 @@ fn metrics_json(rank: usize, daemon: usize, m: &DaemonMetrics) -> Value {
         "remote_busy": m.remote_busy,
         "reply_failures": m.reply_failures,
         "pending_at_stop": m.pending_at_stop,
+        "poll_budget": m.budget_u,
+        "budget_u_max": m.budget_u_max,
+        "budget_rho": m.budget_rho_q16 as f64 / 65536.0,
+        "budget_batch_ewma": m.budget_batch_q16 as f64 / 65536.0,
+        "budget_empty_ewma": m.budget_empty_q16 as f64 / 65536.0,
+        "budget_ups": m.budget_ups,
+        "budget_downs": m.budget_downs,
+        "budget_recoveries": m.budget_recoveries,
     })
 }
 

@@ -183,7 +183,9 @@ pub fn describe(
             setup.push(("zipf_theta", json!(theta)));
         }
     }
-    let budget = if cfg.poll_budget == 0 {
+    let budget = if cfg.adaptive {
+        json!("adaptive")
+    } else if cfg.poll_budget == 0 {
         json!("off")
     } else {
         json!(cfg.poll_budget)

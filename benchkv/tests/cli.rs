@@ -332,7 +332,6 @@ fn bad_flags_and_impossible_combinations_are_clear_errors() {
         (&["--ring-size", "3"], "--ring-size"),
         (&["--read-ratio", "2"], "--read-ratio"),
         (&["--zipf-theta", "0.9"], "--zipf-theta"),
-        (&["--poll-budget", "adaptive"], "adaptive"),
         (&["--poll-budget", "0"], "poll budget"),
         (&["--poll-budget", "65537"], "poll-budget"),
         (&["--take-per-turn", "0"], "take"),
@@ -567,6 +566,31 @@ fn unanswered_requests_fail_the_drain() {
         .unwrap();
     assert_eq!(summary["drained"], false);
     assert!(summary["undrained"].as_u64().unwrap() > 0, "{summary}");
+}
+
+#[test]
+fn the_adaptive_poll_budget_answers_everything_and_reports_its_state() {
+    let l = json_run(&[
+        "--verify",
+        "--duration",
+        "300ms",
+        "--loopback-ranks",
+        "3",
+        "-C",
+        "2",
+        "--poll-budget",
+        "adaptive",
+        "--metrics",
+    ]);
+    assert_drained_and_verified(&l);
+    assert_eq!(l[0]["poll_budget"], "adaptive");
+    let m: Vec<&Value> = l.iter().filter(|x| x["type"] == "metrics").collect();
+    // Daemon#0 holds the transport and runs the controller: past its warm-up (128
+    // loops) in 300 ms, so its bound was identified.
+    let d0 = m.iter().find(|x| x["daemon"] == 0).unwrap();
+    let u_max = d0["budget_u_max"].as_u64().unwrap();
+    assert!((8..=64).contains(&u_max), "{d0}");
+    assert!(d0["poll_budget"].as_u64().unwrap() <= u_max, "{d0}");
 }
 
 #[test]

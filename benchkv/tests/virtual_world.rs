@@ -300,6 +300,29 @@ fn plot_draws_the_outstanding_time_series() {
     let svg = std::fs::read_to_string(&path).unwrap();
     let _ = std::fs::remove_file(&path);
     assert!(svg.starts_with("<svg"), "{svg}");
-    assert_eq!(svg.matches("<polyline").count(), 3, "{svg}");
+    assert_eq!(svg.matches("<polyline").count(), 4, "{svg}");
     assert!(svg.contains("outstanding"));
+}
+
+#[test]
+fn the_adaptive_budget_steers_in_virtual_time_and_everything_is_answered() {
+    let lines = verified_run(
+        4,
+        "delegation",
+        &["--poll-budget", "adaptive", "--duration", "3ms"],
+    );
+    assert_eq!(of_type(&lines, "setup")[0]["poll_budget"], "adaptive");
+    for m in of_type(&lines, "metrics")
+        .into_iter()
+        .filter(|m| m["daemon"] == 0)
+    {
+        // Past the warm-up: its bound was identified, and u stays under it.
+        let u_max = m["budget_u_max"].as_u64().unwrap();
+        assert!((8..=64).contains(&u_max), "{m}");
+        assert!(m["poll_budget"].as_u64().unwrap() <= u_max, "{m}");
+    }
+    // The time series carries u.
+    let samples = of_type(&lines, "sample");
+    assert!(!samples.is_empty());
+    assert!(samples.iter().all(|s| s["poll_budget"].is_u64()));
 }

@@ -13,6 +13,7 @@
 //! | [`deleg`] | delegationrpc: MPSC request ring + per-client response slots over a shared region (seed 000 §2.1 layout), hole recovery, client-id reuse |
 //! | [`ipc`] | per-client SPSC request/response rings over a shared region (the ring is [`shm::spsc`], which Flux uses too) |
 //! | [`copyrpc`] | the RPC engine over raw mlx5 queues: context, endpoints, call / poll / recv / reply, batching, wrap, credit, READ fallback, raw READ/WRITE |
+//! | [`budget`] | seed 001's adaptive poll budget: fixed-point EWMAs, hysteresis, warm-up self-identification; time passed in |
 //! | [`flux`] | N-to-N request/response mesh between threads over caller memory; user data in a per-node slab keyed by generation tokens |
 //! | `sync` | the only source of atomics and `UnsafeCell`: `core`'s, or loom's under `--cfg loom` |
 //!
@@ -28,6 +29,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod copyrpc;
 pub mod credit;
 pub mod deleg;

@@ -36,6 +36,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use copyrpc_core::budget::{Controller, Observation, Params as BudgetParams};
 use copyrpc_core::flux::{FluxError, Node};
 use copyrpc_host::shm::deleg::DelegServer;
 use copyrpc_host::shm::ipc::IpcServer;
@@ -68,6 +69,9 @@ pub struct Parts<R> {
     /// nothing, up to this many extra polls before the rest of the loop runs, to let
     /// completions accumulate. 0: none.
     pub poll_budget: u32,
+    /// Steer the poll budget with seed 001's controller (`--poll-budget adaptive`),
+    /// starting from `poll_budget`.
+    pub adaptive: bool,
     /// Collect the loop metrics.
     pub metrics: bool,
     /// Break answers on purpose (`--inject-fault`).
@@ -116,6 +120,16 @@ pub struct Daemon<'m, 's, R: Remote> {
     extra_polls: u32,
     /// Completions found by this loop's step A so far.
     step_a: usize,
+    /// The poll budget in force (the controller's, when adaptive).
+    budget: u32,
+    /// Seed 001's controller (`--poll-budget adaptive`).
+    ctl: Option<Controller>,
+    /// The time of the current turn, ns (as the caller of `turn_at` measures it).
+    now_ns: u64,
+    /// When each pending transport call left (adaptive only; index = pending index).
+    sent_at: Vec<u64>,
+    /// The last round trip measured in this loop (adaptive only).
+    rtt_ns: Option<u64>,
     m: DaemonMetrics,
 }
 
@@ -131,6 +145,7 @@ impl<R: Remote> std::fmt::Debug for Daemon<'_, '_, R> {
 impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
     /// A daemon over `parts` and its nodes of the two Flux lanes (same id in both meshes).
     pub fn new(parts: Parts<R>, to_holder: FluxNode<'m, 's>, to_owner: FluxNode<'m, 's>) -> Self {
+        let (budget, adaptive) = (parts.poll_budget, parts.adaptive);
         Self {
             p: parts,
             to_holder,
@@ -143,15 +158,27 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             done: Vec::new(),
             extra_polls: 0,
             step_a: 0,
+            budget,
+            ctl: adaptive.then(|| Controller::new(BudgetParams::SEED)),
+            now_ns: 0,
+            sent_at: Vec::new(),
+            rtt_ns: None,
             m: DaemonMetrics::default(),
         }
     }
 
     /// Turns until `stop`; returns the metrics.
     pub fn run(mut self, stop: &AtomicBool) -> DaemonMetrics {
+        let start = std::time::Instant::now();
         // Relaxed: a flag; everything the daemon reports is handed over by the join.
         while !stop.load(Ordering::Relaxed) {
-            if self.turn() == 0 {
+            // The clock is read only when the controller needs it.
+            let now = if self.ctl.is_some() {
+                start.elapsed().as_nanos() as u64
+            } else {
+                0
+            };
+            if self.turn_at(now) == 0 {
                 // Two cores: a spinning daemon must let the client threads run.
                 std::thread::yield_now();
             }
@@ -162,7 +189,27 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
     /// The metrics at the end: what is still held counts as pending at stop.
     pub fn finish(mut self) -> DaemonMetrics {
         self.m.pending_at_stop = self.pending.len() as u64;
+        self.record_budget();
         self.m
+    }
+
+    /// The poll budget in force.
+    pub fn poll_budget(&self) -> u32 {
+        self.budget
+    }
+
+    fn record_budget(&mut self) {
+        self.m.budget_u = u64::from(self.budget);
+        if let Some(c) = &self.ctl {
+            let s = c.snapshot();
+            self.m.budget_u_max = u64::from(s.u_max);
+            self.m.budget_rho_q16 = s.rho;
+            self.m.budget_batch_q16 = s.batch;
+            self.m.budget_empty_q16 = s.empty;
+            self.m.budget_ups = s.ups;
+            self.m.budget_downs = s.downs;
+            self.m.budget_recoveries = s.recoveries;
+        }
     }
 
     /// The metrics so far.
@@ -179,14 +226,31 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
     /// (every phase once); while seed 001's poll budget holds the loop in step A, only a
     /// transport poll (and 0 when it found nothing). [`DaemonMetrics::loops`] counts
     /// whole loops.
+    #[cfg(test)]
     pub fn turn(&mut self) -> usize {
+        self.turn_at(self.now_ns)
+    }
+
+    /// [`turn`](Self::turn) at `now_ns` (any origin, not decreasing), the time the
+    /// adaptive poll budget measures loops and round trips by; unused otherwise.
+    pub fn turn_at(&mut self, now_ns: u64) -> usize {
+        self.now_ns = now_ns;
         let Some(remote) = self.p.remote.as_mut() else {
             return self.rest_of_loop(0);
         };
         let done = &mut self.done;
+        let before = done.len();
         let n = remote.poll(&mut |token, resp| done.push((token as u32, resp)));
+        if self.ctl.is_some() {
+            for &(idx, _) in &self.done[before..] {
+                if let Some(t) = self.sent_at.get_mut(idx as usize).filter(|t| **t != 0) {
+                    self.rtt_ns = Some(now_ns.saturating_sub(*t));
+                    *t = 0;
+                }
+            }
+        }
         self.step_a += n;
-        if self.step_a == 0 && self.extra_polls < self.p.poll_budget {
+        if self.step_a == 0 && self.extra_polls < self.budget {
             self.extra_polls += 1;
             return 0;
         }
@@ -210,6 +274,13 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         self.m.loops += 1;
         if work == 0 {
             self.m.idle_loops += 1;
+        }
+        if let Some(c) = self.ctl.as_mut() {
+            self.budget = c.update(Observation {
+                cqes: cqes.min(u32::MAX as usize) as u32,
+                now_ns: self.now_ns,
+                rtt_ns: self.rtt_ns.take(),
+            });
         }
         if self.p.metrics && self.m.loops.is_multiple_of(SAMPLE_EVERY) {
             self.m.sample_outstanding(self.pending.len() as u64);
@@ -513,6 +584,14 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         match r {
             Ok(()) => {
                 self.m.remote_calls += 1;
+                if self.ctl.is_some() {
+                    let i = idx as usize;
+                    if self.sent_at.len() <= i {
+                        self.sent_at.resize(i + 1, 0);
+                    }
+                    // 0 marks "no sample": a call sent at time 0 is stamped 1 ns later.
+                    self.sent_at[i] = self.now_ns.max(1);
+                }
                 true
             }
             Err(SendError::Busy) => {

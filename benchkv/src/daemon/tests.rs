@@ -120,6 +120,7 @@ fn drive_with_budget(
                 backend,
                 take_per_turn: usize::MAX,
                 poll_budget,
+                adaptive: false,
                 metrics: true,
                 fault: None,
                 store: Store::preloaded(64, K, d),

@@ -268,6 +268,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                 backend: cfg.backend,
                 take_per_turn: cfg.take_per_turn,
                 poll_budget: cfg.poll_budget,
+                adaptive: cfg.adaptive,
                 metrics: true,
                 fault: cfg.fault,
                 store: Store::preloaded(cfg.keys, k, d),
@@ -379,7 +380,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                 s.step(t);
             }
             let (loops, cqes) = (a.daemon.metrics().loops, a.daemon.metrics().cqes);
-            let work = a.daemon.turn();
+            let work = a.daemon.turn_at(t);
             let whole = a.daemon.metrics().loops != loops;
             let took = (a.daemon.metrics().cqes - cqes) as f64;
             let spent = if whole {
@@ -405,6 +406,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                     m.cqes,
                     a.daemon.outstanding() as u64,
                     answers[0],
+                    a.daemon.poll_budget(),
                 );
             }
             q.push(Reverse((next, id)));
@@ -541,6 +543,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                     "outstanding": x.outstanding,
                     "cqe_batch": x.cqe_batch,
                     "answers_per_us": x.rate_per_us,
+                    "poll_budget": x.budget,
                 })
             })
             .collect(),
@@ -548,7 +551,11 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
             "virtual:{n} {} K={k} C={c} QD={} poll budget {}",
             cfg.backend.as_str(),
             cfg.queue_depth,
-            cfg.poll_budget
+            if cfg.adaptive {
+                "adaptive".to_string()
+            } else {
+                cfg.poll_budget.to_string()
+            }
         ))),
     })
 }

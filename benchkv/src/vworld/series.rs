@@ -15,6 +15,8 @@ pub struct Sample {
     pub cqe_batch: f64,
     /// Answers the rank's clients collected since the previous sample, per µs.
     pub rate_per_us: f64,
+    /// Daemon#0's poll budget in force.
+    pub budget: u32,
 }
 
 /// Samples taken every `every_ns`.
@@ -39,8 +41,17 @@ impl Series {
     }
 
     /// Offers the state at `t_ns`: `(loops, cqes)` of daemon#0, its outstanding count,
-    /// and the rank's answers so far. Records a sample when one is due.
-    pub fn offer(&mut self, t_ns: u64, loops: u64, cqes: u64, outstanding: u64, answers: u64) {
+    /// the rank's answers so far, daemon#0's poll budget. Records a sample when one is
+    /// due.
+    pub fn offer(
+        &mut self,
+        t_ns: u64,
+        loops: u64,
+        cqes: u64,
+        outstanding: u64,
+        answers: u64,
+        budget: u32,
+    ) {
         if t_ns < self.next_ns {
             return;
         }
@@ -55,15 +66,16 @@ impl Series {
                 (cqes - c0) as f64 / dl as f64
             },
             rate_per_us: (answers - a0) as f64 * 1e3 / (t_ns - t0).max(1) as f64,
+            budget,
         });
         self.last = (t_ns, loops, cqes, answers);
         self.next_ns = t_ns - t_ns % self.every_ns + self.every_ns;
     }
 
-    /// Three stacked line charts over virtual time.
+    /// Four stacked line charts over virtual time.
     pub fn svg(&self, title: &str) -> String {
         let (w, h, pad, gap) = (720.0, 170.0, 56.0, 24.0);
-        let charts: [Chart; 3] = [
+        let charts: [Chart; 4] = [
             (
                 "outstanding (daemon#0 of rank 0)",
                 |s| s.outstanding as f64,
@@ -71,6 +83,11 @@ impl Series {
             ),
             ("CQE batch mean per loop", |s| s.cqe_batch, "#e15759"),
             ("answers per µs (rank 0)", |s| s.rate_per_us, "#59a14f"),
+            (
+                "poll budget u (daemon#0)",
+                |s| f64::from(s.budget),
+                "#f28e2b",
+            ),
         ];
         let total_h = 40.0 + charts.len() as f64 * (h + gap);
         let mut o = String::new();
@@ -134,14 +151,14 @@ mod tests {
     #[test]
     fn samples_are_taken_once_per_interval_with_deltas() {
         let mut s = Series::new(100);
-        s.offer(50, 5, 5, 3, 10); // not due
-        s.offer(120, 10, 40, 7, 20);
-        s.offer(150, 12, 44, 8, 25); // not due: next at 200
-        s.offer(230, 20, 40 + 16 * 2, 9, 60);
+        s.offer(50, 5, 5, 3, 10, 0); // not due
+        s.offer(120, 10, 40, 7, 20, 0);
+        s.offer(150, 12, 44, 8, 25, 0); // not due: next at 200
+        s.offer(230, 20, 40 + 16 * 2, 9, 60, 4);
         assert_eq!(s.samples.len(), 2);
         assert_eq!(s.samples[0].cqe_batch, 4.0);
         assert_eq!(s.samples[1].cqe_batch, 3.2);
-        assert_eq!(s.samples[1].outstanding, 9);
+        assert_eq!((s.samples[1].outstanding, s.samples[1].budget), (9, 4));
         assert!((s.samples[1].rate_per_us - 40.0 * 1e3 / 110.0).abs() < 1e-9);
         assert!(s.svg("x").contains("<polyline"));
     }

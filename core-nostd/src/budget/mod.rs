@@ -1,0 +1,357 @@
+//! Seed 001's adaptive poll budget: how many extra empty polls a daemon loop makes
+//! before moving on, so that completions accumulate into batches when the loop runs
+//! much faster than a round trip, and none is wasted when it does not.
+//!
+//! Per loop the caller reports what it saw ([`Controller::update`]: completions found,
+//! the time now, a round-trip sample if one completed). The controller keeps EWMAs of the
+//! CQE batch, the empty-loop ratio, the loop time and the RTT, computes
+//! `rho = loop time / RTT`, and moves `u` ([`Controller::budget`]) with hysteresis:
+//!
+//! - **step up** by `step_up` after `low_need` consecutive loops with `rho < rho_low` or
+//!   an empty ratio above `e_high`;
+//! - **step down** by `step_down` after `high_need` consecutive loops with
+//!   `rho > rho_high` and an empty ratio below `e_low`;
+//! - after a step, **hold** `hold_min` loops;
+//! - **collapse recovery**: a batch EWMA below 1 with an empty ratio above 0.9 raises `u`
+//!   by `2 × step_up` at once.
+//!
+//! It starts with a **warm-up** that identifies the plant (seed 001's self-
+//! identification): `warmup` loops at `u = 0` (batch `B0`, empty ratio `E0`, and
+//! `R0` = RTT / loop time: how many loops fit in a round trip), then `warmup` loops at
+//! `u = u_probe` (`B1`, `E1`). From them: `step_up = clamp(round(2 / max(dB/du, eps)), 1,
+//! 8)`, `step_down = max(2 step_up, 2)`, `u_max = clamp(round(2.5 R0), 8, 64)`.
+//!
+//! # Where this departs from the seed's pseudo-code, and why
+//!
+//! - **No floats**: every EWMA is fixed point (value × 2^16 in a `u64`), the smoothing
+//!   factors are powers of two (1/16 for batch, empty ratio and loop time, the seed's
+//!   0.05; 1/64 for the RTT, the seed's 0.02), so an update is shifts and adds.
+//! - **No clock**: time comes in with each update; a time that stands still or goes
+//!   backwards counts as a loop of length 0, never as a huge one (no wrap-around).
+//!   Inputs are clamped (loop and RTT at 1 s, completions at 2^20) so nothing overflows.
+//! - **Division by a zero EWMA**: `rho` divides by `max(RTT, 500 ns)` (the seed's
+//!   `max(0.5)` µs); before any RTT sample the RTT EWMA is seeded with the first sample,
+//!   and without one `rho` is taken as 1 (neither low nor high), so an endpoint with no
+//!   calls does not push `u` either way. `dB/du` is floored at `eps = 1/16`.
+//! - **The probe ends**: each warm-up phase is counted in loops, not time, so it ends
+//!   after `2 × warmup` updates whatever the inputs. `R0` is the seed's unnamed
+//!   "R0"; read as loops per round trip (RTT / loop time at `u = 0`): `2.5 R0` extra polls
+//!   then wait about two and a half round trips, which is what `u_max` bounds.
+//! - **Oscillation**: hysteresis counters reset on the other condition, a hold after
+//!   every move, and `step_down ≥ 2 step_up` is asymmetric as in the seed, so a plant at
+//!   the boundary settles instead of ringing; `u` never leaves `[0, u_max]`.
+//! - Collapse recovery only runs outside a hold (the seed's `continue` skips it during a
+//!   hold too), so it raises `u` at most once per `hold_min` loops.
+
+#[cfg(test)]
+mod tests;
+
+/// Fixed point: 16 fractional bits.
+const ONE: u64 = 1 << 16;
+/// EWMA shift for batch, empty ratio and loop time (1/16).
+const FAST: u32 = 4;
+/// EWMA shift for the RTT (1/64).
+const SLOW: u32 = 6;
+/// The RTT floor of `rho`'s division, ns.
+const RTT_FLOOR_NS: u64 = 500;
+/// Loop and RTT inputs are clamped here, ns (a second).
+const MAX_NS: u64 = 1_000_000_000;
+/// Completions per loop are clamped here.
+const MAX_CQES: u32 = 1 << 20;
+
+/// The controller's tuning; [`Params::SEED`] is seed 001's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// `rho` below this (× 2^16) is low.
+    pub rho_low: u32,
+    /// `rho` above this (× 2^16) is high.
+    pub rho_high: u32,
+    /// Empty ratio above this (× 2^16) is high.
+    pub e_high: u32,
+    /// Empty ratio below this (× 2^16) is low.
+    pub e_low: u32,
+    /// Consecutive low loops before a step up.
+    pub low_need: u32,
+    /// Consecutive high loops before a step down.
+    pub high_need: u32,
+    /// Loops held after a move.
+    pub hold_min: u32,
+    /// `u` of the warm-up's second phase.
+    pub u_probe: u32,
+    /// Loops of each warm-up phase.
+    pub warmup: u32,
+}
+
+impl Params {
+    /// Seed 001: rho in 0.8..1.2, empty ratio 0.40..0.75, 64 / 128 loops, hold 32,
+    /// probe u = 8; warm-up phases of 64 loops (the seed says "briefly").
+    pub const SEED: Self = Self {
+        rho_low: (ONE * 8 / 10) as u32,
+        rho_high: (ONE * 12 / 10) as u32,
+        e_high: (ONE * 3 / 4) as u32,
+        e_low: (ONE * 4 / 10) as u32,
+        low_need: 64,
+        high_need: 128,
+        hold_min: 32,
+        u_probe: 8,
+        warmup: 64,
+    };
+}
+
+/// Where the controller is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Warm-up at `u = 0`.
+    Baseline,
+    /// Warm-up at `u = u_probe`.
+    Probe,
+    /// Steering.
+    Control,
+}
+
+/// What one loop saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// Completions the loop's transport step found.
+    pub cqes: u32,
+    /// The time at the end of the loop, ns (any origin; only differences are used).
+    pub now_ns: u64,
+    /// A round trip measured during the loop, ns, if a call completed.
+    pub rtt_ns: Option<u64>,
+}
+
+/// The controller's state, for metrics and plots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The budget.
+    pub u: u32,
+    /// Its bound.
+    pub u_max: u32,
+    /// Step sizes.
+    pub step_up: u32,
+    /// Step sizes.
+    pub step_down: u32,
+    /// `rho` × 2^16.
+    pub rho: u64,
+    /// CQE-batch EWMA × 2^16.
+    pub batch: u64,
+    /// Empty-ratio EWMA × 2^16.
+    pub empty: u64,
+    /// Loop-time EWMA, ns × 2^16.
+    pub loop_ns: u64,
+    /// RTT EWMA, ns × 2^16 (0 before a sample).
+    pub rtt_ns: u64,
+    /// Moves up (steps and recoveries).
+    pub ups: u64,
+    /// Moves down.
+    pub downs: u64,
+    /// Collapse recoveries.
+    pub recoveries: u64,
+}
+
+/// The adaptive poll budget. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Controller {
+    p: Params,
+    phase: Phase,
+    /// Loops left in the current warm-up phase.
+    left: u32,
+    /// Warm-up sums: completions, empty loops, loop ns, loops, loops with a duration.
+    sums: [u64; 5],
+    b0: u64,
+    e0: u64,
+    r0: u64,
+    last_ns: Option<u64>,
+    s: Snapshot,
+    low_cnt: u32,
+    high_cnt: u32,
+    hold_cnt: u32,
+}
+
+/// `ema += (x - ema) / 2^shift`, on values × 2^16.
+#[inline]
+fn ewma(ema: u64, x: u64, shift: u32) -> u64 {
+    if x >= ema {
+        ema + ((x - ema) >> shift)
+    } else {
+        ema - ((ema - x) >> shift)
+    }
+}
+
+impl Controller {
+    /// A controller about to warm up, with `u = 0`.
+    pub const fn new(p: Params) -> Self {
+        Self {
+            p,
+            phase: Phase::Baseline,
+            left: p.warmup,
+            sums: [0; 5],
+            b0: 0,
+            e0: 0,
+            r0: 0,
+            last_ns: None,
+            s: Snapshot {
+                u: 0,
+                u_max: 64,
+                step_up: 1,
+                step_down: 2,
+                rho: ONE,
+                batch: 0,
+                empty: 0,
+                loop_ns: 0,
+                rtt_ns: 0,
+                ups: 0,
+                downs: 0,
+                recoveries: 0,
+            },
+            low_cnt: 0,
+            high_cnt: 0,
+            hold_cnt: 0,
+        }
+    }
+
+    /// Extra empty polls the next loop may make.
+    #[inline]
+    pub const fn budget(&self) -> u32 {
+        self.s.u
+    }
+
+    /// The warm-up phase or steering.
+    pub const fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The state, for metrics.
+    pub const fn snapshot(&self) -> Snapshot {
+        self.s
+    }
+
+    /// One loop's observation; returns the budget for the next loop.
+    pub fn update(&mut self, o: Observation) -> u32 {
+        let timed = self.last_ns.is_some();
+        let loop_ns = match self.last_ns.replace(o.now_ns) {
+            // Standing still or going backwards: a loop of length 0.
+            Some(last) => o.now_ns.saturating_sub(last).min(MAX_NS),
+            // The first loop has no start to measure from.
+            None => 0,
+        };
+        let cqes = u64::from(o.cqes.min(MAX_CQES));
+        let empty = cqes == 0;
+        let s = &mut self.s;
+        s.batch = ewma(s.batch, cqes * ONE, FAST);
+        s.empty = ewma(s.empty, if empty { ONE } else { 0 }, FAST);
+        s.loop_ns = ewma(s.loop_ns, loop_ns * ONE, FAST);
+        if let Some(rtt) = o.rtt_ns {
+            let x = rtt.min(MAX_NS) * ONE;
+            s.rtt_ns = if s.rtt_ns == 0 {
+                x
+            } else {
+                ewma(s.rtt_ns, x, SLOW)
+            };
+        }
+        s.rho = if s.rtt_ns == 0 {
+            ONE
+        } else {
+            // loop_ns < 2^30 × 2^16, so the shift stays below 2^62.
+            (s.loop_ns << 16) / s.rtt_ns.max(RTT_FLOOR_NS * ONE)
+        };
+        match self.phase {
+            Phase::Baseline => self.baseline(cqes, empty, loop_ns, timed),
+            Phase::Probe => self.probe(cqes, empty),
+            Phase::Control => self.steer(),
+        }
+        debug_assert!(self.s.u <= self.s.u_max);
+        self.s.u
+    }
+
+    fn baseline(&mut self, cqes: u64, empty: bool, loop_ns: u64, timed: bool) {
+        self.sums[0] += cqes;
+        self.sums[1] += u64::from(empty);
+        self.sums[2] += loop_ns;
+        self.sums[3] += 1;
+        self.sums[4] += u64::from(timed);
+        self.left = self.left.saturating_sub(1);
+        if self.left > 0 {
+            return;
+        }
+        let n = self.sums[3].max(1);
+        self.b0 = self.sums[0] * ONE / n;
+        self.e0 = self.sums[1] * ONE / n;
+        let mean_loop = self.sums[2] / self.sums[4].max(1);
+        // Loops per round trip, × 2^16; without an RTT or a loop time, the bound's floor.
+        self.r0 = match (self.s.rtt_ns / ONE, mean_loop) {
+            (0, _) | (_, 0) => 0,
+            (rtt, l) => rtt.min(MAX_NS) * ONE / l,
+        };
+        self.sums = [0; 5];
+        self.phase = Phase::Probe;
+        self.left = self.p.warmup;
+        self.s.u = self.p.u_probe.min(self.s.u_max);
+    }
+
+    fn probe(&mut self, cqes: u64, empty: bool) {
+        self.sums[0] += cqes;
+        self.sums[1] += u64::from(empty);
+        self.sums[3] += 1;
+        self.left = self.left.saturating_sub(1);
+        if self.left > 0 {
+            return;
+        }
+        let n = self.sums[3].max(1);
+        let b1 = self.sums[0] * ONE / n;
+        let u_probe = u64::from(self.p.u_probe.max(1));
+        // dB/du × 2^16, floored at eps = 1/16.
+        let db_du = (b1.saturating_sub(self.b0) / u_probe).max(ONE / 16);
+        // round(2 / dB/du) = (2·2^16 + dB/du / 2) / dB/du.
+        let step_up = ((2 * ONE + db_du / 2) / db_du).clamp(1, 8) as u32;
+        let u_max = ((self.r0 * 5 / 2 + ONE / 2) / ONE).clamp(8, 64) as u32;
+        let s = &mut self.s;
+        s.step_up = step_up;
+        s.step_down = (step_up * 2).max(2);
+        s.u_max = u_max;
+        s.u = 0;
+        self.phase = Phase::Control;
+        self.low_cnt = 0;
+        self.high_cnt = 0;
+        self.hold_cnt = self.p.hold_min;
+    }
+
+    fn steer(&mut self) {
+        let p = self.p;
+        let s = &mut self.s;
+        if self.hold_cnt > 0 {
+            self.hold_cnt -= 1;
+            return;
+        }
+        let low = s.rho < u64::from(p.rho_low) || s.empty > u64::from(p.e_high);
+        let high = s.rho > u64::from(p.rho_high) && s.empty < u64::from(p.e_low);
+        if low {
+            self.low_cnt += 1;
+            self.high_cnt = 0;
+            if self.low_cnt >= p.low_need {
+                s.u = (s.u + s.step_up).min(s.u_max);
+                s.ups += 1;
+                self.low_cnt = 0;
+                self.hold_cnt = p.hold_min;
+            }
+        } else if high {
+            self.high_cnt += 1;
+            self.low_cnt = 0;
+            if self.high_cnt >= p.high_need {
+                s.u = s.u.saturating_sub(s.step_down);
+                s.downs += 1;
+                self.high_cnt = 0;
+                self.hold_cnt = p.hold_min;
+            }
+        } else {
+            self.low_cnt = 0;
+            self.high_cnt = 0;
+        }
+        if s.batch < ONE && s.empty > ONE * 9 / 10 && self.hold_cnt == 0 {
+            s.u = (s.u + 2 * s.step_up).min(s.u_max);
+            s.ups += 1;
+            s.recoveries += 1;
+            self.hold_cnt = p.hold_min;
+        }
+    }
+}
