@@ -190,6 +190,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
                     poll_budget: cfg.poll_budget,
                     adaptive: cfg.adaptive,
                     metrics: cfg.metrics,
+                    sample_every: crate::daemon::SAMPLE_EVERY,
                     fault: cfg.fault,
                     store: Store::with_capacity(0),
                     ipc: ipc_servers.remove(0),

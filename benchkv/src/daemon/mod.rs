@@ -49,8 +49,9 @@ use crate::pending::{Origin, Pending};
 use crate::remote::{endpoint_daemon, Remote, SendError};
 use crate::store::{value_for, Store};
 
-/// Turns between two samples of the outstanding count.
-const SAMPLE_EVERY: u64 = 256;
+/// Loops between two samples of the outstanding count in a threaded run (the virtual
+/// world samples every loop: its runs have few, and sampling costs no virtual time).
+pub const SAMPLE_EVERY: u64 = 256;
 
 /// What a daemon is made of.
 #[derive(Debug)]
@@ -74,6 +75,8 @@ pub struct Parts<R> {
     pub adaptive: bool,
     /// Collect the loop metrics.
     pub metrics: bool,
+    /// Loops between two samples of the outstanding count (`--metrics`).
+    pub sample_every: u64,
     /// Break answers on purpose (`--inject-fault`).
     pub fault: Option<Fault>,
     /// The shard.
@@ -282,7 +285,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                 rtt_ns: self.rtt_ns.take(),
             });
         }
-        if self.p.metrics && self.m.loops.is_multiple_of(SAMPLE_EVERY) {
+        if self.p.metrics && self.m.loops.is_multiple_of(self.p.sample_every.max(1)) {
             self.m.sample_outstanding(self.pending.len() as u64);
         }
         work

@@ -122,6 +122,7 @@ fn drive_with_budget(
                 poll_budget,
                 adaptive: false,
                 metrics: true,
+                sample_every: SAMPLE_EVERY,
                 fault: None,
                 store: Store::preloaded(64, K, d),
                 ipc,

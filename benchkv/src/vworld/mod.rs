@@ -270,6 +270,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                 poll_budget: cfg.poll_budget,
                 adaptive: cfg.adaptive,
                 metrics: true,
+                sample_every: 1,
                 fault: cfg.fault,
                 store: Store::preloaded(cfg.keys, k, d),
                 ipc: ipc_servers[r].remove(0),
