@@ -38,6 +38,16 @@ pub struct Cli {
     #[arg(long, value_name = "NAME")]
     pub device: Option<String>,
 
+    /// The device's port (`--fabric verbs`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..), value_name = "N")]
+    pub port: u8,
+
+    /// GID table index for RoCE / the GRH (`--fabric verbs`): `auto` (the default) picks
+    /// the port's first routable RoCE v2 entry on Ethernet (as `show_gids` lists them;
+    /// index 0 is RoCE v1 link-local) and 0 on InfiniBand.
+    #[arg(long, default_value = "auto", value_parser = parse_gid_index, value_name = "auto|N")]
+    pub gid_index: GidIndexArg,
+
     /// Daemon threads (shards) per rank, K >= 1.
     #[arg(long, short = 'K', default_value_t = 1, value_name = "K")]
     pub daemons: usize,
@@ -311,6 +321,22 @@ pub fn parse_budget(s: &str) -> Result<PollBudget, String> {
                 "`{s}` is not `off`, `adaptive` or a count of extra polls in 1..={MAX_POLL_BUDGET}"
             )),
         },
+    }
+}
+
+/// `--gid-index`: `None` for `auto` (a newtype: clap takes a bare `Option` for an
+/// optional flag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidIndexArg(pub Option<u8>);
+
+/// `auto` or an index 0..=255.
+pub fn parse_gid_index(s: &str) -> Result<GidIndexArg, String> {
+    match s.trim() {
+        "auto" => Ok(GidIndexArg(None)),
+        n => n
+            .parse::<u8>()
+            .map(|i| GidIndexArg(Some(i)))
+            .map_err(|_| format!("`{s}` is not `auto` or a GID index in 0..=255 (show_gids)")),
     }
 }
 

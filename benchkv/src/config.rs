@@ -99,6 +99,10 @@ pub struct Config {
     pub world: Option<VirtualSpec>,
     /// `--copyrpc-ring`.
     pub copyrpc_ring: RingSize,
+    /// `--port`.
+    pub port: u8,
+    /// `--gid-index` (`None`: auto).
+    pub gid_index: Option<u8>,
 }
 
 /// `--world` and the virtual world's flags; `None` for `threads`. The other virtual
@@ -307,6 +311,8 @@ impl Config {
             plot: cli.plot.clone(),
             fault: cli.inject_fault,
             world,
+            port: cli.port,
+            gid_index: cli.gid_index.0,
             copyrpc_ring: match cli.copyrpc_ring {
                 RingArg::Small => RingSize::Small,
                 RingArg::Large => RingSize::Large,
@@ -388,6 +394,10 @@ mod tests {
         assert_eq!(c.duration, Duration::from_secs(2));
         assert_eq!(c.distribution, Distribution::Uniform);
         assert_eq!((c.poll_budget, c.take_per_turn), (0, usize::MAX));
+        assert_eq!((c.port, c.gid_index), (1, None), "port 1, GID index auto");
+        let c = cfg(&["--port", "2", "--gid-index", "3"]).unwrap();
+        assert_eq!((c.port, c.gid_index), (2, Some(3)));
+        assert_eq!(cfg(&["--gid-index", "auto"]).unwrap().gid_index, None);
     }
 
     #[test]

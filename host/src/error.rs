@@ -306,6 +306,34 @@ pub enum Error {
         /// `ibv_port_state` as returned.
         state: u32,
     },
+    /// The run would pin more memory than `RLIMIT_MEMLOCK` allows.
+    #[error("{device}: this run registers about {need} bytes but RLIMIT_MEMLOCK is {limit} bytes; raise it (`ulimit -l unlimited`, or memlock in /etc/security/limits.conf; under mpirun the limit of the launching daemon applies) or use fewer endpoints or smaller rings")]
+    VerbsMemlock {
+        /// The device name.
+        device: String,
+        /// Bytes the run will register.
+        need: u64,
+        /// The soft limit.
+        limit: u64,
+    },
+    /// `--gid-index auto` on a RoCE port without a RoCE v2 GID.
+    #[error("{device} port {port} is RoCE but its GID table has no RoCE v2 entry with an address (see `show_gids`); give the interface an IP address or pass --gid-index")]
+    VerbsNoRoceGid {
+        /// The device name.
+        device: String,
+        /// The port number.
+        port: u8,
+    },
+    /// The chosen GID slot is empty.
+    #[error("{device} port {port}: GID index {index} is empty (all zero); RoCE needs an address: pick another --gid-index (see `show_gids`)")]
+    VerbsZeroGid {
+        /// The device name.
+        device: String,
+        /// The port number.
+        port: u8,
+        /// The GID table index.
+        index: u8,
+    },
     /// `ibv_query_gid`.
     #[error("ibv_query_gid({device}, port {port}, index {index}) failed")]
     VerbsQueryGid {

@@ -68,6 +68,9 @@ fn item5_every_bad_value_of_every_echo_flag_is_a_clear_error_not_a_panic() {
             &["0", "-1", U64_MAX, "604801", HUGE, "soon", "", "1.5"],
         ),
         ("--fabric", &["0", "rxe", ""]),
+        ("--port", &["0", "-1", "256", U64_MAX, "one", ""]),
+        ("--gid-index", &["-1", "256", U64_MAX, "v2", ""]),
+        ("--device", &["", "../mlx5_0"]),
     ] {
         for v in bad {
             table.push((vec![flag, v], flag));
@@ -78,6 +81,7 @@ fn item5_every_bad_value_of_every_echo_flag_is_a_clear_error_not_a_panic() {
     table.push((vec!["--no-such-flag"], "--no-such-flag"));
     table.push((vec!["-x", "1"], "-x"));
     table.push((vec!["--calls", "5", "stray"], "stray"));
+    table.push((vec!["--fabric", "sim", "--device", "mlx5_0"], "--device"));
     for (args, needle) in &table {
         let out = run(None, ECHO, args);
         assert_refused(&out, args, needle);
@@ -96,6 +100,9 @@ fn item5_help_is_not_an_error() {
     let out = run(None, ECHO, &["--help"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("--max-payload"));
+    for flag in ["--device", "--port", "--gid-index"] {
+        assert!(text(&out.stdout).contains(flag), "{flag} not in --help");
+    }
 }
 
 #[test]

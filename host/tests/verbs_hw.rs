@@ -24,16 +24,15 @@ fn device() -> Device {
              --ignored"
         )
     });
-    let gid_index = std::env::var("COPYRPC_TEST_GID_INDEX")
-        .map(|v| {
-            v.parse()
-                .expect("COPYRPC_TEST_GID_INDEX is a number 0..=255")
-        })
-        .unwrap_or(0);
+    // Unset: picked from the port's GID table (RoCE v2 on Ethernet, 0 on InfiniBand).
+    let gid_index = std::env::var("COPYRPC_TEST_GID_INDEX").ok().map(|v| {
+        v.parse()
+            .expect("COPYRPC_TEST_GID_INDEX is a number 0..=255")
+    });
     Device::open(&VerbsOptions {
         device: Some(name.clone()),
-        port: 1,
         gid_index,
+        ..VerbsOptions::default()
     })
     .unwrap_or_else(|e| panic!("opening {name}: {e}"))
 }

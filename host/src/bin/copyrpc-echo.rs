@@ -1,4 +1,5 @@
-//! `mpirun -np N copyrpc-echo [--fabric auto|sim|verbs] [--calls N] [--max-payload B] [--deadline-s S]`
+//! `mpirun -np N copyrpc-echo [--fabric auto|sim|verbs] [--device NAME] [--port N]
+//! [--gid-index auto|N] [--calls N] [--max-payload B] [--deadline-s S]`
 //!
 //! Every rank echoes with every other over copyrpc (see `copyrpc_host::rpc::echo`) and
 //! prints one line: `rank r/n: <counts>: ok`, or `rank r/n: FAIL <why>` and a non-zero exit.
@@ -16,12 +17,12 @@ use copyrpc_host::exchange::MpiExchange;
 use copyrpc_host::fabric::{self, FabricKind, FabricOptions};
 use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE};
 
-const USAGE: &str =
-    "usage: copyrpc-echo [--fabric auto|sim|verbs] [--calls N] [--max-payload BYTES] [--deadline-s S]";
+const USAGE: &str = "usage: copyrpc-echo [--fabric auto|sim|verbs] [--device NAME] [--port N] \
+     [--gid-index auto|N] [--calls N] [--max-payload BYTES] [--deadline-s S]";
 
 /// What the command line asks for: a run, or the usage text.
 enum Parsed {
-    Run(FabricKind, EchoConfig),
+    Run(FabricKind, Box<FabricOptions>, EchoConfig),
     Help,
 }
 
@@ -44,6 +45,7 @@ fn number(flag: &str, text: &str, range: RangeInclusive<u64>, what: &str) -> Res
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     let mut kind = FabricKind::Auto;
     let mut cfg = EchoConfig::default();
+    let mut opts = FabricOptions::default();
     let mut args = args.into_iter();
     while let Some(a) = args.next() {
         let mut value = |name: &str| {
@@ -55,6 +57,32 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
                 kind = value("--fabric")?
                     .parse()
                     .map_err(|e| format!("--fabric: {e}"))?
+            }
+            "--device" => {
+                let d = value("--device")?;
+                if d.is_empty() || d.contains('/') {
+                    return Err(format!(
+                        "--device {d:?}: expected an RDMA device name (ibv_devices)"
+                    ));
+                }
+                opts.verbs.device = Some(d);
+            }
+            "--port" => {
+                let n = number(
+                    "--port",
+                    &value("--port")?,
+                    1..=255,
+                    " (ibv_devinfo lists the ports)",
+                )?;
+                opts.verbs.port = n as u8;
+            }
+            "--gid-index" => {
+                let v = value("--gid-index")?;
+                opts.verbs.gid_index = if v == "auto" {
+                    None
+                } else {
+                    Some(number("--gid-index", &v, 0..=255, " or auto (show_gids)")? as u8)
+                };
             }
             "--calls" => {
                 let n = number("--calls", &value("--calls")?, 1..=u64::from(u32::MAX), "")?;
@@ -89,12 +117,15 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     }
     // The flags are each in range; this catches any combination the library refuses.
     cfg.validate().map_err(|e| format!("{e}"))?;
-    Ok(Parsed::Run(kind, cfg))
+    if kind == FabricKind::Sim && opts.verbs.device.is_some() {
+        return Err("--device names an RDMA device, which --fabric sim does not use".into());
+    }
+    Ok(Parsed::Run(kind, Box::new(opts), cfg))
 }
 
 fn main() -> ExitCode {
-    let (kind, cfg) = match parse(std::env::args().skip(1)) {
-        Ok(Parsed::Run(kind, cfg)) => (kind, cfg),
+    let (kind, opts, cfg) = match parse(std::env::args().skip(1)) {
+        Ok(Parsed::Run(kind, opts, cfg)) => (kind, opts, cfg),
         Ok(Parsed::Help) => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -112,7 +143,7 @@ fn main() -> ExitCode {
         }
     };
     let (r, n) = (x.rank(), x.size());
-    let result = fabric::open(kind, &FabricOptions::default())
+    let result = fabric::open(kind, &opts)
         .map_err(|e| format!("{e}"))
         .and_then(|(f, sel)| {
             if r == 0 {

@@ -145,10 +145,15 @@ pub struct VerbsOptions {
     pub device: Option<String>,
     /// Port number, usually 1.
     pub port: u8,
-    /// GID table index for the GRH. On RoCE pick the RoCE v2 entry of the interface's
-    /// IP (often 1 or 3: `show_gids`); on InfiniBand it is used only if the peer has no
-    /// LID.
-    pub gid_index: u8,
+    /// GID table index for the GRH; `None` (the default) picks it: on RoCE the first
+    /// routable RoCE v2 entry of the port's table (as `show_gids` lists it; index 0 is the
+    /// RoCE v1 link-local entry, which a routed fabric drops), on InfiniBand 0 (used only
+    /// if the peer has no LID).
+    pub gid_index: Option<u8>,
+    /// Bytes this process will register (0: unknown). Checked against `RLIMIT_MEMLOCK`
+    /// at open, so a limit too small for the run fails up front with the limit named,
+    /// not as a bare ENOMEM from `ibv_reg_mr` halfway through set-up.
+    pub pinned_bytes: u64,
 }
 
 impl Default for VerbsOptions {
@@ -156,7 +161,8 @@ impl Default for VerbsOptions {
         Self {
             device: None,
             port: 1,
-            gid_index: 0,
+            gid_index: None,
+            pinned_bytes: 0,
         }
     }
 }
@@ -381,6 +387,25 @@ impl Device {
     }
 }
 
+/// The soft `RLIMIT_MEMLOCK` in bytes (`None`: unlimited or unreadable).
+fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid out-struct.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
+    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
+/// `Err(limit)` when `need` bytes (0: unknown, never refused) exceed `limit`.
+pub fn check_memlock(need: u64, limit: Option<u64>) -> std::result::Result<(), u64> {
+    match limit {
+        Some(l) if need > l => Err(l),
+        _ => Ok(()),
+    }
+}
+
 /// Builds the rest of a [`Device`]; closes the context (and PD) if a step fails.
 struct Opening {
     ctx: NonNull<ibv_context>,
@@ -422,15 +447,40 @@ impl Opening {
                 state: pattr.state,
             });
         }
+        check_memlock(opts.pinned_bytes, memlock_limit()).map_err(|limit| Error::VerbsMemlock {
+            device: self.name.clone(),
+            need: opts.pinned_bytes,
+            limit,
+        })?;
+        let ethernet = pattr.link_layer == LINK_LAYER_ETHERNET;
+        let gid_index =
+            match (opts.gid_index, ethernet) {
+                (Some(i), _) => i,
+                (None, false) => 0,
+                (None, true) => crate::topology::roce_v2_gid_index(&self.name, opts.port)
+                    .ok_or_else(|| Error::VerbsNoRoceGid {
+                        device: self.name.clone(),
+                        port: opts.port,
+                    })?,
+            };
         let mut gid = ibv_gid { raw: [0; 16] };
         // SAFETY: open context, valid out-union.
-        let rc = unsafe { ibv_query_gid(c, opts.port, c_int::from(opts.gid_index), &mut gid) };
+        let rc = unsafe { ibv_query_gid(c, opts.port, c_int::from(gid_index), &mut gid) };
         if rc != 0 {
             return Err(Error::VerbsQueryGid {
                 device: self.name.clone(),
                 port: opts.port,
-                index: opts.gid_index,
+                index: gid_index,
                 source: verb_error(rc),
+            });
+        }
+        // SAFETY: every bit pattern of the union is a valid [u8; 16].
+        if ethernet && unsafe { gid.raw } == [0; 16] {
+            // An empty slot: RoCE addresses by GID, so every packet would be dropped.
+            return Err(Error::VerbsZeroGid {
+                device: self.name.clone(),
+                port: opts.port,
+                index: gid_index,
             });
         }
         // SAFETY: open context.
@@ -446,7 +496,7 @@ impl Opening {
             pd,
             name: std::mem::take(&mut self.name),
             port: opts.port,
-            gid_index: opts.gid_index,
+            gid_index,
             lid: pattr.lid,
             link_layer: pattr.link_layer,
             active_mtu: pattr.active_mtu,
