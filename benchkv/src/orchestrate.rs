@@ -30,8 +30,8 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use copyrpc_core::shm::{Slab, SlabEntry};
-use copyrpc_host::affinity;
 use copyrpc_host::exchange::Collectives;
+use copyrpc_host::{affinity, topology};
 
 use crate::client::{self, ClientReport, ClientSetup, Control, Counters, NOT_MEASURING};
 use crate::cluster::Cluster;
@@ -131,6 +131,13 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
 
     // Step 1.
     let cores = affinity::usable_cores().map_err(|e| format!("usable cores: {e}"))?;
+    // The NIC's NUMA node first: daemons, pinned first, drive it.
+    let nic = setup::nic_device(cfg, &fabric);
+    let nic_node = nic.as_deref().and_then(topology::nic_numa_node);
+    let cores = match nic_node.and_then(topology::node_cpus) {
+        Some(near) => topology::near_first(&cores, &near),
+        None => cores,
+    };
     let (local_rank, local_size) = cluster.local();
     let threads = cfg.daemons + cfg.clients;
     let pins =
@@ -168,7 +175,14 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         (cfg.clients as u64) * u64::from(cfg.queue_depth) > u64::from(cfg.ring_size);
     let counters: Vec<Counters> = (0..cfg.clients).map(|_| Counters::default()).collect();
     let ready = Barrier::new(threads + 1);
-    let setup = setup::describe(cfg, size, &fabric, pins.as_deref());
+    let mut setup = setup::describe(cfg, size, &fabric, pins.as_deref());
+    if let Some(d) = &nic {
+        setup.push(("nic_numa_node", serde_json::json!(nic_node)));
+        setup.push((
+            "link_layer",
+            serde_json::json!(topology::link_layer(d, cfg.port)),
+        ));
+    }
 
     let mut errors = Vec::new();
     let mut run_records = Vec::new();
@@ -191,6 +205,9 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
                     adaptive: cfg.adaptive,
                     metrics: cfg.metrics,
                     sample_every: crate::daemon::SAMPLE_EVERY,
+                    // A pinned daemon owns its core: it spins when idle. An unpinned one
+                    // yields (with more threads than cores it would starve the clients).
+                    spin_when_idle: pins.is_some(),
                     fault: cfg.fault,
                     store: Store::with_capacity(0),
                     ipc: ipc_servers.remove(0),

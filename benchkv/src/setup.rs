@@ -44,6 +44,21 @@ pub fn resolve_fabric(cfg: &Config) -> Result<String, String> {
     Ok(format!("{} ({})", sel.kind, sel.reason))
 }
 
+/// The RDMA device a verbs run uses (`--device`, or the first mlx5 device), `None` on
+/// the sim fabric: where the NUMA node and link layer are read from.
+pub fn nic_device(cfg: &Config, fabric_desc: &str) -> Option<String> {
+    if !fabric_desc.starts_with("verbs") {
+        return None;
+    }
+    if let Some(d) = &cfg.device {
+        return Some(d.clone());
+    }
+    match verbs::probe().ok()? {
+        verbs::Probe::Devices(devs) => devs.into_iter().find(|d| d.mlx5).map(|d| d.name),
+        verbs::Probe::NoDevice { .. } => None,
+    }
+}
+
 /// The rank's ipc servers (one per daemon) and delegation ring (`delegation`), named
 /// `/benchkv_<pid>_<rank>_...`: the pid keeps concurrent runs on one host apart.
 #[derive(Debug)]

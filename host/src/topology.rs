@@ -88,6 +88,40 @@ pub fn roce_v2_gid_index_in(class_dir: &Path, device: &str, port: u8) -> Option<
     fallback
 }
 
+/// The CPUs of NUMA node `node`, from `/sys/devices/system/node/node<N>/cpulist`.
+pub fn node_cpus(node: u32) -> Option<Vec<usize>> {
+    let text =
+        std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist")).ok()?;
+    parse_cpulist(&text)
+}
+
+/// A kernel CPU list (`0-3,8,10-11`) as CPU numbers; `None` if malformed.
+pub fn parse_cpulist(text: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                if a > b || b - a > 1 << 16 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+/// `usable` with the cores in `near` first (in `usable`'s order), then the others: the
+/// order in which to hand out cores so that the first threads (the daemons, which drive
+/// the NIC) sit on the NIC's NUMA node.
+pub fn near_first(usable: &[usize], near: &[usize]) -> Vec<usize> {
+    let (mut a, b): (Vec<usize>, Vec<usize>) = usable.iter().partition(|c| near.contains(c));
+    a.extend(b);
+    a
+}
+
 fn safe_name(device: &str) -> bool {
     !(device.is_empty() || device.contains('/') || device == "." || device == "..")
 }
@@ -183,6 +217,26 @@ mod tests {
         assert_eq!(roce_v2_gid_index_in(&dir, "mlx5_9", 1), None);
         assert_eq!(roce_v2_gid_index_in(&dir, "../x", 1), None);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn cpulists_parse_and_near_cores_come_first() {
+        assert_eq!(
+            parse_cpulist("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpulist(""), Some(vec![]));
+        assert_eq!(parse_cpulist("3-1"), None);
+        assert_eq!(parse_cpulist("x"), None);
+        assert_eq!(
+            near_first(&[0, 1, 2, 3, 4, 5], &[4, 5, 9]),
+            vec![4, 5, 0, 1, 2, 3]
+        );
+        assert_eq!(near_first(&[0, 1], &[]), vec![0, 1]);
+        // This machine's node 0, if sysfs has one, lists CPUs.
+        if let Some(c) = node_cpus(0) {
+            assert!(!c.is_empty());
+        }
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct Parts<R> {
     pub metrics: bool,
     /// Loops between two samples of the outstanding count (`--metrics`).
     pub sample_every: u64,
+    /// A loop that found nothing spins on (pinned: the core is the daemon's) instead of
+    /// yielding the core.
+    pub spin_when_idle: bool,
     /// Break answers on purpose (`--inject-fault`).
     pub fault: Option<Fault>,
     /// The shard.
@@ -181,8 +184,8 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             } else {
                 0
             };
-            if self.turn_at(now) == 0 {
-                // Two cores: a spinning daemon must let the client threads run.
+            if self.turn_at(now) == 0 && !self.p.spin_when_idle {
+                // Unpinned: other threads may need this core (the clients, on 2 cores).
                 std::thread::yield_now();
             }
         }

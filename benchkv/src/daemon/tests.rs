@@ -123,6 +123,7 @@ fn drive_with_budget(
                 adaptive: false,
                 metrics: true,
                 sample_every: SAMPLE_EVERY,
+                spin_when_idle: false,
                 fault: None,
                 store: Store::preloaded(64, K, d),
                 ipc,

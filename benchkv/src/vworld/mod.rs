@@ -271,6 +271,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                 adaptive: cfg.adaptive,
                 metrics: true,
                 sample_every: 1,
+                spin_when_idle: false,
                 fault: cfg.fault,
                 store: Store::preloaded(cfg.keys, k, d),
                 ipc: ipc_servers[r].remove(0),
