@@ -7,8 +7,11 @@
  * per process (default 1000000), 16 in flight, payload sizes cycling through the
  * framing edge cases up to 1024 bytes, every response checked byte for byte, every
  * request checked for arrival order and echoed back. Prints each side's calls/s;
- * exits 0 only when both sides had every call answered. */
-#define _POSIX_C_SOURCE 200809L
+ * exits 0 only when both sides had every call answered. Like a DPDK lcore (and like
+ * mpirun's default binding of the Rust echo's ranks), process r runs on the r-th CPU it
+ * may use; the device model's engine thread, started after, shares that CPU. */
+/* sched_setaffinity and the CPU_* macros. */
+#define _GNU_SOURCE
 #include <copyrpc.h>
 
 #include <errno.h>
@@ -112,7 +115,22 @@ static void on_response(void *arg, uint64_t k, int32_t status, const uint8_t *da
         }                                                                                     \
     } while (0)
 
+/* Pins the calling thread to the rank-th CPU of its affinity mask, if it has two. */
+static void pin(uint64_t rank) {
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) || CPU_COUNT(&allowed) < 2) return;
+    uint64_t seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed) || seen++ != rank % (uint64_t)CPU_COUNT(&allowed)) continue;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof one, &one)) perror("echo: sched_setaffinity (running unpinned)");
+        return;
+    }
+}
+
 static int run(uint64_t rank, struct link *l, uint64_t calls) {
+    pin(rank);
     copyrpc_fabric *f;
     copyrpc_queues q;
     copyrpc_ep_desc d;

@@ -233,8 +233,8 @@ pub unsafe extern "C" fn copyrpc_fabric_close(f: *mut copyrpc_fabric) -> i32 {
         Err(e) => return e,
     };
     h.magic = 0;
-    // SAFETY: the magic said `copyrpc_fabric_open` boxed it; it is not used again.
     guard(|| {
+        // SAFETY: the magic said `copyrpc_fabric_open` boxed it; it is not used again.
         drop(unsafe { Box::from_raw(f.cast::<FabricHandle>()) });
         COPYRPC_OK
     })
