@@ -53,31 +53,6 @@
 #define COPYRPC_IPC_CLIENT_BYTES 320
 
 /**
- * Endpoints one context holds.
- */
-#define COPYRPC_CTX_ENDPOINTS 16
-
-/**
- * Calls pending at once, over all endpoints.
- */
-#define COPYRPC_CTX_CALLS 512
-
-/**
- * Requests held per endpoint: recv rings of up to 32 × this bytes (16 KiB).
- */
-#define COPYRPC_CTX_REQUESTS 512
-
-/**
- * Bytes of the memory area `copyrpc_ctx_init` needs (at least).
- */
-#define COPYRPC_CTX_BYTES 376832
-
-/**
- * Alignment of that area.
- */
-#define COPYRPC_CTX_ALIGN 64
-
-/**
  * No failure.
  */
 #define COPYRPC_CAUSE_NONE 0
@@ -116,6 +91,31 @@
  * The send queue rejected a WQE.
  */
 #define COPYRPC_CAUSE_POST_REJECTED 7
+
+/**
+ * Endpoints one context holds.
+ */
+#define COPYRPC_CTX_ENDPOINTS 16
+
+/**
+ * Calls pending at once, over all endpoints.
+ */
+#define COPYRPC_CTX_CALLS 512
+
+/**
+ * Requests held per endpoint: recv rings of up to 32 × this bytes (16 KiB).
+ */
+#define COPYRPC_CTX_REQUESTS 512
+
+/**
+ * Bytes of the memory area `copyrpc_ctx_init` needs (at least).
+ */
+#define COPYRPC_CTX_BYTES 376832
+
+/**
+ * Alignment of that area.
+ */
+#define COPYRPC_CTX_ALIGN 64
 
 /**
  * `copyrpc_peer_info.magic`.
@@ -401,6 +401,28 @@ typedef void (*copyrpc_ipc_response_fn)(void *arg,
                                         const struct copyrpc_shm_msg *resp);
 
 /**
+ * Why an endpoint failed.
+ */
+typedef struct copyrpc_cause {
+  /**
+   * `COPYRPC_CAUSE_*`.
+   */
+  int32_t kind;
+  /**
+   * For completions: 0 the send queue, 1 the receive side.
+   */
+  int32_t side;
+  /**
+   * For error completions: the CQE syndrome.
+   */
+  uint32_t syndrome;
+  /**
+   * For error completions: the vendor syndrome.
+   */
+  uint32_t vendor_syndrome;
+} copyrpc_cause;
+
+/**
  * Called by `copyrpc_poll` once per completed call: `status` is `COPYRPC_OK` with
  * the response's `len` bytes at `data` (valid during the callback only), or an error
  * code (the endpoint failed) with `data` NULL.
@@ -436,28 +458,6 @@ typedef struct copyrpc_request {
    */
   uint32_t seq;
 } copyrpc_request;
-
-/**
- * Why an endpoint failed.
- */
-typedef struct copyrpc_cause {
-  /**
-   * `COPYRPC_CAUSE_*`.
-   */
-  int32_t kind;
-  /**
-   * For completions: 0 the send queue, 1 the receive side.
-   */
-  int32_t side;
-  /**
-   * For error completions: the CQE syndrome.
-   */
-  uint32_t syndrome;
-  /**
-   * For error completions: the vendor syndrome.
-   */
-  uint32_t vendor_syndrome;
-} copyrpc_cause;
 
 #ifdef __cplusplus
 extern "C" {
@@ -744,6 +744,16 @@ int32_t copyrpc_encode_imm(uint64_t delta, uint32_t *out);
 uint64_t copyrpc_decode_imm(uint32_t imm);
 
 /**
+ * Writes why endpoint `ep` failed into `*out` (`kind == COPYRPC_CAUSE_NONE` while it
+ * works).
+ *
+ * # Safety
+ *
+ * `ctx` as in `copyrpc_ctx_fini`; `out` is NULL or writable.
+ */
+int32_t copyrpc_failure_cause(struct copyrpc_ctx *ctx, uint16_t ep, struct copyrpc_cause *out);
+
+/**
  * Builds a context in `mem` (`len >= COPYRPC_CTX_BYTES`, aligned to
  * `COPYRPC_CTX_ALIGN`) over the queues `copyrpc_fabric_queues` described, and stores
  * the handle in `*out`. The memory stays the caller's: end with `copyrpc_ctx_fini`.
@@ -860,16 +870,6 @@ int32_t copyrpc_reply(struct copyrpc_ctx *ctx,
  * `ctx` as in `copyrpc_ctx_fini`.
  */
 int32_t copyrpc_flush(struct copyrpc_ctx *ctx);
-
-/**
- * Writes why endpoint `ep` failed into `*out` (`kind == COPYRPC_CAUSE_NONE` while it
- * works).
- *
- * # Safety
- *
- * `ctx` as in `copyrpc_ctx_fini`; `out` is NULL or writable.
- */
-int32_t copyrpc_failure_cause(struct copyrpc_ctx *ctx, uint16_t ep, struct copyrpc_cause *out);
 
 /**
  * A sentence for a code (a static string, never NULL).

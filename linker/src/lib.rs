@@ -15,6 +15,7 @@
 // C spells its types in lower case; the header keeps the Rust names.
 #![allow(non_camel_case_types)]
 
+pub mod cause;
 pub mod ctx;
 pub mod desc;
 pub mod status;
