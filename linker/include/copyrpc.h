@@ -190,6 +190,11 @@
 #define COPYRPC_E_BAD_ARG -16
 
 /**
+ * Called from inside the same handle's poll callback (re-entrant use is refused).
+ */
+#define COPYRPC_E_BUSY -18
+
+/**
  * A setup step failed in the host (an errno, a fabric error): `copyrpc_last_error`
  * has the cause.
  */

@@ -15,6 +15,7 @@ use crate::desc::{
     copyrpc_ep_desc, copyrpc_peer_info, copyrpc_queues, open_peer_info, peer_info, read_ep,
     read_queues,
 };
+use crate::kind;
 use crate::status::{self, *};
 
 /// Endpoints one context holds.
@@ -66,8 +67,9 @@ pub(crate) unsafe fn handle<'a>(p: *mut copyrpc_ctx) -> Result<&'a mut CtxHandle
         return Err(null());
     }
     // SAFETY: the magic word is the first field of every handle kind (caller contract).
-    if unsafe { h.cast::<u64>().read() } != CTX_MAGIC {
-        return Err(wrong_kind());
+    let word = unsafe { h.cast::<u64>().read() };
+    if word != CTX_MAGIC {
+        return Err(kind::refused(word, CTX_MAGIC));
     }
     // SAFETY: the magic says `copyrpc_ctx_init` built a context here, and the caller
     // uses it from one thread at a time.
@@ -77,11 +79,6 @@ pub(crate) unsafe fn handle<'a>(p: *mut copyrpc_ctx) -> Result<&'a mut CtxHandle
 #[cold]
 fn null() -> i32 {
     COPYRPC_E_NULL
-}
-
-#[cold]
-fn wrong_kind() -> i32 {
-    COPYRPC_E_WRONG_KIND
 }
 
 /// `len` bytes at `p` as a slice; NULL is fine with `len == 0`.
@@ -319,19 +316,29 @@ pub unsafe extern "C" fn copyrpc_poll(
     arg: *mut c_void,
 ) -> i32 {
     // SAFETY: forwarded.
-    let h = match unsafe { handle(ctx) } {
-        Ok(h) => h,
-        Err(e) => return e,
-    };
+    if let Err(e) = unsafe { handle(ctx) } {
+        return e;
+    }
     let Some(cb) = cb else {
         return COPYRPC_E_NULL;
     };
-    let n = h.ctx.poll(|token, r| match r {
+    let h = ctx.cast::<CtxHandle>();
+    // SAFETY: `h` is a live context (checked above), used by this thread. The word and
+    // the context are reached through the raw pointer field by field, so a call from
+    // inside the callback reads only the word (which the context borrow does not cover)
+    // and returns COPYRPC_E_BUSY; the word is restored through the same pointer.
+    let c = unsafe {
+        (&raw mut (*h).magic).write(kind::polling(CTX_MAGIC));
+        &mut *(&raw mut (*h).ctx)
+    };
+    let n = c.poll(|token, r| match r {
         // SAFETY: the callback's contract is the caller's; the bytes live through it.
         Ok(d) => unsafe { cb(arg, token, COPYRPC_OK, d.as_ptr(), d.len()) },
         // SAFETY: as above.
         Err(e) => unsafe { cb(arg, token, status::of(e), core::ptr::null(), 0) },
     });
+    // SAFETY: `h` is live; the borrow of its ctx ended with the poll.
+    unsafe { (&raw mut (*h).magic).write(CTX_MAGIC) };
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 

@@ -18,6 +18,7 @@
 pub mod cause;
 pub mod ctx;
 pub mod desc;
+pub mod kind;
 pub mod status;
 
 use copyrpc_core::wire;

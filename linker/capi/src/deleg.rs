@@ -7,6 +7,7 @@ use std::mem::{align_of, size_of};
 
 use copyrpc_core::deleg::{CallError, Config, ReplyToken};
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
+use copyrpc_linker::kind;
 use copyrpc_linker::status::*;
 
 use crate::last_error::{guard, system};
@@ -326,16 +327,24 @@ pub unsafe extern "C" fn copyrpc_deleg_client_poll(
     cb: copyrpc_deleg_response_fn,
     arg: *mut c_void,
 ) -> i32 {
+    let p = c.cast::<Client>();
     // SAFETY: forwarded.
-    let h = match unsafe { handle(c.cast::<Client>(), CLIENT_MAGIC) } {
-        Ok(h) => h,
-        Err(e) => return e,
-    };
+    if let Err(e) = unsafe { handle(p, CLIENT_MAGIC) } {
+        return e;
+    }
     let Some(cb) = cb else {
         return COPYRPC_E_NULL;
     };
-    // SAFETY: the callback's contract is the caller's; `r` lives through the call.
-    let n = h.c.poll(|id, r| unsafe { cb(arg, id, r) });
+    // SAFETY: `p` is a live client (checked above), used by this thread. As in
+    // `copyrpc_poll`: the word is marked through the raw pointer and the client borrowed
+    // field by field, so a call from inside the callback stops at the word (BUSY).
+    let client = unsafe {
+        (&raw mut (*p).magic).write(kind::polling(CLIENT_MAGIC));
+        &mut *(&raw mut (*p).c)
+    };
+    let n = client.poll(|id, r| unsafe { cb(arg, id, r) });
+    // SAFETY: `p` is live; the borrow of its c ended with the poll.
+    unsafe { (&raw mut (*p).magic).write(CLIENT_MAGIC) };
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 

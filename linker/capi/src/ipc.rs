@@ -7,6 +7,7 @@ use std::mem::{align_of, size_of};
 
 use copyrpc_core::ipc::{Config, IpcCallError, IpcRequest};
 use copyrpc_host::shm::ipc::{IpcClient, IpcServer};
+use copyrpc_linker::kind;
 use copyrpc_linker::status::*;
 
 use crate::deleg::COPYRPC_SHM_HANDLE_ALIGN;
@@ -308,16 +309,24 @@ pub unsafe extern "C" fn copyrpc_ipc_client_poll(
     cb: copyrpc_ipc_response_fn,
     arg: *mut c_void,
 ) -> i32 {
+    let p = c.cast::<Client>();
     // SAFETY: forwarded.
-    let h = match unsafe { handle(c.cast::<Client>(), CLIENT_MAGIC) } {
-        Ok(h) => h,
-        Err(e) => return e,
-    };
+    if let Err(e) = unsafe { handle(p, CLIENT_MAGIC) } {
+        return e;
+    }
     let Some(cb) = cb else {
         return COPYRPC_E_NULL;
     };
-    // SAFETY: the callback's contract is the caller's; `r` lives through the call.
-    let n = h.c.poll(|token, r| unsafe { cb(arg, token, r) });
+    // SAFETY: `p` is a live client (checked above), used by this thread. As in
+    // `copyrpc_poll`: the word is marked through the raw pointer and the client borrowed
+    // field by field, so a call from inside the callback stops at the word (BUSY).
+    let client = unsafe {
+        (&raw mut (*p).magic).write(kind::polling(CLIENT_MAGIC));
+        &mut *(&raw mut (*p).c)
+    };
+    let n = client.poll(|token, r| unsafe { cb(arg, token, r) });
+    // SAFETY: `p` is live; the borrow of its c ended with the poll.
+    unsafe { (&raw mut (*p).magic).write(CLIENT_MAGIC) };
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 

@@ -2,7 +2,8 @@
 
 use std::ffi::{c_char, CStr};
 
-use copyrpc_linker::status::{COPYRPC_E_BAD_ARG, COPYRPC_E_NULL, COPYRPC_E_WRONG_KIND};
+use copyrpc_linker::kind;
+use copyrpc_linker::status::{COPYRPC_E_BAD_ARG, COPYRPC_E_NULL};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// One request or response of the shared-memory protocols: 64 bytes, the C program's
@@ -24,8 +25,9 @@ pub(crate) unsafe fn handle<'a, T>(p: *mut T, magic: u64) -> Result<&'a mut T, i
         return Err(COPYRPC_E_NULL);
     }
     // SAFETY: caller contract: the first 8 bytes are readable.
-    if unsafe { p.cast::<u64>().read() } != magic {
-        return Err(COPYRPC_E_WRONG_KIND);
+    let word = unsafe { p.cast::<u64>().read() };
+    if word != magic {
+        return Err(kind::refused(word, magic));
     }
     // SAFETY: the magic says the open function built a `T` here; one thread at a time.
     Ok(unsafe { &mut *p })

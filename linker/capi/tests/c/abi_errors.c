@@ -1,8 +1,8 @@
 /* The C ABI refuses bad input with a code instead of crashing: NULL pointers, a handle
  * of the wrong kind (or ended), a too-small or misaligned memory area, a description
  * the setup API did not write, a damaged peer info, a failing exchange, a request
- * answered twice. Between the refusals it runs the real thing in one process (two sim
- * fabrics, a call and its reply; an ipc round trip) so every function is exercised.
+ * answered twice, a call into a handle from inside its own poll callback. Between the refusals it runs the real thing in one process (two sim
+ * fabrics, a call and its reply; an ipc and a delegation round trip) so every function is exercised.
  * Run by tests/c_programs.rs; prints each mismatch and exits 1 if there was one. */
 #define _POSIX_C_SOURCE 200809L
 #include <copyrpc.h>
@@ -57,7 +57,16 @@ static int32_t exchange_b(void *arg, const copyrpc_peer_info *mine, copyrpc_peer
     return 0;
 }
 
-struct got { int n; int32_t status; uint64_t token; char data[16]; size_t len; };
+struct got {
+    int n;
+    int32_t status;
+    uint64_t token;
+    char data[16];
+    size_t len;
+    /* Set: the callback calls back into this handle, which must be refused (BUSY). */
+    void *reenter;
+    int32_t reentered[3];
+};
 
 static void on_response(void *arg, uint64_t token, int32_t status, const uint8_t *data, size_t len) {
     struct got *g = arg;
@@ -66,18 +75,44 @@ static void on_response(void *arg, uint64_t token, int32_t status, const uint8_t
     g->token = token;
     g->len = len;
     if (data && len <= sizeof g->data) memcpy(g->data, data, len);
+    if (g->reenter) {
+        copyrpc_ctx *ctx = g->reenter;
+        g->reentered[0] = copyrpc_call(ctx, 0, "x", 1, 16, 7);
+        g->reentered[1] = copyrpc_poll(ctx, on_response, arg);
+        g->reentered[2] = copyrpc_ctx_fini(ctx);
+    }
 }
 
 static void on_ipc(void *arg, uint64_t token, const copyrpc_shm_msg *resp) {
     struct got *g = arg;
     g->n++;
     g->token = token + resp->words[0];
+    if (g->reenter) {
+        g->reentered[0] = copyrpc_ipc_client_call(g->reenter, resp, 1);
+        g->reentered[1] = copyrpc_ipc_client_poll(g->reenter, on_ipc, arg);
+        g->reentered[2] = copyrpc_ipc_client_close(g->reenter);
+    }
 }
 
 static void on_deleg(void *arg, uint32_t call, const copyrpc_shm_msg *resp) {
-    (void)call;
-    (void)resp;
-    ((struct got *)arg)->n++;
+    struct got *g = arg;
+    g->n++;
+    g->token = call + resp->words[0];
+    if (g->reenter) {
+        g->reentered[0] = copyrpc_deleg_client_call(g->reenter, resp);
+        g->reentered[1] = copyrpc_deleg_client_poll(g->reenter, on_deleg, arg);
+        g->reentered[2] = copyrpc_deleg_client_close(g->reenter);
+    }
+}
+
+/* Each of the three calls made from inside the callback was refused as re-entrant. */
+static void expect_busy(const char *what, const struct got *g) {
+    for (int i = 0; i < 3; i++)
+        if (g->reentered[i] != COPYRPC_E_BUSY) {
+            fprintf(stderr, "%s: re-entrant call %d returned %d (%s), expected COPYRPC_E_BUSY\n", what, i,
+                    g->reentered[i], copyrpc_strerror(g->reentered[i]));
+            failures++;
+        }
 }
 
 struct side {
@@ -223,7 +258,7 @@ int main(void) {
     EXPECT(copyrpc_call(a.ctx, a.ep, NULL, 3, 16, 1), COPYRPC_E_NULL);
     EXPECT(copyrpc_call(a.ctx, a.ep, "ping", 4, 16, 42), COPYRPC_OK);
     EXPECT(copyrpc_flush(a.ctx), COPYRPC_OK);
-    struct got g = {0};
+    struct got g = {.reenter = a.ctx};
     EXPECT(copyrpc_poll(a.ctx, NULL, &g), COPYRPC_E_NULL);
     int served = 0;
     double end = now_s() + 30;
@@ -246,6 +281,7 @@ int main(void) {
                 g.status, (unsigned long long)g.token, g.len);
         failures++;
     }
+    expect_busy("copyrpc_poll", &g);
     EXPECT(copyrpc_recv(b.ctx, NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_failure_cause(a.ctx, a.ep, &cause), COPYRPC_OK);
     if (cause.kind != COPYRPC_CAUSE_NONE) {
@@ -282,7 +318,7 @@ int main(void) {
     }
     copyrpc_shm_msg r = {.words = {ir.msg.words[0] + 1}};
     EXPECT(copyrpc_ipc_server_reply(is, &ir, &r), COPYRPC_OK);
-    struct got ig = {0};
+    struct got ig = {.reenter = ic};
     end = now_s() + 30;
     while (ig.n == 0 && now_s() < end) {
         if (copyrpc_ipc_client_poll(ic, on_ipc, &ig) == 0) sched_yield();
@@ -291,15 +327,49 @@ int main(void) {
         fprintf(stderr, "ipc: %d responses, token+word %llu (expected 106)\n", ig.n, (unsigned long long)ig.token);
         failures++;
     }
+    expect_busy("copyrpc_ipc_client_poll", &ig);
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_OK);
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_ipc_server_close(is), COPYRPC_OK);
     EXPECT(copyrpc_ipc_server_recv(is, &ir), COPYRPC_E_WRONG_KIND);
 
-    /* --- delegation: wrong kinds on live handles --------------------------------- */
+    /* --- delegation round trip in this process; handles of the wrong kind ---------- */
     EXPECT(copyrpc_deleg_server_open(smem[0], 512, region, 4, 16, 4, &ds), COPYRPC_OK);
+    copyrpc_deleg_client *dc;
+    EXPECT(copyrpc_deleg_client_attach(smem[3], 512, region, &dc), COPYRPC_OK);
     EXPECT(copyrpc_ipc_server_poll((copyrpc_ipc_server *)ds), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_deleg_client_call((copyrpc_deleg_client *)ds, &m), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_deleg_server_recv((copyrpc_deleg_server *)dc, NULL), COPYRPC_E_WRONG_KIND);
+    int32_t call = copyrpc_deleg_client_call(dc, &m);
+    if (call < 0) {
+        fprintf(stderr, "deleg call: %s\n", copyrpc_strerror(call));
+        return 1;
+    }
+    copyrpc_deleg_request dr;
+    got = 0;
+    end = now_s() + 30;
+    while (!got && now_s() < end) {
+        if (copyrpc_deleg_server_poll(ds) > 0) got = copyrpc_deleg_server_recv(ds, &dr) == 1;
+        if (!got) sched_yield();
+    }
+    if (!got || dr.msg.words[0] != 5) {
+        fprintf(stderr, "deleg: the request never arrived intact\n");
+        return 1;
+    }
+    EXPECT(copyrpc_deleg_server_reply(ds, &dr, &r), COPYRPC_OK);
+    EXPECT(copyrpc_deleg_server_reply(ds, &dr, &r), COPYRPC_E_SHM_REPLY);
+    struct got dg = {.reenter = dc};
+    end = now_s() + 30;
+    while (dg.n == 0 && now_s() < end) {
+        if (copyrpc_deleg_client_poll(dc, on_deleg, &dg) == 0) sched_yield();
+    }
+    if (dg.n != 1 || dg.token != (uint64_t)call + 6) {
+        fprintf(stderr, "deleg: %d responses, call+word %llu (expected %d)\n", dg.n, (unsigned long long)dg.token,
+                call + 6);
+        failures++;
+    }
+    expect_busy("copyrpc_deleg_client_poll", &dg);
+    EXPECT(copyrpc_deleg_client_close(dc), COPYRPC_OK);
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_OK);
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_E_WRONG_KIND);
 
