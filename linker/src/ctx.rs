@@ -329,7 +329,7 @@ pub unsafe extern "C" fn copyrpc_poll(
     // and returns COPYRPC_E_BUSY; the word is restored through the same pointer.
     let c = unsafe {
         (&raw mut (*h).magic).write(kind::polling(CTX_MAGIC));
-        &mut *(&raw mut (*h).ctx)
+        &mut (*h).ctx
     };
     let n = c.poll(|token, r| match r {
         // SAFETY: the callback's contract is the caller's; the bytes live through it.

@@ -322,7 +322,7 @@ pub unsafe extern "C" fn copyrpc_ipc_client_poll(
     // field by field, so a call from inside the callback stops at the word (BUSY).
     let client = unsafe {
         (&raw mut (*p).magic).write(kind::polling(CLIENT_MAGIC));
-        &mut *(&raw mut (*p).c)
+        &mut (*p).c
     };
     let n = client.poll(|token, r| unsafe { cb(arg, token, r) });
     // SAFETY: `p` is live; the borrow of its c ended with the poll.
