@@ -324,8 +324,9 @@ pub unsafe extern "C" fn copyrpc_ipc_client_poll(
         (&raw mut (*p).magic).write(kind::polling(CLIENT_MAGIC));
         &mut (*p).c
     };
+    // SAFETY: the callback's contract is the caller's; `r` lives through the call.
     let n = client.poll(|token, r| unsafe { cb(arg, token, r) });
-    // SAFETY: `p` is live; the borrow of its c ended with the poll.
+    // SAFETY: `p` is live; the borrow of its client ended with the poll.
     unsafe { (&raw mut (*p).magic).write(CLIENT_MAGIC) };
     i32::try_from(n).unwrap_or(i32::MAX)
 }
