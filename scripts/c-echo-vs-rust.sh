@@ -15,7 +15,7 @@ trap 'rm -rf "$prefix"' EXIT
 scripts/install-c.sh "$prefix" >/dev/null
 cargo build --quiet --release -p copyrpc-host --bin copyrpc-echo
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-cc -O2 $(pkg-config --cflags --libs copyrpc) examples/c/echo.c -o "$prefix/echo"
+cc -O3 $(pkg-config --cflags --libs copyrpc) examples/c/echo.c -o "$prefix/echo"
 rust=${CARGO_TARGET_DIR:-target}/release/copyrpc-echo
 
 # calls/s of rank 0 from a run's output: responses / seconds on its line.

@@ -10,7 +10,7 @@ trap 'rm -rf "$prefix"' EXIT
 scripts/install-c.sh "$prefix"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 
-cc -O2 $(pkg-config --cflags --libs copyrpc) examples/c/echo.c -o "$prefix/echo"
+cc -O3 $(pkg-config --cflags --libs copyrpc) examples/c/echo.c -o "$prefix/echo"
 cc -O2 $(pkg-config --cflags --libs copyrpc) examples/c/deleg.c -o "$prefix/deleg"
 cc -O2 $(pkg-config --cflags copyrpc) examples/c/echo.c "$prefix/lib/libcopyrpc.a" \
    $(pkg-config --variable=static_libs copyrpc) -o "$prefix/echo-static"

@@ -1,7 +1,7 @@
 /* copyrpc echo from C: two processes (fork), each a DPDK-lcore-style run-to-completion
  * loop that calls the other and answers its calls, over the software device model.
  *
- *   cc -O2 $(pkg-config --cflags --libs copyrpc) examples/c/echo.c -o echo && ./echo [CALLS]
+ *   cc -O3 $(pkg-config --cflags --libs copyrpc) examples/c/echo.c -o echo && ./echo [CALLS]
  *
  * The same work as the Rust echo (host/src/rpc/echo.rs, `copyrpc-echo`): CALLS calls
  * per process (default 1000000), 16 in flight, payload sizes cycling through the
@@ -39,9 +39,18 @@ static size_t size_of_call(uint64_t k) {
     return s <= MAX_PAYLOAD ? s : (size_t)((k * 37) % (MAX_PAYLOAD + 1));
 }
 
-/* Byte i of call k from rank src; the first 8 bytes name the call (order check). */
+/* Byte i of call k from rank src: (k * 131 + i * 7 + src) mod 256, as in the Rust echo;
+ * the first 8 bytes name the call (order check). Written as an 8-bit running value so
+ * gcc -O3 vectorizes it (16 bytes per paddb) as rustc does the Rust loop; computed in
+ * 64-bit arithmetic it stays scalar or widens, and this harness alone would cost
+ * thousands of instructions per call more than the Rust echo's (docs/PERFORMANCE.md). */
+__attribute__((noinline)) /* inlined into the call loop, gcc 12 leaves it scalar */
 static void fill(uint64_t src, uint64_t k, uint8_t *out, size_t len) {
-    for (size_t i = 0; i < len; i++) out[i] = (uint8_t)(k * 131 + i * 7 + src);
+    uint8_t v = (uint8_t)(k * 131 + src);
+    for (size_t i = 0; i < len; i++) {
+        out[i] = v;
+        v = (uint8_t)(v + 7);
+    }
     if (len >= 8) {
         uint64_t head = src << 32 | (uint32_t)k;
         memcpy(out, &head, 8); /* little-endian hosts, as the Rust echo */
