@@ -4,7 +4,8 @@
  * Every function returns 0 (or a count) on success and a negative COPYRPC_E_* code on
  * a refusal (copyrpc_strerror names it); none crashes on NULL, on a handle of another
  * kind, or on a damaged peer info. Handles of the data path live in memory the caller
- * provides (COPYRPC_*_BYTES, aligned to COPYRPC_*_ALIGN). */
+ * provides (COPYRPC_*_BYTES, aligned to COPYRPC_*_ALIGN). A handle is used by one thread
+ * at a time; a call into a handle from its own poll callback returns COPYRPC_E_BUSY. */
 
 #ifndef COPYRPC_H
 #define COPYRPC_H
@@ -644,7 +645,9 @@ int32_t copyrpc_ipc_server_open(void *mem,
                                 struct copyrpc_ipc_server **out);
 
 /**
- * Scans the clients; returns how many have requests waiting.
+ * Scans the clients; returns how many have requests waiting. Ids of clients that closed
+ * are freed here; a client process that died without closing keeps its id (this poll
+ * reads no `/proc`).
  *
  * # Safety
  *

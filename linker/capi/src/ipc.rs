@@ -127,7 +127,9 @@ pub unsafe extern "C" fn copyrpc_ipc_server_open(
     })
 }
 
-/// Scans the clients; returns how many have requests waiting.
+/// Scans the clients; returns how many have requests waiting. Ids of clients that closed
+/// are freed here; a client process that died without closing keeps its id (this poll
+/// reads no `/proc`).
 ///
 /// # Safety
 ///
