@@ -168,3 +168,50 @@ pub fn open_peer_info(i: Option<&copyrpc_peer_info>) -> Result<([u8; 32], Endpoi
     }
     Ok((i.qp, EndpointInfo::from_bytes(&i.endpoint)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> copyrpc_peer_info {
+        let ep = EndpointInfo {
+            qpn: 0x1234,
+            recv_ring_addr: 0x7f00_0000_1000,
+            recv_ring_rkey: 7,
+            recv_ring_size: 16384,
+            consumer_addr: 0x7f00_0000_9000,
+            consumer_rkey: 7,
+            initial_credit: 4096,
+        };
+        peer_info([3; 32], &ep)
+    }
+
+    #[test]
+    fn a_peer_info_round_trips() {
+        let i = info();
+        let (qp, ep) = open_peer_info(Some(&i)).expect("a fresh info opens");
+        assert_eq!(qp, [3; 32]);
+        assert_eq!(ep.qpn, 0x1234);
+        assert_eq!(ep.recv_ring_size, 16384);
+    }
+
+    /// Every single-bit flip anywhere in the 96 bytes is refused.
+    #[test]
+    fn every_bit_flip_is_refused() {
+        let good = info();
+        for byte in 0..size_of_val(&good) {
+            for bit in 0..8 {
+                let mut i = good;
+                // SAFETY: `copyrpc_peer_info` is plain integers and byte arrays with no
+                // padding (96 bytes, checked above), so any bytes are a valid value.
+                unsafe { *(&raw mut i).cast::<u8>().add(byte) ^= 1 << bit };
+                assert_eq!(
+                    open_peer_info(Some(&i)).err(),
+                    Some(COPYRPC_E_BAD_PEER_INFO),
+                    "flip of bit {bit} in byte {byte} accepted"
+                );
+            }
+        }
+        assert_eq!(open_peer_info(None).err(), Some(COPYRPC_E_NULL));
+    }
+}
