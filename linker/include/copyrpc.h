@@ -437,7 +437,7 @@ typedef void (*copyrpc_response_fn)(void *arg,
                                     uint64_t token,
                                     int32_t status,
                                     const uint8_t *data,
-                                    uintptr_t len);
+                                    size_t len);
 
 /**
  * A received request, from `copyrpc_recv`. Answer it once with `copyrpc_reply`.
@@ -450,7 +450,7 @@ typedef struct copyrpc_request {
   /**
    * Their length.
    */
-  uintptr_t len;
+  size_t len;
   /**
    * The endpoint it came on.
    */
@@ -481,7 +481,7 @@ extern "C" {
  * NULL or NUL-terminated; `out` is NULL or writable.
  */
 int32_t copyrpc_deleg_server_open(void *mem,
-                                  uintptr_t len,
+                                  size_t len,
                                   const char *region,
                                   uint32_t max_clients,
                                   uint32_t ring_depth,
@@ -538,7 +538,7 @@ int32_t copyrpc_deleg_server_close(struct copyrpc_deleg_server *s);
  * As `copyrpc_deleg_server_open`.
  */
 int32_t copyrpc_deleg_client_attach(void *mem,
-                                    uintptr_t len,
+                                    size_t len,
                                     const char *region,
                                     struct copyrpc_deleg_client **out);
 
@@ -638,7 +638,7 @@ int32_t copyrpc_fabric_close(struct copyrpc_fabric *f);
  * As `copyrpc_deleg_server_open`.
  */
 int32_t copyrpc_ipc_server_open(void *mem,
-                                uintptr_t len,
+                                size_t len,
                                 const char *region,
                                 uint32_t max_clients,
                                 uint32_t depth,
@@ -692,7 +692,7 @@ int32_t copyrpc_ipc_server_close(struct copyrpc_ipc_server *s);
  * As `copyrpc_deleg_server_open`.
  */
 int32_t copyrpc_ipc_client_attach(void *mem,
-                                  uintptr_t len,
+                                  size_t len,
                                   const char *region,
                                   struct copyrpc_ipc_client **out);
 
@@ -765,6 +765,8 @@ int32_t copyrpc_failure_cause(struct copyrpc_ctx *ctx, uint16_t ep, struct copyr
  * Builds a context in `mem` (`len >= COPYRPC_CTX_BYTES`, aligned to
  * `COPYRPC_CTX_ALIGN`) over the queues `copyrpc_fabric_queues` described, and stores
  * the handle in `*out`. The memory stays the caller's: end with `copyrpc_ctx_fini`.
+ * The description is used up (a second use is `COPYRPC_E_BAD_DESC`): one set of
+ * queues serves one context.
  *
  * # Safety
  *
@@ -773,8 +775,8 @@ int32_t copyrpc_failure_cause(struct copyrpc_ctx *ctx, uint16_t ep, struct copyr
  * and no other context uses them.
  */
 int32_t copyrpc_ctx_init(void *mem,
-                         uintptr_t len,
-                         const struct copyrpc_queues *queues,
+                         size_t len,
+                         struct copyrpc_queues *queues,
                          struct copyrpc_ctx **out);
 
 /**
@@ -789,15 +791,14 @@ int32_t copyrpc_ctx_fini(struct copyrpc_ctx *ctx);
 
 /**
  * Adds an endpoint over the QP and memory `desc` describes (from
- * `copyrpc_fabric_endpoint` of the context's fabric); its index goes to `*ep`.
+ * `copyrpc_fabric_endpoint` of the context's fabric); its index goes to `*ep`. The
+ * description is used up (a second use is `COPYRPC_E_BAD_DESC`).
  *
  * # Safety
  *
  * `ctx` as in `copyrpc_ctx_fini`; `desc` came from the setup API and is used once.
  */
-int32_t copyrpc_ep_create(struct copyrpc_ctx *ctx,
-                          const struct copyrpc_ep_desc *desc,
-                          uint16_t *ep);
+int32_t copyrpc_ep_create(struct copyrpc_ctx *ctx, struct copyrpc_ep_desc *desc, uint16_t *ep);
 
 /**
  * Writes what the peer needs to connect to endpoint `ep` into `*out`.
@@ -832,7 +833,7 @@ int32_t copyrpc_ep_connect(struct copyrpc_ctx *ctx,
 int32_t copyrpc_call(struct copyrpc_ctx *ctx,
                      uint16_t ep,
                      const void *buf,
-                     uintptr_t len,
+                     size_t len,
                      uint32_t allowance,
                      uint64_t token);
 
@@ -868,7 +869,7 @@ int32_t copyrpc_recv(struct copyrpc_ctx *ctx, struct copyrpc_request *out);
 int32_t copyrpc_reply(struct copyrpc_ctx *ctx,
                       const struct copyrpc_request *req,
                       const void *buf,
-                      uintptr_t len);
+                      size_t len);
 
 /**
  * Posts every reply and call written so far without reading the completion queues.

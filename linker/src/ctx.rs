@@ -13,7 +13,7 @@ use copyrpc_core::copyrpc::{Context, EndpointConfig, EndpointId, RecvHandle};
 
 use crate::desc::{
     copyrpc_ep_desc, copyrpc_peer_info, copyrpc_queues, open_peer_info, peer_info, read_ep,
-    read_queues,
+    read_queues, use_up_ep, use_up_queues,
 };
 use crate::kind;
 use crate::status::{self, *};
@@ -101,6 +101,8 @@ unsafe fn bytes<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], i32> {
 /// Builds a context in `mem` (`len >= COPYRPC_CTX_BYTES`, aligned to
 /// `COPYRPC_CTX_ALIGN`) over the queues `copyrpc_fabric_queues` described, and stores
 /// the handle in `*out`. The memory stays the caller's: end with `copyrpc_ctx_fini`.
+/// The description is used up (a second use is `COPYRPC_E_BAD_DESC`): one set of
+/// queues serves one context.
 ///
 /// # Safety
 ///
@@ -111,7 +113,7 @@ unsafe fn bytes<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], i32> {
 pub unsafe extern "C" fn copyrpc_ctx_init(
     mem: *mut c_void,
     len: usize,
-    queues: *const copyrpc_queues,
+    queues: *mut copyrpc_queues,
     out: *mut *mut copyrpc_ctx,
 ) -> i32 {
     if mem.is_null() || queues.is_null() || out.is_null() {
@@ -141,6 +143,7 @@ pub unsafe extern "C" fn copyrpc_ctx_init(
         (&raw mut (*h).qp).write([[0; 32]; COPYRPC_CTX_ENDPOINTS]);
         (&raw mut (*h).magic).write(CTX_MAGIC);
         out.write(h.cast());
+        use_up_queues(&mut *queues);
     }
     COPYRPC_OK
 }
@@ -164,7 +167,8 @@ pub unsafe extern "C" fn copyrpc_ctx_fini(ctx: *mut copyrpc_ctx) -> i32 {
 }
 
 /// Adds an endpoint over the QP and memory `desc` describes (from
-/// `copyrpc_fabric_endpoint` of the context's fabric); its index goes to `*ep`.
+/// `copyrpc_fabric_endpoint` of the context's fabric); its index goes to `*ep`. The
+/// description is used up (a second use is `COPYRPC_E_BAD_DESC`).
 ///
 /// # Safety
 ///
@@ -172,7 +176,7 @@ pub unsafe extern "C" fn copyrpc_ctx_fini(ctx: *mut copyrpc_ctx) -> i32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn copyrpc_ep_create(
     ctx: *mut copyrpc_ctx,
-    desc: *const copyrpc_ep_desc,
+    desc: *mut copyrpc_ep_desc,
     ep: *mut u16,
 ) -> i32 {
     // SAFETY: forwarded.
@@ -196,7 +200,10 @@ pub unsafe extern "C" fn copyrpc_ep_create(
         Ok(id) => {
             h.qp[usize::from(id.0)] = qp;
             // SAFETY: non-null, caller contract.
-            unsafe { ep.write(id.0) };
+            unsafe {
+                ep.write(id.0);
+                use_up_ep(&mut *desc);
+            }
             COPYRPC_OK
         }
         Err(e) => status::of(e),

@@ -125,6 +125,16 @@ pub fn read_ep(d: &copyrpc_ep_desc) -> Result<(SqDesc, EndpointMem, [u8; 32]), i
     Ok((e.sq, e.mem, e.qp))
 }
 
+/// Marks a queue description used: its queues now belong to a context.
+pub fn use_up_queues(d: &mut copyrpc_queues) {
+    d.opaque[0] = 0;
+}
+
+/// Marks an endpoint description used: its QP and rings now belong to an endpoint.
+pub fn use_up_ep(d: &mut copyrpc_ep_desc) {
+    d.opaque[0] = 0;
+}
+
 fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in parts.iter().flat_map(|p| p.iter()) {

@@ -96,10 +96,10 @@ fn side() -> Side {
         ok("queues", copyrpc_fabric_queues(f, &mut q));
         ok(
             "ctx",
-            copyrpc_ctx_init(base.cast(), COPYRPC_CTX_BYTES, &q, &mut ctx),
+            copyrpc_ctx_init(base.cast(), COPYRPC_CTX_BYTES, &mut q, &mut ctx),
         );
         ok("endpoint", copyrpc_fabric_endpoint(f, &mut d));
-        ok("ep", copyrpc_ep_create(ctx, &d, &mut ep));
+        ok("ep", copyrpc_ep_create(ctx, &mut d, &mut ep));
     }
     Side {
         f,

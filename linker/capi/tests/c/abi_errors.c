@@ -131,6 +131,13 @@ static void open_side(struct side *s) {
     EXPECT(copyrpc_ctx_init(s->mem, COPYRPC_CTX_BYTES, &q, &s->ctx), COPYRPC_OK);
     EXPECT(copyrpc_fabric_endpoint(s->f, &d), COPYRPC_OK);
     EXPECT(copyrpc_ep_create(s->ctx, &d, &s->ep), COPYRPC_OK);
+    /* Descriptions are used up: their queues and QP belong to this context now. */
+    void *other = aligned_alloc(COPYRPC_CTX_ALIGN, COPYRPC_CTX_BYTES);
+    copyrpc_ctx *again;
+    uint16_t ep2;
+    EXPECT(copyrpc_ctx_init(other, COPYRPC_CTX_BYTES, &q, &again), COPYRPC_E_BAD_DESC);
+    EXPECT(copyrpc_ep_create(s->ctx, &d, &ep2), COPYRPC_E_BAD_DESC);
+    free(other);
 }
 
 int main(void) {
