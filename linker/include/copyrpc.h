@@ -181,7 +181,7 @@
 #define COPYRPC_E_BAD_PEER_INFO -14
 
 /**
- * A queue or endpoint description was not written by the setup API.
+ * A queue or endpoint description was not written by the setup API, or was used already.
  */
 #define COPYRPC_E_BAD_DESC -15
 

@@ -26,7 +26,7 @@ pub const COPYRPC_E_MISALIGNED: i32 = -13;
 /// A peer info failed its magic, version or checksum: it was not written by
 /// `copyrpc_ep_local_info` of this library, or was damaged in transit.
 pub const COPYRPC_E_BAD_PEER_INFO: i32 = -14;
-/// A queue or endpoint description was not written by the setup API.
+/// A queue or endpoint description was not written by the setup API, or was used already.
 pub const COPYRPC_E_BAD_DESC: i32 = -15;
 /// An argument is out of range (a size, a kind, a name).
 pub const COPYRPC_E_BAD_ARG: i32 = -16;
@@ -92,7 +92,7 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
         COPYRPC_E_TOO_SMALL => c"the memory area is smaller than the handle needs",
         COPYRPC_E_MISALIGNED => c"the memory area is not aligned as the handle needs",
         COPYRPC_E_BAD_PEER_INFO => c"the peer info failed its magic, version or checksum",
-        COPYRPC_E_BAD_DESC => c"the description was not written by the setup API",
+        COPYRPC_E_BAD_DESC => c"the description was not written by the setup API, or was used already",
         COPYRPC_E_BAD_ARG => c"an argument is out of range",
         COPYRPC_E_BUSY => c"called from inside the same handle's poll callback",
         COPYRPC_E_SYSTEM => c"a host setup step failed (see copyrpc_last_error)",
