@@ -92,7 +92,9 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
         COPYRPC_E_TOO_SMALL => c"the memory area is smaller than the handle needs",
         COPYRPC_E_MISALIGNED => c"the memory area is not aligned as the handle needs",
         COPYRPC_E_BAD_PEER_INFO => c"the peer info failed its magic, version or checksum",
-        COPYRPC_E_BAD_DESC => c"the description was not written by the setup API, or was used already",
+        COPYRPC_E_BAD_DESC => {
+            c"the description was not written by the setup API, or was used already"
+        }
         COPYRPC_E_BAD_ARG => c"an argument is out of range",
         COPYRPC_E_BUSY => c"called from inside the same handle's poll callback",
         COPYRPC_E_SYSTEM => c"a host setup step failed (see copyrpc_last_error)",
