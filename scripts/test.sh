@@ -119,6 +119,7 @@ step "no_std crates: no std/alloc in sources" nostd_sources_clean
 step "core-nostd layering: protocols import no sibling" scripts/check-layering.sh
 step "no_std crates: bare-metal builds"       bare_builds
 step "freestanding link + run (x86_64, aarch64/qemu)" linker/freestanding/check.sh
+step "C library: install, examples built with pkg-config, full-size runs" scripts/c-examples.sh
 step "no_std crates' tests on aarch64 (qemu)"  aarch64_tests
 step "loom models (core-nostd/tests/loom_*)"   loom_models
 step "miri: mlx5-raw, core-nostd shm protocols, Context::init" miri_unsafe

@@ -49,6 +49,22 @@ impl RecvHandle {
         self.call_id
     }
 
+    /// `(endpoint, sequence, call id)`, for storing a handle outside Rust (the C ABI).
+    pub const fn into_raw(self) -> (u16, u32, u32) {
+        (self.ep.0, self.seq, self.call_id)
+    }
+
+    /// Rebuilds a handle from [`into_raw`](Self::into_raw). Any value is safe: `data`
+    /// and the replies check it against the context's live requests (a forged or
+    /// replayed handle reads nothing and is refused with [`Error::StaleHandle`]).
+    pub const fn from_raw(raw: (u16, u32, u32)) -> Self {
+        Self {
+            ep: EndpointId(raw.0),
+            seq: raw.1,
+            call_id: raw.2,
+        }
+    }
+
     /// The request payload, in place in the recv ring. Empty if the handle is not one
     /// of `ctx`'s live requests.
     #[inline]

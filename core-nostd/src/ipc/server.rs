@@ -25,6 +25,24 @@ impl<Req> IpcRequest<Req> {
     pub fn client_id(&self) -> u32 {
         self.client_id
     }
+
+    /// `(client id, epoch, token)` and the payload, for keeping a request outside Rust
+    /// (the C ABI).
+    pub fn into_raw(self) -> ((u32, u32, u64), Req) {
+        ((self.client_id, self.epoch, self.token), self.payload)
+    }
+
+    /// Rebuilds a request from [`into_raw`](Self::into_raw). Any value is safe: a reply
+    /// to a client id whose epoch moved on is refused, and a token the client does not
+    /// hold is dropped by its `poll`.
+    pub fn from_raw(raw: (u32, u32, u64), payload: Req) -> Self {
+        Self {
+            client_id: raw.0,
+            epoch: raw.1,
+            token: raw.2,
+            payload,
+        }
+    }
 }
 
 /// The ipc server of one region.

@@ -14,7 +14,10 @@
 //! checksummed payloads and answers their calls, over MPI ranks or thread ranks.
 
 pub mod echo;
+mod parts;
 mod wiring;
+
+pub use parts::{EndpointParts, NodeParts};
 
 use std::sync::Arc;
 
@@ -30,7 +33,7 @@ use wiring::{NodeFabric, Wired, Wiring};
 
 /// Bytes of an endpoint's control region (the exported consumer position and the READ
 /// landing word, 16 bytes, on a cache line of their own).
-const CONTROL_BYTES: usize = 64;
+pub(crate) const CONTROL_BYTES: usize = 64;
 
 /// Sizes of a node's queues and rings.
 #[derive(Clone, Copy, Debug)]
@@ -205,7 +208,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
         }
         let wiring = Box::new(Wired::<F> {
             eps,
-            _shared: shared,
+            shared,
             fabric: Arc::clone(&fabric),
         });
         Ok(Self {
@@ -350,7 +353,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
 
 /// Send ring, recv ring and control word of one endpoint, laid out in one registered
 /// region of `2 * ring + CONTROL_BYTES` bytes.
-fn split(base: *mut u8, lkey: u32, rkey: u32, ring: usize) -> EndpointMem {
+pub(crate) fn split(base: *mut u8, lkey: u32, rkey: u32, ring: usize) -> EndpointMem {
     let part = |off: usize, len: usize| {
         let addr = base.wrapping_add(off);
         Region {

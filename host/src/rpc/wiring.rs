@@ -193,6 +193,11 @@ pub(crate) trait Wiring: Debug + Send {
     fn address(&self, peer: usize) -> Option<QpEndpoint>;
     /// Connects the endpoint made for `peer`.
     fn connect(&self, peer: usize, remote: &QpEndpoint) -> Result<()>;
+    /// Creates one more endpoint (QP and a region of `len` bytes, named `name`) on the
+    /// shared queues, as entry `self.len()`; returns its send queue and region.
+    fn add(&mut self, cfg: &RpcConfig, name: &str, len: usize) -> Result<(SqDesc, MrParts)>;
+    /// Entries (endpoints and gaps).
+    fn len(&self) -> usize;
 }
 
 /// A node's objects on fabric `F`, indexed by peer rank. Field order is drop order: the
@@ -200,8 +205,8 @@ pub(crate) trait Wiring: Debug + Send {
 #[derive(Debug)]
 pub(crate) struct Wired<F: NodeFabric> {
     pub(crate) eps: Vec<Option<(F::Qp, F::Mr)>>,
-    /// Kept alive only (the QPs were created on these queues).
-    pub(crate) _shared: F::Shared,
+    /// The queues the QPs were created on.
+    pub(crate) shared: F::Shared,
     pub(crate) fabric: Arc<Fabric>,
 }
 
@@ -226,4 +231,33 @@ where
             None => Ok(()),
         }
     }
+
+    fn add(&mut self, cfg: &RpcConfig, name: &str, len: usize) -> Result<(SqDesc, MrParts)> {
+        let (qp, sq, mr) = self.fabric().endpoint(cfg, &self.shared, name, len)?;
+        let parts = F::mr_parts(&mr);
+        self.eps.push(Some((qp, mr)));
+        Ok((sq, parts))
+    }
+
+    fn len(&self) -> usize {
+        self.eps.len()
+    }
+}
+
+/// The shared queues of a node on `fabric` (of kind `F`), with no endpoint yet.
+pub(crate) fn bare<F: NodeFabric>(
+    fabric: Arc<Fabric>,
+    cfg: &RpcConfig,
+) -> Result<(Queues, Box<dyn Wiring>)>
+where
+    Wired<F>: Send,
+{
+    let f = F::of(&fabric).unwrap_or_else(|| unreachable!("dispatched on the fabric kind"));
+    let (queues, shared) = f.shared(cfg)?;
+    let wired = Wired::<F> {
+        eps: Vec::new(),
+        shared,
+        fabric: Arc::clone(&fabric),
+    };
+    Ok((queues, Box::new(wired)))
 }

@@ -1,0 +1,90 @@
+//! A node's fabric objects without its context, for a context that lives elsewhere:
+//! the C ABI places the context in C memory and builds it from the descriptions these
+//! hand out. [`RpcNode`](super::RpcNode) is the same wiring with the context inside.
+
+use std::sync::Arc;
+
+use copyrpc_core::copyrpc::{EndpointMem, Queues};
+use mlx5_raw::SqDesc;
+
+use super::wiring::{self, Wiring};
+use super::{split, RpcConfig, CONTROL_BYTES};
+use crate::error::{Error, Result};
+use crate::fabric::{sim, verbs, Fabric, QpEndpoint};
+
+/// The shared queues of one context, and the QPs and regions of its endpoints. Dropping
+/// it destroys them: drop the context that uses them first.
+#[derive(Debug)]
+pub struct NodeParts {
+    // Field order is drop order: the QPs, regions and queues, then the fabric.
+    wiring: Box<dyn Wiring>,
+    queues: Queues,
+    fabric: Arc<Fabric>,
+    cfg: RpcConfig,
+}
+
+/// One endpoint's parts: what `Context::create_endpoint` takes, and its QP's address.
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointParts {
+    /// The QP's send queue.
+    pub sq: SqDesc,
+    /// Send ring, recv ring and control word, in one registered region.
+    pub mem: EndpointMem,
+    /// What the peer connects to.
+    pub address: QpEndpoint,
+}
+
+impl NodeParts {
+    /// Creates the SRQ and CQs of one context on `fabric`, sized by `cfg`.
+    pub fn new(fabric: Arc<Fabric>, cfg: &RpcConfig) -> Result<Self> {
+        let (queues, wiring) = match &*fabric {
+            Fabric::Sim(_) => wiring::bare::<sim::SimFabric>(Arc::clone(&fabric), cfg)?,
+            Fabric::Verbs(_) => wiring::bare::<verbs::Device>(Arc::clone(&fabric), cfg)?,
+        };
+        Ok(Self {
+            wiring,
+            queues,
+            fabric,
+            cfg: *cfg,
+        })
+    }
+
+    /// The shared queues, for `Context::init`.
+    pub fn queues(&self) -> Queues {
+        self.queues
+    }
+
+    /// A new endpoint's QP and region, with rings of `cfg.ring_bytes`.
+    pub fn add_endpoint(&mut self) -> Result<EndpointParts> {
+        let i = self.wiring.len();
+        let ring = self.cfg.ring_bytes;
+        let (sq, m) = self.wiring.add(
+            &self.cfg,
+            &format!("copyrpc-c-ep-{i}"),
+            2 * ring + CONTROL_BYTES,
+        )?;
+        let address = self.wiring.address(i).ok_or_else(|| Error::RpcConfig {
+            reason: format!("endpoint {i} has no address right after it was made"),
+        })?;
+        Ok(EndpointParts {
+            sq,
+            mem: split(m.base, m.lkey, m.rkey, ring),
+            address,
+        })
+    }
+
+    /// Connects the QP whose number is `qpn` to the peer's address.
+    pub fn connect(&self, qpn: u32, remote: &QpEndpoint) -> Result<()> {
+        let i = (0..self.wiring.len())
+            .find(|&i| self.wiring.address(i).is_some_and(|a| a.qpn == qpn))
+            .ok_or_else(|| Error::RpcConfig {
+                reason: format!("no endpoint of this node has qp {qpn:#x}"),
+            })?;
+        self.wiring.connect(i, remote)
+    }
+
+    /// The fabric.
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+}

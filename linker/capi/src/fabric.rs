@@ -1,0 +1,241 @@
+//! Set-up from C: open a fabric, describe a context's queues and each endpoint's QP and
+//! rings, and connect two endpoints through an exchange the C program provides.
+//!
+//! A `copyrpc_fabric` is one context's worth of fabric objects ([`NodeParts`]) on its
+//! own fabric (the sim fabric: a `/dev/shm` region and an engine thread; verbs: the
+//! NIC). It is boxed: set-up allocates, the data path does not.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use copyrpc_host::fabric::{self, FabricKind, FabricOptions, QpEndpoint};
+use copyrpc_host::rpc::{NodeParts, RpcConfig};
+use copyrpc_linker::ctx::{
+    copyrpc_ctx, copyrpc_ep_connect, copyrpc_ep_local_info, COPYRPC_CTX_REQUESTS,
+};
+use copyrpc_linker::desc::{
+    copyrpc_ep_desc, copyrpc_peer_info, copyrpc_queues, open_peer_info, write_ep, write_queues,
+};
+use copyrpc_linker::status::*;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::last_error::{guard, system};
+use crate::shm::handle;
+
+/// `copyrpc_fabric_open`: an mlx5 NIC if there is one, else the device model.
+pub const COPYRPC_FABRIC_AUTO: i32 = 0;
+/// `copyrpc_fabric_open`: the software device model over `/dev/shm`.
+pub const COPYRPC_FABRIC_SIM: i32 = 1;
+/// `copyrpc_fabric_open`: an mlx5 NIC through verbs.
+pub const COPYRPC_FABRIC_VERBS: i32 = 2;
+
+/// A fabric and one context's queues, QPs and rings: opaque, from `copyrpc_fabric_open`.
+#[derive(Debug)]
+pub struct copyrpc_fabric {
+    _opaque: [u8; 0],
+}
+
+const FABRIC_MAGIC: u64 = u64::from_le_bytes(*b"CRPCFAB1");
+
+#[repr(C)]
+struct FabricHandle {
+    magic: u64,
+    parts: NodeParts,
+}
+
+/// Sends `*mine` to the peer and writes the peer's into `*theirs`; returns 0, or
+/// non-zero to abandon the connection (`copyrpc_fabric_connect` then fails with
+/// `COPYRPC_E_SYSTEM`). Both sides must call it in the same order.
+pub type copyrpc_exchange_fn = Option<
+    unsafe extern "C" fn(
+        arg: *mut c_void,
+        mine: *const copyrpc_peer_info,
+        theirs: *mut copyrpc_peer_info,
+    ) -> i32,
+>;
+
+/// Opens fabric `kind` (`COPYRPC_FABRIC_*`) with rings of `ring_bytes` per endpoint (a
+/// power of two, 128 ..= 32 × `COPYRPC_CTX_REQUESTS`) and creates one context's
+/// queues. Close it with `copyrpc_fabric_close` after `copyrpc_ctx_fini`.
+///
+/// # Safety
+///
+/// `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_fabric_open(
+    kind: i32,
+    ring_bytes: u32,
+    out: *mut *mut copyrpc_fabric,
+) -> i32 {
+    if out.is_null() {
+        return COPYRPC_E_NULL;
+    }
+    let kind = match kind {
+        COPYRPC_FABRIC_AUTO => FabricKind::Auto,
+        COPYRPC_FABRIC_SIM => FabricKind::Sim,
+        COPYRPC_FABRIC_VERBS => FabricKind::Verbs,
+        _ => return COPYRPC_E_BAD_ARG,
+    };
+    let ring = ring_bytes as usize;
+    if !ring.is_power_of_two() || !(128..=32 * COPYRPC_CTX_REQUESTS).contains(&ring) {
+        return COPYRPC_E_BAD_ARG;
+    }
+    guard(|| {
+        let f = match fabric::open(kind, &FabricOptions::default()) {
+            Ok((f, _)) => f,
+            Err(e) => return system(format_args!("opening the {kind} fabric: {e}")),
+        };
+        match NodeParts::new(Arc::new(f), &RpcConfig::for_ring(ring)) {
+            Ok(parts) => {
+                let h = Box::new(FabricHandle {
+                    magic: FABRIC_MAGIC,
+                    parts,
+                });
+                // SAFETY: non-null, caller contract.
+                unsafe { out.write(Box::into_raw(h).cast()) };
+                COPYRPC_OK
+            }
+            Err(e) => system(format_args!("creating the context's queues: {e}")),
+        }
+    })
+}
+
+/// Describes the fabric's context queues for `copyrpc_ctx_init`.
+///
+/// # Safety
+///
+/// `f` is NULL or a handle of this library; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_fabric_queues(
+    f: *mut copyrpc_fabric,
+    out: *mut copyrpc_queues,
+) -> i32 {
+    // SAFETY: forwarded.
+    let h = match unsafe { handle(f.cast::<FabricHandle>(), FABRIC_MAGIC) } {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
+    // SAFETY: NULL or writable (caller contract).
+    let Some(out) = (unsafe { out.as_mut() }) else {
+        return COPYRPC_E_NULL;
+    };
+    write_queues(out, h.parts.queues());
+    COPYRPC_OK
+}
+
+/// Creates a QP on the fabric's queues and its rings, described in `*out` for
+/// `copyrpc_ep_create` (once).
+///
+/// # Safety
+///
+/// As `copyrpc_fabric_queues`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_fabric_endpoint(
+    f: *mut copyrpc_fabric,
+    out: *mut copyrpc_ep_desc,
+) -> i32 {
+    // SAFETY: forwarded.
+    let h = match unsafe { handle(f.cast::<FabricHandle>(), FABRIC_MAGIC) } {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
+    // SAFETY: NULL or writable (caller contract).
+    let Some(out) = (unsafe { out.as_mut() }) else {
+        return COPYRPC_E_NULL;
+    };
+    guard(|| match h.parts.add_endpoint() {
+        Ok(p) => {
+            let mut qp = [0u8; 32];
+            qp.copy_from_slice(p.address.as_bytes());
+            write_ep(out, p.sq, p.mem, qp);
+            COPYRPC_OK
+        }
+        Err(e) => system(format_args!("creating an endpoint: {e}")),
+    })
+}
+
+/// Connects endpoint `ep` of `ctx` (created from this fabric) to its peer: builds the
+/// local peer info, trades it for the peer's through `exchange(arg, ..)`, checks it,
+/// brings the QP up towards the peer's and connects the endpoint.
+///
+/// # Safety
+///
+/// `f`, `ctx` NULL or handles of this library; `exchange` is safe to call with `arg`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_fabric_connect(
+    f: *mut copyrpc_fabric,
+    ctx: *mut copyrpc_ctx,
+    ep: u16,
+    exchange: copyrpc_exchange_fn,
+    arg: *mut c_void,
+) -> i32 {
+    // SAFETY: forwarded.
+    let h = match unsafe { handle(f.cast::<FabricHandle>(), FABRIC_MAGIC) } {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
+    let Some(exchange) = exchange else {
+        return COPYRPC_E_NULL;
+    };
+    let mut mine = copyrpc_peer_info {
+        magic: 0,
+        version: 0,
+        qp: [0; 32],
+        endpoint: [0; 48],
+        check: 0,
+    };
+    // SAFETY: forwarded; `mine` is writable.
+    let rc = unsafe { copyrpc_ep_local_info(ctx, ep, &mut mine) };
+    if rc != COPYRPC_OK {
+        return rc;
+    }
+    let mut theirs = mine;
+    theirs.magic = 0;
+    // SAFETY: the callback's contract is the caller's; both pointers are valid.
+    let rc = unsafe { exchange(arg, &mine, &mut theirs) };
+    if rc != 0 {
+        return system(format_args!(
+            "endpoint {ep}: the exchange callback returned {rc}"
+        ));
+    }
+    let (qp, _) = match open_peer_info(Some(&theirs)) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    let (Ok(remote), Ok(local)) = (
+        QpEndpoint::read_from_bytes(&qp),
+        QpEndpoint::read_from_bytes(&mine.qp),
+    ) else {
+        return COPYRPC_E_BAD_PEER_INFO;
+    };
+    let rc = guard(|| match h.parts.connect(local.qpn, &remote) {
+        Ok(()) => COPYRPC_OK,
+        Err(e) => system(format_args!("endpoint {ep}: connecting its QP: {e}")),
+    });
+    if rc != COPYRPC_OK {
+        return rc;
+    }
+    // SAFETY: forwarded; `theirs` is readable.
+    unsafe { copyrpc_ep_connect(ctx, ep, &theirs) }
+}
+
+/// Destroys the fabric's QPs, rings and queues and closes it. End every context on it
+/// first (`copyrpc_ctx_fini`). The handle is freed: do not use it again.
+///
+/// # Safety
+///
+/// `f` is NULL or a live handle of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_fabric_close(f: *mut copyrpc_fabric) -> i32 {
+    // SAFETY: forwarded.
+    let h = match unsafe { handle(f.cast::<FabricHandle>(), FABRIC_MAGIC) } {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
+    h.magic = 0;
+    guard(|| {
+        // SAFETY: the magic said `copyrpc_fabric_open` boxed it; it is not used again.
+        drop(unsafe { Box::from_raw(f.cast::<FabricHandle>()) });
+        COPYRPC_OK
+    })
+}

@@ -1,0 +1,392 @@
+/* The C ABI refuses bad input with a code instead of crashing: NULL pointers, a handle
+ * of the wrong kind (or ended), a too-small or misaligned memory area, a description
+ * the setup API did not write, a damaged peer info, a failing exchange, a request
+ * answered twice, a call into a handle from inside its own poll callback. Between the refusals it runs the real thing in one process (two sim
+ * fabrics, a call and its reply; an ipc and a delegation round trip) so every function is exercised.
+ * Run by tests/c_programs.rs; prints each mismatch and exits 1 if there was one. */
+#define _POSIX_C_SOURCE 200809L
+#include <copyrpc.h>
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+
+#define EXPECT(expr, want)                                                                  \
+    do {                                                                                    \
+        int32_t got_ = (expr);                                                              \
+        if (got_ != (want)) {                                                               \
+            fprintf(stderr, "line %d: %s returned %d (%s), expected %d (%s)%s%s\n", __LINE__, \
+                    #expr, got_, copyrpc_strerror(got_), (want), copyrpc_strerror(want),       \
+                    got_ == COPYRPC_E_SYSTEM ? ": " : "",                                   \
+                    got_ == COPYRPC_E_SYSTEM ? copyrpc_last_error() : "");                  \
+            failures++;                                                                     \
+        }                                                                                   \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Both endpoints live in this process: each side's exchange hands over the other's
+ * info, computed before the first connect. */
+struct pair {
+    copyrpc_peer_info a, b;
+    int damage; /* 1: flip a byte of what the callback returns; 2: fail the exchange */
+};
+
+static int32_t exchange_a(void *arg, const copyrpc_peer_info *mine, copyrpc_peer_info *theirs) {
+    struct pair *p = arg;
+    if (p->damage == 2) return -7;
+    p->a = *mine;
+    *theirs = p->b;
+    if (p->damage == 1) theirs->endpoint[9] ^= 0x40;
+    return 0;
+}
+
+static int32_t exchange_b(void *arg, const copyrpc_peer_info *mine, copyrpc_peer_info *theirs) {
+    struct pair *p = arg;
+    (void)mine;
+    *theirs = p->a;
+    return 0;
+}
+
+struct got {
+    int n;
+    int32_t status;
+    uint64_t token;
+    char data[16];
+    size_t len;
+    /* Set: the callback calls back into this handle, which must be refused (BUSY). */
+    void *reenter;
+    int32_t reentered[3];
+};
+
+static void on_response(void *arg, uint64_t token, int32_t status, const uint8_t *data, size_t len) {
+    struct got *g = arg;
+    g->n++;
+    g->status = status;
+    g->token = token;
+    g->len = len;
+    if (data && len <= sizeof g->data) memcpy(g->data, data, len);
+    if (g->reenter) {
+        copyrpc_ctx *ctx = g->reenter;
+        g->reentered[0] = copyrpc_call(ctx, 0, "x", 1, 16, 7);
+        g->reentered[1] = copyrpc_poll(ctx, on_response, arg);
+        g->reentered[2] = copyrpc_ctx_fini(ctx);
+    }
+}
+
+static void on_ipc(void *arg, uint64_t token, const copyrpc_shm_msg *resp) {
+    struct got *g = arg;
+    g->n++;
+    g->token = token + resp->words[0];
+    if (g->reenter) {
+        g->reentered[0] = copyrpc_ipc_client_call(g->reenter, resp, 1);
+        g->reentered[1] = copyrpc_ipc_client_poll(g->reenter, on_ipc, arg);
+        g->reentered[2] = copyrpc_ipc_client_close(g->reenter);
+    }
+}
+
+static void on_deleg(void *arg, uint32_t call, const copyrpc_shm_msg *resp) {
+    struct got *g = arg;
+    g->n++;
+    g->token = call + resp->words[0];
+    if (g->reenter) {
+        g->reentered[0] = copyrpc_deleg_client_call(g->reenter, resp);
+        g->reentered[1] = copyrpc_deleg_client_poll(g->reenter, on_deleg, arg);
+        g->reentered[2] = copyrpc_deleg_client_close(g->reenter);
+    }
+}
+
+/* Each of the three calls made from inside the callback was refused as re-entrant. */
+static void expect_busy(const char *what, const struct got *g) {
+    for (int i = 0; i < 3; i++)
+        if (g->reentered[i] != COPYRPC_E_BUSY) {
+            fprintf(stderr, "%s: re-entrant call %d returned %d (%s), expected COPYRPC_E_BUSY\n", what, i,
+                    g->reentered[i], copyrpc_strerror(g->reentered[i]));
+            failures++;
+        }
+}
+
+struct side {
+    copyrpc_fabric *f;
+    copyrpc_ctx *ctx;
+    void *mem;
+    uint16_t ep;
+};
+
+static void open_side(struct side *s) {
+    copyrpc_queues q;
+    copyrpc_ep_desc d;
+    EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, 4096, &s->f), COPYRPC_OK);
+    EXPECT(copyrpc_fabric_queues(s->f, &q), COPYRPC_OK);
+    s->mem = aligned_alloc(COPYRPC_CTX_ALIGN, COPYRPC_CTX_BYTES);
+    EXPECT(copyrpc_ctx_init(s->mem, COPYRPC_CTX_BYTES, &q, &s->ctx), COPYRPC_OK);
+    EXPECT(copyrpc_fabric_endpoint(s->f, &d), COPYRPC_OK);
+    EXPECT(copyrpc_ep_create(s->ctx, &d, &s->ep), COPYRPC_OK);
+    /* Descriptions are used up: their queues and QP belong to this context now. */
+    void *other = aligned_alloc(COPYRPC_CTX_ALIGN, COPYRPC_CTX_BYTES);
+    copyrpc_ctx *again;
+    uint16_t ep2;
+    EXPECT(copyrpc_ctx_init(other, COPYRPC_CTX_BYTES, &q, &again), COPYRPC_E_BAD_DESC);
+    EXPECT(copyrpc_ep_create(s->ctx, &d, &ep2), COPYRPC_E_BAD_DESC);
+    free(other);
+}
+
+int main(void) {
+    /* --- NULL everywhere ------------------------------------------------------------ */
+    copyrpc_queues q0;
+    memset(&q0, 0, sizeof q0);
+    copyrpc_ctx *ctx = NULL;
+    uint16_t ep;
+    copyrpc_peer_info info;
+    copyrpc_request req;
+    copyrpc_cause cause;
+    EXPECT(copyrpc_ctx_init(NULL, COPYRPC_CTX_BYTES, &q0, &ctx), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ctx_fini(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ep_create(NULL, NULL, &ep), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ep_local_info(NULL, 0, &info), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ep_connect(NULL, 0, &info), COPYRPC_E_NULL);
+    EXPECT(copyrpc_call(NULL, 0, "x", 1, 0, 0), COPYRPC_E_NULL);
+    EXPECT(copyrpc_poll(NULL, on_response, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_recv(NULL, &req), COPYRPC_E_NULL);
+    EXPECT(copyrpc_reply(NULL, &req, NULL, 0), COPYRPC_E_NULL);
+    EXPECT(copyrpc_flush(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_failure_cause(NULL, 0, &cause), COPYRPC_E_NULL);
+    EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, 4096, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_fabric_queues(NULL, &q0), COPYRPC_E_NULL);
+    EXPECT(copyrpc_fabric_endpoint(NULL, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_fabric_connect(NULL, NULL, 0, exchange_a, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_fabric_close(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_server_open(NULL, 4096, "/x", 4, 16, 4, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_server_poll(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_server_recv(NULL, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_server_reply(NULL, NULL, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_server_close(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_client_attach(NULL, 4096, "/x", NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_client_call(NULL, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_client_poll(NULL, on_deleg, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_client_close(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_server_open(NULL, 4096, "/x", 4, 4, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_server_poll(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_server_recv(NULL, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_server_reply(NULL, NULL, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_server_close(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_client_attach(NULL, 4096, "/x", NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_client_call(NULL, NULL, 0), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_client_poll(NULL, on_ipc, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_client_close(NULL), COPYRPC_E_NULL);
+    if (strcmp(copyrpc_strerror(12345), "unknown copyrpc code") != 0) {
+        fprintf(stderr, "copyrpc_strerror of an unknown code: %s\n", copyrpc_strerror(12345));
+        failures++;
+    }
+
+    /* --- Too small, misaligned, bad arguments, descriptions not from the setup API --- */
+    EXPECT(copyrpc_fabric_open(99, 4096, &(copyrpc_fabric *){0}), COPYRPC_E_BAD_ARG);
+    EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, 3000, &(copyrpc_fabric *){0}), COPYRPC_E_BAD_ARG);
+    unsigned char *big = aligned_alloc(COPYRPC_CTX_ALIGN, COPYRPC_CTX_BYTES + COPYRPC_CTX_ALIGN);
+    EXPECT(copyrpc_ctx_init(big, COPYRPC_CTX_BYTES / 2, &q0, &ctx), COPYRPC_E_TOO_SMALL);
+    EXPECT(copyrpc_ctx_init(big + 8, COPYRPC_CTX_BYTES, &q0, &ctx), COPYRPC_E_MISALIGNED);
+    EXPECT(copyrpc_ctx_init(big, COPYRPC_CTX_BYTES, &q0, &ctx), COPYRPC_E_BAD_DESC);
+    static _Alignas(COPYRPC_SHM_HANDLE_ALIGN) unsigned char smem[4][512];
+    char region[64];
+    snprintf(region, sizeof region, "/copyrpc-c-abi-test-%ld", (long)getpid());
+    copyrpc_deleg_server *ds;
+    copyrpc_ipc_server *is;
+    copyrpc_ipc_client *ic;
+    EXPECT(copyrpc_deleg_server_open(smem[0], 16, region, 4, 16, 4, &ds), COPYRPC_E_TOO_SMALL);
+    EXPECT(copyrpc_deleg_server_open(smem[0] + 1, 511, region, 4, 16, 4, &ds), COPYRPC_E_MISALIGNED);
+    EXPECT(copyrpc_deleg_server_open(smem[0], 512, "no-slash", 4, 16, 4, &ds), COPYRPC_E_BAD_ARG);
+    EXPECT(copyrpc_deleg_server_open(smem[0], 512, region, 4, 15, 4, &ds), COPYRPC_E_BAD_ARG);
+    EXPECT(copyrpc_ipc_client_attach(smem[3], 8, region, &ic), COPYRPC_E_TOO_SMALL);
+    EXPECT(copyrpc_deleg_client_attach(smem[3], 8, region, &(copyrpc_deleg_client *){0}), COPYRPC_E_TOO_SMALL);
+    EXPECT(copyrpc_ipc_server_open(smem[1], 8, region, 4, 4, &is), COPYRPC_E_TOO_SMALL);
+    /* No such region: a system error with its cause. */
+    EXPECT(copyrpc_ipc_client_attach(smem[3], 512, "/copyrpc-c-abi-test-absent", &ic), COPYRPC_E_SYSTEM);
+    if (strlen(copyrpc_last_error()) == 0) {
+        fprintf(stderr, "no cause recorded for a failed attach\n");
+        failures++;
+    }
+
+    /* --- A real pair of endpoints in this process --------------------------------- */
+    struct side a, b;
+    open_side(&a);
+    open_side(&b);
+    copyrpc_ep_desc d0;
+    memset(&d0, 0, sizeof d0);
+    EXPECT(copyrpc_ep_create(a.ctx, &d0, &ep), COPYRPC_E_BAD_DESC);
+    EXPECT(copyrpc_ep_local_info(a.ctx, 7, &info), COPYRPC_E_NO_SUCH_ENDPOINT);
+    EXPECT(copyrpc_call(a.ctx, a.ep, "x", 1, 16, 1), COPYRPC_E_NOT_CONNECTED);
+
+    /* Damaged peer infos are refused, whichever byte was hit. */
+    struct pair p = {0};
+    EXPECT(copyrpc_ep_local_info(b.ctx, b.ep, &p.b), COPYRPC_OK);
+    copyrpc_peer_info bad = p.b;
+    bad.endpoint[0] ^= 1;
+    EXPECT(copyrpc_ep_connect(a.ctx, a.ep, &bad), COPYRPC_E_BAD_PEER_INFO);
+    bad = p.b;
+    bad.qp[3] ^= 0x80;
+    EXPECT(copyrpc_ep_connect(a.ctx, a.ep, &bad), COPYRPC_E_BAD_PEER_INFO);
+    bad = p.b;
+    bad.check ^= 1;
+    EXPECT(copyrpc_ep_connect(a.ctx, a.ep, &bad), COPYRPC_E_BAD_PEER_INFO);
+    memset(&bad, 0, sizeof bad);
+    EXPECT(copyrpc_ep_connect(a.ctx, a.ep, &bad), COPYRPC_E_BAD_PEER_INFO);
+    memset(&bad, 0xff, sizeof bad);
+    EXPECT(copyrpc_ep_connect(a.ctx, a.ep, &bad), COPYRPC_E_BAD_PEER_INFO);
+    EXPECT(copyrpc_ep_connect(a.ctx, a.ep, NULL), COPYRPC_E_NULL);
+    p.damage = 1;
+    EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, exchange_a, &p), COPYRPC_E_BAD_PEER_INFO);
+    p.damage = 2;
+    EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, exchange_a, &p), COPYRPC_E_SYSTEM);
+    if (!strstr(copyrpc_last_error(), "returned -7")) {
+        fprintf(stderr, "failed exchange: cause %s\n", copyrpc_last_error());
+        failures++;
+    }
+    EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, NULL, &p), COPYRPC_E_NULL);
+
+    /* Wrong kinds: a fabric, an ipc handle, a context passed where another kind goes. */
+    EXPECT(copyrpc_call((copyrpc_ctx *)a.f, 0, "x", 1, 16, 1), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_fabric_queues((copyrpc_fabric *)a.ctx, &q0), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_deleg_server_poll((copyrpc_deleg_server *)a.ctx), COPYRPC_E_WRONG_KIND);
+
+    /* The real connection, a call and its reply. */
+    p.damage = 0;
+    EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, exchange_a, &p), COPYRPC_OK);
+    EXPECT(copyrpc_fabric_connect(b.f, b.ctx, b.ep, exchange_b, &p), COPYRPC_OK);
+    EXPECT(copyrpc_ep_connect(a.ctx, a.ep, &p.b), COPYRPC_E_ALREADY_CONNECTED);
+    EXPECT(copyrpc_call(a.ctx, a.ep, NULL, 3, 16, 1), COPYRPC_E_NULL);
+    EXPECT(copyrpc_call(a.ctx, a.ep, "ping", 4, 16, 42), COPYRPC_OK);
+    EXPECT(copyrpc_flush(a.ctx), COPYRPC_OK);
+    struct got g = {.reenter = a.ctx};
+    EXPECT(copyrpc_poll(a.ctx, NULL, &g), COPYRPC_E_NULL);
+    int served = 0;
+    double end = now_s() + 30;
+    while (g.n == 0 && now_s() < end) {
+        if (copyrpc_poll(a.ctx, on_response, &g) < 0 || copyrpc_poll(b.ctx, on_response, &g) < 0) break;
+        if (copyrpc_recv(b.ctx, &req) == 1) {
+            if (req.len != 4 || memcmp(req.data, "ping", 4) != 0) {
+                fprintf(stderr, "request bytes differ\n");
+                failures++;
+            }
+            EXPECT(copyrpc_reply(b.ctx, &req, "pong!", 5), COPYRPC_OK);
+            EXPECT(copyrpc_reply(b.ctx, &req, "pong!", 5), COPYRPC_E_STALE_REQUEST);
+            served++;
+        }
+        sched_yield();
+    }
+    if (served != 1 || g.n != 1 || g.status != COPYRPC_OK || g.token != 42 || g.len != 5 ||
+        memcmp(g.data, "pong!", 5) != 0) {
+        fprintf(stderr, "round trip: served %d, responses %d, status %d, token %llu, %zu bytes\n", served, g.n,
+                g.status, (unsigned long long)g.token, g.len);
+        failures++;
+    }
+    expect_busy("copyrpc_poll", &g);
+    EXPECT(copyrpc_recv(b.ctx, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_failure_cause(a.ctx, a.ep, &cause), COPYRPC_OK);
+    if (cause.kind != COPYRPC_CAUSE_NONE) {
+        fprintf(stderr, "a working endpoint reports failure cause %d\n", cause.kind);
+        failures++;
+    }
+    EXPECT(copyrpc_failure_cause(a.ctx, 9, &cause), COPYRPC_E_NO_SUCH_ENDPOINT);
+
+    /* An ended context is refused, then the fabrics close. */
+    EXPECT(copyrpc_ctx_fini(a.ctx), COPYRPC_OK);
+    EXPECT(copyrpc_ctx_fini(a.ctx), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_poll(a.ctx, on_response, &g), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_ctx_fini(b.ctx), COPYRPC_OK);
+    EXPECT(copyrpc_fabric_close(a.f), COPYRPC_OK);
+    EXPECT(copyrpc_fabric_close(b.f), COPYRPC_OK);
+
+    /* --- ipc round trip in this process; handles of the wrong kind ---------------- */
+    EXPECT(copyrpc_ipc_server_open(smem[1], 512, region, 4, 4, &is), COPYRPC_OK);
+    EXPECT(copyrpc_ipc_client_attach(smem[2], 512, region, &ic), COPYRPC_OK);
+    EXPECT(copyrpc_deleg_server_poll((copyrpc_deleg_server *)is), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_ipc_client_call((copyrpc_ipc_client *)is, NULL, 0), COPYRPC_E_WRONG_KIND);
+    copyrpc_shm_msg m = {.words = {5}};
+    EXPECT(copyrpc_ipc_client_call(ic, &m, 100), COPYRPC_OK);
+    copyrpc_ipc_request ir;
+    int got = 0;
+    end = now_s() + 30;
+    while (!got && now_s() < end) {
+        if (copyrpc_ipc_server_poll(is) > 0) got = copyrpc_ipc_server_recv(is, &ir) == 1;
+        if (!got) sched_yield();
+    }
+    if (!got) {
+        fprintf(stderr, "ipc: the request never arrived\n");
+        return 1;
+    }
+    copyrpc_shm_msg r = {.words = {ir.msg.words[0] + 1}};
+    EXPECT(copyrpc_ipc_server_reply(is, &ir, &r), COPYRPC_OK);
+    struct got ig = {.reenter = ic};
+    end = now_s() + 30;
+    while (ig.n == 0 && now_s() < end) {
+        if (copyrpc_ipc_client_poll(ic, on_ipc, &ig) == 0) sched_yield();
+    }
+    if (ig.n != 1 || ig.token != 106) {
+        fprintf(stderr, "ipc: %d responses, token+word %llu (expected 106)\n", ig.n, (unsigned long long)ig.token);
+        failures++;
+    }
+    expect_busy("copyrpc_ipc_client_poll", &ig);
+    EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_OK);
+    EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_ipc_server_close(is), COPYRPC_OK);
+    EXPECT(copyrpc_ipc_server_recv(is, &ir), COPYRPC_E_WRONG_KIND);
+
+    /* --- delegation round trip in this process; handles of the wrong kind ---------- */
+    EXPECT(copyrpc_deleg_server_open(smem[0], 512, region, 4, 16, 4, &ds), COPYRPC_OK);
+    copyrpc_deleg_client *dc;
+    EXPECT(copyrpc_deleg_client_attach(smem[3], 512, region, &dc), COPYRPC_OK);
+    EXPECT(copyrpc_ipc_server_poll((copyrpc_ipc_server *)ds), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_deleg_client_call((copyrpc_deleg_client *)ds, &m), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_deleg_server_recv((copyrpc_deleg_server *)dc, NULL), COPYRPC_E_WRONG_KIND);
+    int32_t call = copyrpc_deleg_client_call(dc, &m);
+    if (call < 0) {
+        fprintf(stderr, "deleg call: %s\n", copyrpc_strerror(call));
+        return 1;
+    }
+    copyrpc_deleg_request dr;
+    got = 0;
+    end = now_s() + 30;
+    while (!got && now_s() < end) {
+        if (copyrpc_deleg_server_poll(ds) > 0) got = copyrpc_deleg_server_recv(ds, &dr) == 1;
+        if (!got) sched_yield();
+    }
+    if (!got || dr.msg.words[0] != 5) {
+        fprintf(stderr, "deleg: the request never arrived intact\n");
+        return 1;
+    }
+    EXPECT(copyrpc_deleg_server_reply(ds, &dr, &r), COPYRPC_OK);
+    EXPECT(copyrpc_deleg_server_reply(ds, &dr, &r), COPYRPC_E_SHM_REPLY);
+    struct got dg = {.reenter = dc};
+    end = now_s() + 30;
+    while (dg.n == 0 && now_s() < end) {
+        if (copyrpc_deleg_client_poll(dc, on_deleg, &dg) == 0) sched_yield();
+    }
+    if (dg.n != 1 || dg.token != (uint64_t)call + 6) {
+        fprintf(stderr, "deleg: %d responses, call+word %llu (expected %d)\n", dg.n, (unsigned long long)dg.token,
+                call + 6);
+        failures++;
+    }
+    expect_busy("copyrpc_deleg_client_poll", &dg);
+    EXPECT(copyrpc_deleg_client_close(dc), COPYRPC_OK);
+    EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_OK);
+    EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_E_WRONG_KIND);
+
+    free(big);
+    free(a.mem);
+    free(b.mem);
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("abi_errors: ok\n");
+    return 0;
+}

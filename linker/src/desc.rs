@@ -1,0 +1,227 @@
+//! The plain-data blocks that cross the C boundary by value: queue and endpoint
+//! descriptions (written by the setup API, opaque to C) and the peer info two endpoints
+//! exchange (plain bytes with a checksum, so a damaged or foreign one is refused).
+
+use copyrpc_core::copyrpc::{EndpointInfo, EndpointMem, Queues};
+use mlx5_raw::SqDesc;
+
+use crate::status::{COPYRPC_E_BAD_DESC, COPYRPC_E_BAD_PEER_INFO, COPYRPC_E_NULL};
+
+/// The shared queues of one context (SRQ, send CQ, recv CQ), as the setup API
+/// describes them. Opaque: pass it from `copyrpc_fabric_queues` to `copyrpc_ctx_init`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct copyrpc_queues {
+    pub opaque: [u64; 24],
+}
+
+/// One endpoint's QP and memory (send ring, recv ring, control word), as the setup API
+/// describes them. Opaque: pass it from `copyrpc_fabric_endpoint` to `copyrpc_ep_create`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct copyrpc_ep_desc {
+    pub opaque: [u64; 32],
+}
+
+/// What one endpoint tells its peer: the QP's fabric address and the rings' addresses
+/// and keys, 96 bytes of plain data to send over any channel (a socket, MPI, a file).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct copyrpc_peer_info {
+    /// `COPYRPC_PEER_INFO_MAGIC`.
+    pub magic: u32,
+    /// `COPYRPC_PEER_INFO_VERSION`.
+    pub version: u32,
+    /// The QP's address on the fabric.
+    pub qp: [u8; 32],
+    /// The endpoint's rings and keys.
+    pub endpoint: [u8; 48],
+    /// FNV-1a over the bytes before it.
+    pub check: u64,
+}
+
+/// `copyrpc_peer_info.magic`.
+pub const COPYRPC_PEER_INFO_MAGIC: u32 = 0x4950_5243; // "CRPI"
+/// `copyrpc_peer_info.version`.
+pub const COPYRPC_PEER_INFO_VERSION: u32 = 1;
+
+const QUEUES_MAGIC: u64 = u64::from_le_bytes(*b"CRPCQUE1");
+const EP_DESC_MAGIC: u64 = u64::from_le_bytes(*b"CRPCEPD1");
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct QueuesInner {
+    magic: u64,
+    q: Queues,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct EpInner {
+    magic: u64,
+    sq: SqDesc,
+    mem: EndpointMem,
+    qp: [u8; 32],
+}
+
+const _: () = {
+    use core::mem::{align_of, size_of};
+    assert!(size_of::<QueuesInner>() <= size_of::<copyrpc_queues>());
+    assert!(align_of::<QueuesInner>() <= align_of::<copyrpc_queues>());
+    assert!(size_of::<EpInner>() <= size_of::<copyrpc_ep_desc>());
+    assert!(align_of::<EpInner>() <= align_of::<copyrpc_ep_desc>());
+    assert!(size_of::<copyrpc_peer_info>() == 96);
+};
+
+/// Writes `q` into a queue description (setup side).
+pub fn write_queues(out: &mut copyrpc_queues, q: Queues) {
+    *out = copyrpc_queues { opaque: [0; 24] };
+    let p = (out as *mut copyrpc_queues).cast::<QueuesInner>();
+    // SAFETY: `QueuesInner` fits in and is no more aligned than `copyrpc_queues`
+    // (checked above), and `out` is a valid exclusive reference.
+    unsafe {
+        p.write(QueuesInner {
+            magic: QUEUES_MAGIC,
+            q,
+        })
+    };
+}
+
+/// The queues of a description, if its magic says the setup API wrote it.
+pub fn read_queues(d: &copyrpc_queues) -> Result<Queues, i32> {
+    let p = (d as *const copyrpc_queues).cast::<QueuesInner>();
+    if d.opaque[0] != QUEUES_MAGIC {
+        return Err(COPYRPC_E_BAD_DESC);
+    }
+    // SAFETY: in bounds and aligned (checked above); the magic says `write_queues` wrote
+    // it, and every field is plain data (pointers and integers), so any bytes are a
+    // valid value. Whether the queues are real is the setup API's contract.
+    Ok(unsafe { p.read().q })
+}
+
+/// Writes an endpoint description (setup side).
+pub fn write_ep(out: &mut copyrpc_ep_desc, sq: SqDesc, mem: EndpointMem, qp: [u8; 32]) {
+    *out = copyrpc_ep_desc { opaque: [0; 32] };
+    let p = (out as *mut copyrpc_ep_desc).cast::<EpInner>();
+    // SAFETY: as in `write_queues`.
+    unsafe {
+        p.write(EpInner {
+            magic: EP_DESC_MAGIC,
+            sq,
+            mem,
+            qp,
+        })
+    };
+}
+
+/// The QP, memory and fabric address of a description the setup API wrote.
+pub fn read_ep(d: &copyrpc_ep_desc) -> Result<(SqDesc, EndpointMem, [u8; 32]), i32> {
+    if d.opaque[0] != EP_DESC_MAGIC {
+        return Err(COPYRPC_E_BAD_DESC);
+    }
+    let p = (d as *const copyrpc_ep_desc).cast::<EpInner>();
+    // SAFETY: as in `read_queues`.
+    let e = unsafe { p.read() };
+    Ok((e.sq, e.mem, e.qp))
+}
+
+/// Marks a queue description used: its queues now belong to a context.
+pub fn use_up_queues(d: &mut copyrpc_queues) {
+    d.opaque[0] = 0;
+}
+
+/// Marks an endpoint description used: its QP and rings now belong to an endpoint.
+pub fn use_up_ep(d: &mut copyrpc_ep_desc) {
+    d.opaque[0] = 0;
+}
+
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in parts.iter().flat_map(|p| p.iter()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn check_of(i: &copyrpc_peer_info) -> u64 {
+    fnv1a(&[
+        &i.magic.to_le_bytes(),
+        &i.version.to_le_bytes(),
+        &i.qp,
+        &i.endpoint,
+    ])
+}
+
+/// The peer info of an endpoint at fabric address `qp`.
+pub fn peer_info(qp: [u8; 32], ep: &EndpointInfo) -> copyrpc_peer_info {
+    let mut i = copyrpc_peer_info {
+        magic: COPYRPC_PEER_INFO_MAGIC,
+        version: COPYRPC_PEER_INFO_VERSION,
+        qp,
+        endpoint: ep.to_bytes(),
+        check: 0,
+    };
+    i.check = check_of(&i);
+    i
+}
+
+/// The fabric address and endpoint info of a received peer info, once its magic,
+/// version and checksum hold.
+pub fn open_peer_info(i: Option<&copyrpc_peer_info>) -> Result<([u8; 32], EndpointInfo), i32> {
+    let i = i.ok_or(COPYRPC_E_NULL)?;
+    if i.magic != COPYRPC_PEER_INFO_MAGIC
+        || i.version != COPYRPC_PEER_INFO_VERSION
+        || i.check != check_of(i)
+    {
+        return Err(COPYRPC_E_BAD_PEER_INFO);
+    }
+    Ok((i.qp, EndpointInfo::from_bytes(&i.endpoint)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> copyrpc_peer_info {
+        let ep = EndpointInfo {
+            qpn: 0x1234,
+            recv_ring_addr: 0x7f00_0000_1000,
+            recv_ring_rkey: 7,
+            recv_ring_size: 16384,
+            consumer_addr: 0x7f00_0000_9000,
+            consumer_rkey: 7,
+            initial_credit: 4096,
+        };
+        peer_info([3; 32], &ep)
+    }
+
+    #[test]
+    fn a_peer_info_round_trips() {
+        let i = info();
+        let (qp, ep) = open_peer_info(Some(&i)).expect("a fresh info opens");
+        assert_eq!(qp, [3; 32]);
+        assert_eq!(ep.qpn, 0x1234);
+        assert_eq!(ep.recv_ring_size, 16384);
+    }
+
+    /// Every single-bit flip anywhere in the 96 bytes is refused.
+    #[test]
+    fn every_bit_flip_is_refused() {
+        let good = info();
+        for byte in 0..size_of_val(&good) {
+            for bit in 0..8 {
+                let mut i = good;
+                // SAFETY: `copyrpc_peer_info` is plain integers and byte arrays with no
+                // padding (96 bytes, checked above), so any bytes are a valid value.
+                unsafe { *(&raw mut i).cast::<u8>().add(byte) ^= 1 << bit };
+                assert_eq!(
+                    open_peer_info(Some(&i)).err(),
+                    Some(COPYRPC_E_BAD_PEER_INFO),
+                    "flip of bit {bit} in byte {byte} accepted"
+                );
+            }
+        }
+        assert_eq!(open_peer_info(None).err(), Some(COPYRPC_E_NULL));
+    }
+}

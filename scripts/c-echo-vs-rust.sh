@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The C echo (examples/c/echo.c over libcopyrpc) against the Rust echo (copyrpc-echo under
+# mpirun), alternated RUNS times (default 3) in one go so both see the same machine.
+# Both: two processes, CALLS calls each way (default 1 000 000), 16 in flight, payloads
+# cycling up to 1024 B, the sim fabric, rank r on CPU r. Prints rank 0's calls/s per run,
+# the medians and C/Rust. Used for docs/PERFORMANCE.md ("C ABI").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${RUNS:-3}
+calls=${CALLS:-1000000}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
+prefix=$(mktemp -d /tmp/copyrpc-c-perf.XXXXXX)
+trap 'rm -rf "$prefix"' EXIT
+scripts/install-c.sh "$prefix" >/dev/null
+cargo build --quiet --release -p copyrpc-host --bin copyrpc-echo
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+cc -O3 $(pkg-config --cflags --libs copyrpc) examples/c/echo.c -o "$prefix/echo"
+rust=${CARGO_TARGET_DIR:-target}/release/copyrpc-echo
+
+# calls/s of rank 0 from a run's output: responses / seconds on its line.
+rate() { awk '/^rank 0\/2: responses=/ { split($3, r, "="); for (i = 1; i <= NF; i++) if ($i == "in") s = $(i + 1); sub(/s:?$/, "", s); printf "%.0f\n", r[2] / s }'; }
+
+c_rates=() rust_rates=()
+for i in $(seq "$runs"); do
+  c=$(timeout 900 "$prefix/echo" "$calls" | rate)
+  r=$(timeout 900 mpirun -np 2 "$rust" --fabric sim --calls "$calls" 2>/dev/null | rate)
+  echo "run $i: C $c calls/s, Rust $r calls/s"
+  c_rates+=("$c") rust_rates+=("$r")
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+mc=$(median "${c_rates[@]}") mr=$(median "${rust_rates[@]}")
+awk -v c="$mc" -v r="$mr" 'BEGIN { printf "median: C %d calls/s, Rust %d calls/s, C/Rust %.3f\n", c, r, c / r }'

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds the copyrpc C library (release) and installs it under PREFIX:
+#   PREFIX/lib/libcopyrpc.{so,a}  PREFIX/include/copyrpc.h  PREFIX/lib/pkgconfig/copyrpc.pc
+# Then: PKG_CONFIG_PATH=PREFIX/lib/pkgconfig cc $(pkg-config --cflags --libs copyrpc) my_loop.c
+set -euo pipefail
+prefix=${1:?usage: scripts/install-c.sh PREFIX}
+cd "$(dirname "$0")/.."
+mkdir -p "$prefix"
+prefix=$(cd "$prefix" && pwd)
+target=${CARGO_TARGET_DIR:-$PWD/target}
+
+cargo build --quiet --release -p copyrpc-c
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+install -d "$prefix/lib/pkgconfig" "$prefix/include"
+install -m 755 "$target/release/libcopyrpc.so" "$prefix/lib/"
+install -m 644 "$target/release/libcopyrpc.a" "$prefix/lib/"
+install -m 644 linker/include/copyrpc.h "$prefix/include/"
+sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" linker/capi/copyrpc.pc.in \
+  > "$prefix/lib/pkgconfig/copyrpc.pc"
+echo "installed copyrpc $version under $prefix"
