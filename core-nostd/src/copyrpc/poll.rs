@@ -373,7 +373,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             return;
         }
         self.stats.batches_received += 1;
-        self.dirty.note(ep, e.d.batch_arrived(self.polls));
+        e.d.batch_arrived(self.polls);
         // Offered only while nothing waits in the receive queue (arrival order).
         let offer = self.rq_head.is_none();
         let to = Delivery {
@@ -383,7 +383,10 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             on_request,
         };
         match on_batch::<U, CALLS, REQS, SERVE, _, _>(ep, &mut e.d, c.imm, offer, to) {
-            Ok((first, end)) => self.link_requests(ep, first, end),
+            Ok((first, end)) => {
+                self.dirty.note(ep, e.d.batch_processed());
+                self.link_requests(ep, first, end);
+            }
             Err(v) => self.fail(ep, v.cause()),
         }
     }
