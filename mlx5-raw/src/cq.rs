@@ -185,6 +185,23 @@ impl Cq {
         };
     }
 
+    /// Points the poller at slot `ci + 1`: within a lap the next slot's `op_own` is one
+    /// CQE further and the owner parity stays, so only the lap end recomputes them
+    /// (`seek`'s mask, multiply and parity cost each CQE ~5 instructions more;
+    /// docs/PERFORMANCE.md, "Latency path").
+    #[inline(always)]
+    fn seek_next(&mut self) {
+        let ci = self.ci.wrapping_add(1);
+        if ci & (self.cqe_cnt - 1) == 0 {
+            self.seek(ci);
+        } else {
+            self.ci = ci;
+            self.ci_own += self.cqe_size as usize;
+            self.own = self.ring.byte(self.ci_own);
+        }
+        debug_assert_eq!(self.ci_own, self.cqe64_off(ci) + 63);
+    }
+
     /// Takes the next CQE if the device has written it, advancing the consumer index
     /// (the doorbell record is written later, by [`update_ci`](Self::update_ci)).
     #[inline]
@@ -200,7 +217,7 @@ impl Cq {
         }
         // Body after owner: "read the CQE body only after the owner check" (cq.c).
         barrier::from_device();
-        self.seek(ci.wrapping_add(1));
+        self.seek_next();
         // SAFETY: the slot is the software's: its owner byte was observed (Acquire) for
         // this lap, and the device does not write it again until `[SET_CI]` passes `ci`,
         // which only `update_ci(&mut self)` writes — impossible while the returned

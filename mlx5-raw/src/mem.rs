@@ -130,6 +130,48 @@ impl RingMem {
         a
     }
 
+    /// The big-endian `u16` at ring offset `off` (taken modulo the length), which is
+    /// even: an even offset below a power-of-two length of at least 2 leaves both bytes
+    /// inside the ring, so, unlike [`read_array`](Self::read_array), there is no wrap to
+    /// test (an SRQ WQE's link, read once per WQE reposted).
+    ///
+    /// Panics if the ring is shorter than 2 bytes.
+    #[inline]
+    pub(crate) fn load_u16_be(&self, off: usize) -> u16 {
+        let off = self.even_u16_off(off);
+        // SAFETY: `off + 2 <= len` (`even_u16_off`), so both bytes lie inside the ring
+        // (valid for reads per `new`); `read_unaligned` needs no alignment.
+        u16::from_be(unsafe { self.base.as_ptr().add(off).cast::<u16>().read_unaligned() })
+    }
+
+    /// Stores `v` big-endian at ring offset `off` (taken modulo the length), which is
+    /// even; see [`load_u16_be`](Self::load_u16_be).
+    ///
+    /// Panics if the ring is shorter than 2 bytes.
+    #[inline]
+    pub(crate) fn store_u16_be(&mut self, off: usize, v: u16) {
+        let off = self.even_u16_off(off);
+        // SAFETY: `off + 2 <= len` (`even_u16_off`), so both bytes lie inside the ring
+        // (valid for writes per `new`); `write_unaligned` needs no alignment.
+        unsafe {
+            self.base
+                .as_ptr()
+                .add(off)
+                .cast::<u16>()
+                .write_unaligned(v.to_be())
+        };
+    }
+
+    /// `off` reduced modulo the length, for a 2-byte access at an even offset: then
+    /// `off + 2 <= len`.
+    #[inline(always)]
+    fn even_u16_off(&self, off: usize) -> usize {
+        debug_assert!(off.is_multiple_of(2), "odd u16 offset {off}");
+        assert!(self.len >= 2, "u16 access to a ring shorter than 2 bytes");
+        // Clearing bit 0 keeps a (contract-breaking) odd offset inside the ring too.
+        off & (self.len - 1) & !1
+    }
+
     /// A handle on the byte at `off` (taken modulo the length) that loads it without
     /// masking the offset again: a poller keeps the one it tests on every poll.
     #[inline]

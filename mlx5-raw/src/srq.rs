@@ -186,13 +186,19 @@ impl Srq {
         usize::from(idx) * self.stride as usize
     }
 
+    // The link is 2-aligned (`NEXT_OFF` is even, the stride a power of two ≥ 32), so
+    // the ring's plain u16 accesses apply: no wrap test per link, which `read_array` /
+    // `write` paid once per completion and once per WQE reposted (docs/PERFORMANCE.md,
+    // "Latency path").
+    #[inline]
     fn next_of(&self, idx: u16) -> u16 {
-        u16::from_be_bytes(self.ring.read_array(self.wqe_off(idx) + NEXT_OFF))
+        self.ring.load_u16_be(self.wqe_off(idx) + NEXT_OFF)
     }
 
+    #[inline]
     fn set_next(&mut self, idx: u16, next: u16) {
         let off = self.wqe_off(idx) + NEXT_OFF;
-        self.ring.write(off, &next.to_be_bytes());
+        self.ring.store_u16_be(off, next);
     }
 
     /// Posts one receive WQE (no doorbell; see [`ring_doorbell`](Self::ring_doorbell)).

@@ -82,13 +82,16 @@ pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
 /// The endpoints a poll must visit: one bit per endpoint index (≤ 256).
 ///
 /// Invariant: an endpoint whose bit is clear is one whose last flush found nothing due
-/// (no queued range, no open batch, no READ wanted or due, no credit batch wanted) and
+/// (no queued range, no open batch, no READ wanted or due, no credit batch wanted), or
+/// for which that test was last made and found nothing (a received batch, below), and
 /// not failed-undrained, and none of whose inputs to that decision changed since, the
 /// poll count aside. Every endpoint method that changes such an input returns a
-/// [`Flush`] (a call or reply that opens a batch or wraps, a received batch or send
-/// completion, a failure, `connect`: `Needed`; a message appended to an open batch,
-/// which keeps the bit set: `Covered`), and [`note`](Self::note) is the one place it
-/// becomes the bit. A refused call is noted as `Needed` too (it may have wanted a READ).
+/// [`Flush`] (a call or reply that opens a batch or wraps, a send completion, a failure,
+/// `connect`: `Needed`; a received batch, once processed: `Needed` if the flush's own
+/// test finds something due, `EpData::batch_processed`; a message appended to an open
+/// batch, which keeps the bit set: `Covered`), and [`note`](Self::note) is the one place
+/// it becomes the bit. A refused call is noted as `Needed` too (it may have wanted a
+/// READ).
 /// The poll count only matters for the idle-peer probe, and the probe sweep notes every
 /// endpoint with pending calls every `probe_sweep` polls. So skipping a clear endpoint
 /// skips only a flush that would do nothing (or a probe the next sweep catches), and an

@@ -202,6 +202,39 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         mut on_request: impl FnMut(Incoming<'_>),
     ) -> usize {
         let mut handled = 0;
+        // Each CQ's loop, consumer-index test and (recv) SRQ test only when the CQ shows
+        // a CQE: a busy poll at one call in flight has work in one CQ at most, and the
+        // owner test alone is cheaper than setting up the loop (docs/PERFORMANCE.md,
+        // "Latency path").
+        if !self.recv_cq.is_empty() {
+            handled += self.poll_recv_cq::<SERVE>(max_recv, &mut on_response, &mut on_request);
+        }
+        if !self.send_cq.is_empty() {
+            handled += self.poll_send_cq();
+        }
+
+        if self.polls >= self.next_sweep {
+            self.sweep_probes();
+        }
+        // Steps 4 and 5 per endpoint, in index order: an endpoint's drain depends only
+        // on its own flush.
+        self.flush_dirty(true, |pending, ep| {
+            pending.drain_ep(ep, |u| on_response(u, Err(Error::EndpointFailed)));
+            true
+        });
+        handled
+    }
+
+    /// Steps 1 and 2 of [`poll`](Self::poll): at most `max_recv` recv completions, then
+    /// the SRQ repost if it fell below its mark. Returns the completions taken.
+    #[inline(always)]
+    fn poll_recv_cq<const SERVE: bool>(
+        &mut self,
+        max_recv: u32,
+        on_response: &mut impl FnMut(U, Result<&[u8], Error>),
+        on_request: &mut impl FnMut(Incoming<'_>),
+    ) -> usize {
+        let mut handled = 0;
         for _ in 0..self.recv_cq.cqe_cnt().min(max_recv) {
             let Some(cqe) = self.recv_cq.poll() else {
                 break;
@@ -210,7 +243,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             // A batch (a successful WRITE_IMM) is read in a few loads; anything else is
             // decoded in full, out of line.
             match cqe.brief(CqeOpcode::RespWrImm) {
-                Some(b) => self.on_batch_completion::<SERVE>(b, &mut on_response, &mut on_request),
+                Some(b) => self.on_batch_completion::<SERVE>(b, on_response, on_request),
                 None => {
                     if let Ok(c) = cqe.decode() {
                         self.on_other_recv_completion(&c);
@@ -229,7 +262,14 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 self.stats.srq_reposted += u64::from(n);
             }
         }
+        handled
+    }
 
+    /// Step 3 of [`poll`](Self::poll): the send CQ, one CQ's worth at most. Returns the
+    /// completions taken.
+    #[inline(always)]
+    fn poll_send_cq(&mut self) -> usize {
+        let mut handled = 0;
         for _ in 0..self.send_cq.cqe_cnt() {
             let Some(cqe) = self.send_cq.poll() else {
                 break;
@@ -241,16 +281,6 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             }
         }
         self.send_cq.update_ci();
-
-        if self.polls >= self.next_sweep {
-            self.sweep_probes();
-        }
-        // Steps 4 and 5 per endpoint, in index order: an endpoint's drain depends only
-        // on its own flush.
-        self.flush_dirty(true, |pending, ep| {
-            pending.drain_ep(ep, |u| on_response(u, Err(Error::EndpointFailed)));
-            true
-        });
         handled
     }
 
@@ -343,7 +373,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             return;
         }
         self.stats.batches_received += 1;
-        self.dirty.note(ep, e.d.batch_arrived(self.polls));
+        e.d.batch_arrived(self.polls);
         // Offered only while nothing waits in the receive queue (arrival order).
         let offer = self.rq_head.is_none();
         let to = Delivery {
@@ -353,7 +383,10 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             on_request,
         };
         match on_batch::<U, CALLS, REQS, SERVE, _, _>(ep, &mut e.d, c.imm, offer, to) {
-            Ok((first, end)) => self.link_requests(ep, first, end),
+            Ok((first, end)) => {
+                self.dirty.note(ep, e.d.batch_processed());
+                self.link_requests(ep, first, end);
+            }
             Err(v) => self.fail(ep, v.cause()),
         }
     }
