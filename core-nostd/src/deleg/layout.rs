@@ -427,8 +427,8 @@ impl<Req: Payload> ReqSlot<Req> {
     /// for this position, and has not yet released the slot.
     pub(crate) fn read_body(&self) -> (u32, u32, Req) {
         // SAFETY: the claimer finished writing before its Release store of `committed`
-        // and will not touch the slot again; the next claimer waits for the server's
-        // Release of the claim word. `Req: FromBytes`, so any bytes a broken peer left
+        // and will not touch the slot again; the next claimer waits for a `tail` past
+        // this position, which the server publishes (R2) after these reads. `Req: FromBytes`, so any bytes a broken peer left
         // are still a valid value.
         let id = self.client_id.with(|p| unsafe { p.read() });
         // SAFETY: as above.
