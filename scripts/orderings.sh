@@ -69,7 +69,10 @@ binaries() {
 # The label of a site: the nearest `R<n>`/`A<n>` naming comment at or above the line.
 label() {
   local file=$1 line=$2
-  head -n "$line" "$file" | tac | grep -m1 -oE '\b[RA][0-9]+'"'"'?' | head -n1 | grep . || echo '?'
+  local l
+  l=$(head -n "$line" "$file" | tac | grep -m1 -oE '\b[RA][0-9]+'"'"'?' || true)
+  l=${l%%$'\n'*}
+  echo "${l:-?}"
 }
 
 echo "building the unmodified models" >&2
