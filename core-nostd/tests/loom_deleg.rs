@@ -3,52 +3,15 @@
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p copyrpc-core --release --test loom_deleg`
 #![cfg(loom)]
 
+#[path = "loom_common/deleg.rs"]
+mod deleg_parts;
 mod loom_common;
 
-use copyrpc_core::deleg::{
-    CallError, Client, ClientEntry, Config, ConnectError, DelegRegion, Header, ReqSlot, RespSlot,
-    RingControl, Server, ServerConfig,
-};
+use copyrpc_core::deleg::{CallError, Client, Config, ConnectError, Server, ServerConfig};
 use copyrpc_core::shm::{ClientState, Owner};
-use loom::sync::Arc;
+use deleg_parts::{wait_response, Parts};
 use loom::thread;
 use loom_common::model;
-
-type Req = u64;
-type Resp = u64;
-
-/// The parts of one region, allocated normally (loom atomics cannot be cast from bytes).
-struct Parts {
-    header: Header,
-    ctrl: RingControl,
-    ring: Vec<ReqSlot<Req>>,
-    resp: Vec<RespSlot<Resp>>,
-    clients: Vec<ClientEntry>,
-}
-
-impl Parts {
-    fn new(cfg: Config) -> Arc<Self> {
-        Arc::new(Self {
-            header: Header::new::<Req, Resp>(&cfg),
-            ctrl: RingControl::new(),
-            ring: (0..cfg.ring_depth).map(|_| ReqSlot::new()).collect(),
-            resp: (0..cfg.max_clients * cfg.resp_depth)
-                .map(|_| RespSlot::new())
-                .collect(),
-            clients: (0..cfg.max_clients).map(|_| ClientEntry::new()).collect(),
-        })
-    }
-    fn region(&self) -> DelegRegion<'_, Req, Resp> {
-        DelegRegion::from_parts(
-            &self.header,
-            &self.ctrl,
-            &self.ring,
-            &self.resp,
-            &self.clients,
-        )
-        .unwrap()
-    }
-}
 
 /// Serves until `total` requests were answered or abandoned; returns (answered, abandoned).
 fn serve(parts: &Parts, total: u64, hole_timeout: u64) -> (u64, u64) {
@@ -69,17 +32,6 @@ fn serve(parts: &Parts, total: u64, hole_timeout: u64) -> (u64, u64) {
             // Keep the server alive (Drop clears server_alive) until clients are done.
             std::mem::forget(server);
             return (answered, abandoned);
-        }
-        thread::yield_now();
-    }
-}
-
-fn wait_response(c: &mut Client<'_, Req, Resp>, expect: u64) {
-    loop {
-        let mut got = None;
-        if c.poll(|_, r| got = Some(*r)) == 1 {
-            assert_eq!(got, Some(expect), "response routed to the wrong call");
-            return;
         }
         thread::yield_now();
     }

@@ -7,7 +7,7 @@ mod loom_common;
 
 use copyrpc_core::ipc::{Cell, Client, ClientEntry, Config, Header, IpcRegion, Server};
 use copyrpc_core::shm::spsc::{RingCtl, Slot};
-use copyrpc_core::shm::{Slab, SlabEntry};
+use copyrpc_core::shm::{ClientState, Owner, Slab, SlabEntry};
 use loom::sync::Arc;
 use loom::thread;
 use loom_common::model;
@@ -192,5 +192,81 @@ fn concurrent_connects_both_get_an_id() {
         let id = c.id();
         std::mem::forget(c);
         assert_ne!(id, other.join().unwrap(), "two clients on one id");
+    });
+}
+
+/// A client calls and closes at once, its reply still in flight; the server's thread
+/// then takes the region's one id for a new client (another thread than the old
+/// owner's). Nothing else orders the two: the server must see the close (R5/A5 on the
+/// state word) and drain the old client's request ring before freeing the id (R4), so
+/// the old request is never delivered as the new client's, and the old owner's one look
+/// at the row (no yield before it) never shows the new epoch with the old owner. The
+/// server yields only after a turn that found nothing (see `loom_deleg_races.rs`).
+#[test]
+fn close_with_a_reply_in_flight_then_the_id_is_taken_on_another_thread() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 1,
+            depth: 1,
+        });
+        let mut server = Server::new(parts.region());
+        let pa = parts.clone();
+        let old = thread::spawn(move || {
+            let region = pa.region();
+            let mut sm: Vec<SlabEntry<u64>> = (0..1).map(|_| SlabEntry::new()).collect();
+            let mut a =
+                Client::connect(region, Owner { id: 1, token: 5 }, Slab::new(&mut sm)).unwrap();
+            a.call(&1, 0).unwrap();
+            a.close();
+            let row = pa.clients[0].info(0);
+            if row.state == ClientState::Active && row.epoch == 2 {
+                assert!(
+                    matches!((row.owner, row.owner_token), (0, _) | (2, 7)),
+                    "epoch 2 shows owner {} token {}",
+                    row.owner,
+                    row.owner_token
+                );
+            }
+        });
+        let mut sm: Vec<SlabEntry<u64>> = (0..1).map(|_| SlabEntry::new()).collect();
+        let mut slab = Some(Slab::new(&mut sm));
+        let mut new = None;
+        loop {
+            let ready = server.poll();
+            let mut got = 0;
+            while let Some(h) = server.recv() {
+                let p = h.payload;
+                assert!(
+                    p == 2 || new.is_none(),
+                    "the old client's request delivered after its id was taken again"
+                );
+                let _ = server.reply(h, &(p * 3));
+                got += 1;
+            }
+            if new.is_none() {
+                let row = parts.clients[0].info(0);
+                if row.state == ClientState::Free && row.epoch == 1 {
+                    let owner = Owner { id: 2, token: 7 };
+                    let slab = slab.take().unwrap();
+                    let mut b = Client::connect(parts.region(), owner, slab).expect("freed id");
+                    assert_eq!(b.epoch(), 2);
+                    b.call(&2, 0).unwrap();
+                    new = Some(b);
+                }
+            }
+            if let Some(b) = new.as_mut() {
+                if b.poll(|_, r| assert_eq!(*r, 6, "another call's reply")) == 1 {
+                    break;
+                }
+            }
+            // Loom needs a yield to run the old client while this thread waits; only
+            // after a turn that found nothing, so no stale read is hidden.
+            if ready == 0 && got == 0 {
+                thread::yield_now();
+            }
+        }
+        std::mem::forget(new);
+        std::mem::forget(server);
+        old.join().unwrap();
     });
 }

@@ -285,6 +285,20 @@ mod tests {
         assert_eq!(r.unanswered(), (0, 0));
     }
 
+    /// `live` bounds the window at `tail` exclusive: the next sequence number to be
+    /// pushed is not live (a `<=` there would let a stale handle one past the newest
+    /// request address a slot that holds an old request).
+    #[test]
+    fn the_sequence_number_after_the_newest_is_not_live() {
+        let mut r: Requests<4> = Requests::new();
+        assert!(!r.live(0), "empty: nothing is live");
+        let a = r.push(0, 1, 0, 0, Link::NONE).unwrap();
+        let b = r.push(32, 2, 0, 0, Link::NONE).unwrap();
+        assert!(r.live(a) && r.live(b));
+        assert!(!r.live(b.wrapping_add(1)), "not pushed yet");
+        assert!(!r.live(a.wrapping_sub(1)), "before the oldest");
+    }
+
     #[test]
     fn only_the_delivered_sequence_number_matches_and_release_unmatches_it() {
         let mut r: Requests<2> = Requests::new();

@@ -183,8 +183,10 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
             return Err(Self::corrupt());
         }
         self.next_min_pos = pos + 1;
-        // Relaxed: published to the server by the claim CAS (AcqRel) in commit; read only
-        // for evicted clients, where a stale value only delays the hole's resolution.
+        // Relaxed: read by the server only for a dead (evicted or declared dead) client,
+        // whose stores its death orders before the host's check (see
+        // DelegRegion::declare_dead), and by retirement after R8/A8; a stale value only
+        // delays the hole's resolution.
         r.client_entry(self.id)
             .claim_pos
             .store(pos + 1, Ordering::Relaxed);
@@ -361,13 +363,17 @@ impl<Req: Payload, Resp: Payload> Reservation<'_, '_, Req, Resp> {
         let r = client.region;
         let slot = r.slot(pos);
         let lg = r.depth_log2;
-        // A1/R1' (A pairs with R1 in Server::release_slot and the abandon CAS: the
-        // server's reads of the previous lap happen before our writes; R publishes
-        // `claim_pos` to a server that sees `writing`).
+        // Relaxed: the CAS only decides who owns the position, the claimer or the
+        // server's abandon (an RMW reads the latest word, so exactly one wins). Ordering
+        // comes from elsewhere: the server's reads of the previous lap happen before our
+        // writes through `tail` (A2 in wait_for_room, or the earlier A2 that set
+        // `cached_tail`), and our writes before its reads through `committed` (R1).
+        // AcqRel here, with Release on the server's claim store, covered for A2 and hid
+        // it from every model (issue 25).
         match slot.claim.compare_exchange(
             Claim::free(pos, lg),
             Claim::writing(pos, lg),
-            Ordering::AcqRel,
+            Ordering::Relaxed,
             Ordering::Relaxed,
         ) {
             Ok(_) => {}

@@ -304,7 +304,14 @@ impl Header {
     /// A fully initialised header (magic set), for regions built from parts (loom tests,
     /// in-process use).
     pub fn new<Req, Resp>(cfg: &Config) -> Self {
-        let h = Self {
+        let h = Self::zeroed();
+        h.publish::<Req, Resp>(cfg, Owner::default());
+        h
+    }
+
+    /// What zero-filled memory holds before the creator publishes: a zero magic.
+    fn zeroed() -> Self {
+        Self {
             magic: AtomicU64::new(0),
             version: AtomicU32::new(0),
             max_clients: AtomicU32::new(0),
@@ -319,9 +326,7 @@ impl Header {
             resp_size: AtomicU32::new(0),
             server_owner_token: AtomicU64::new(0),
             _pad56: [0; 72],
-        };
-        h.publish::<Req, Resp>(cfg, Owner::default());
-        h
+        }
     }
 
     /// Stores every field, `magic` last.
@@ -427,8 +432,8 @@ impl<Req: Payload> ReqSlot<Req> {
     /// for this position, and has not yet released the slot.
     pub(crate) fn read_body(&self) -> (u32, u32, Req) {
         // SAFETY: the claimer finished writing before its Release store of `committed`
-        // and will not touch the slot again; the next claimer waits for the server's
-        // Release of the claim word. `Req: FromBytes`, so any bytes a broken peer left
+        // and will not touch the slot again; the next claimer waits for a `tail` past
+        // this position, which the server publishes (R2) after these reads. `Req: FromBytes`, so any bytes a broken peer left
         // are still a valid value.
         let id = self.client_id.with(|p| unsafe { p.read() });
         // SAFETY: as above.
@@ -720,4 +725,19 @@ pub(crate) const fn check_payload_align<Req, Resp>() {
         align_of::<Resp>() <= 8,
         "Resp alignment above 8 moves the payload off +8"
     );
+}
+
+/// For the loom model of attaching while the creator initialises (`tests/loom_init.rs`):
+/// the region's memory before `init`, and `init`'s publication of the header.
+#[cfg(loom)]
+impl Header {
+    /// A header as fresh zero-filled memory holds it.
+    pub fn unpublished() -> Self {
+        Self::zeroed()
+    }
+
+    /// Publishes `cfg` as `init` does (fields Relaxed, the magic last with R0).
+    pub fn publish_as_init<Req, Resp>(&self, cfg: &Config) {
+        self.publish::<Req, Resp>(cfg, Owner::default());
+    }
 }

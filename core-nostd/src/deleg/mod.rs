@@ -50,8 +50,10 @@
 //!
 //! Server: [`Server::poll`] counts committed slots from its cursor (and resolves a hole at
 //! the cursor, below); [`Server::recv`] reads one, clears `committed`, stores the claim word
-//! `free(pos + ring_depth)` with Release (the slot may be reused) and advances the cursor;
-//! [`Server::advance_tail`] publishes the cursor as `tail`; [`Server::reply`] writes the
+//! `free(pos + ring_depth)` (the slot may be reused) and advances the cursor;
+//! [`Server::advance_tail`] publishes the cursor as `tail` with Release, which is what
+//! orders the server's reads of a slot before the next lap's claimer's writes (that
+//! claimer waits for this `tail` with Acquire; the claim word only decides ownership); [`Server::reply`] writes the
 //! payload into the client's response slot and stores `valid = 1` (Release). Client
 //! [`Client::poll`] reads `valid` (Acquire) of its pending slots, copies the payload and
 //! clears `valid` and `pending`.

@@ -178,10 +178,11 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         let mut head = None;
         loop {
             let slot = self.region.slot(self.cursor);
-            // A1 (pairs with R1 in Reservation::commit): the body is written. A committed
-            // slot at the cursor's index is the cursor's own position (the next lap's
-            // claimer waits for `tail` to pass the cursor), so no `head` is needed here.
-            if slot.committed.load(Ordering::Acquire) == 1 {
+            // Relaxed: only counts; `recv` loads `committed` again with A1 before it reads
+            // the body (scripts/orderings.sh: Acquire here was caught by no model). A
+            // committed slot at the cursor's index is the cursor's own position (the next
+            // lap's claimer waits for `tail` to pass the cursor), so no `head` is needed.
+            if slot.committed.load(Ordering::Relaxed) == 1 {
                 break;
             }
             let known_hole = matches!(self.hole, Some((p, _)) if p == self.cursor);
@@ -229,8 +230,8 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         let end = self.cursor + u64::from(self.region.cfg.ring_depth);
         for p in self.cursor..end {
             let slot = self.region.slot(p);
-            // A1 (pairs with R1 in Reservation::commit).
-            if slot.committed.load(Ordering::Acquire) == 1 {
+            // Relaxed: only counts; `recv` reads the body after its own A1 load.
+            if slot.committed.load(Ordering::Relaxed) == 1 {
                 n += 1;
             } else if !self.is_void(p) {
                 break;
@@ -264,9 +265,10 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         // A dead claimer (evicted by the host) will never commit: skip at once, whatever
         // state it reached.
         if self.dead > 0 && self.claimed_by_dead(p) {
-            // R1 (pairs with A1 in Reservation::commit of the next lap).
+            // Relaxed: we read nothing from the slot; the next lap's claimer gets in only
+            // through a `tail` past it, which R2 publishes after this store.
             slot.claim
-                .store(Claim::free(p + (1 << lg), lg), Ordering::Release);
+                .store(Claim::free(p + (1 << lg), lg), Ordering::Relaxed);
             self.skip(p);
             return true;
         }
@@ -281,14 +283,17 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 return false;
             }
         }
-        // R1 (pairs with A1 in Reservation::commit): abandon. Succeeds only if the claimer
-        // has not started writing; its later CAS then fails and it reports Abandoned.
+        // Abandon. Succeeds only if the claimer has not started writing; its later CAS
+        // then fails (both are RMWs on one word: exactly one wins) and it reports
+        // Abandoned. Relaxed: we read nothing from the slot, and the next lap's claimer
+        // gets in only through a `tail` past it (R2, stored after this CAS). Relaxed
+        // failure: the claimer is writing; we wait for its commit (A1 in `recv`).
         if slot
             .claim
             .compare_exchange(
                 Claim::free(p, lg),
                 Claim::free(p + (1 << lg), lg),
-                Ordering::Release,
+                Ordering::Relaxed,
                 Ordering::Relaxed,
             )
             .is_ok()
@@ -335,12 +340,13 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 return None;
             }
             let (client_id, resp_slot_idx, payload) = slot.read_body();
-            // Relaxed: the Release below orders it before any reuse of the slot.
+            // Relaxed, both stores: R2 (the `tail` store in advance_tail, after these)
+            // orders them and the reads above before the next lap's claimer, which gets
+            // in only through a `tail` past this position (A2). Release on the claim word
+            // as well was caught by no model (scripts/orderings.sh): R2 covered for it.
             slot.committed.store(0, Ordering::Relaxed);
-            // R1 (pairs with A1 in Reservation::commit of the next lap): our reads above
-            // happen before the next claimer's writes.
             slot.claim
-                .store(Claim::free(p + (1 << lg), lg), Ordering::Release);
+                .store(Claim::free(p + (1 << lg), lg), Ordering::Relaxed);
             self.cursor = p + 1;
             if client_id >= cfg.max_clients || resp_slot_idx >= cfg.resp_depth {
                 self.stats.malformed += 1;
@@ -371,8 +377,10 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
     /// Publishes the cursor as `tail`: every slot before it may be reused by clients.
     pub fn advance_tail(&mut self) {
-        // R2 (pairs with A2 in Client::reserve): the releases of every slot below the
-        // cursor (R1 stores) are visible to a client that sees this tail.
+        // R2 (pairs with A2 in Client::wait_for_room): the server's reads of every slot
+        // below the cursor, and its stores releasing them (`committed` = 0 and the claim
+        // word's next lap), happen before a client that sees this tail claims the slot
+        // again (model: loom_deleg_races::client_laps_the_ring_without_waiting_for_its_replies).
         self.region.ctrl.tail.store(self.cursor, Ordering::Release);
         self.tail_published = self.cursor;
     }
@@ -483,10 +491,11 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
 impl<Req: Payload, Resp: Payload> Drop for Server<'_, Req, Resp> {
     fn drop(&mut self) {
-        // Release: clients that see false stop calling; nothing else is published.
+        // Relaxed: clients that see false stop calling; nothing is published with it
+        // (they load it Relaxed).
         self.region
             .header
             .server_alive
-            .store(false, Ordering::Release);
+            .store(false, Ordering::Relaxed);
     }
 }

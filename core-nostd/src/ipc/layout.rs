@@ -216,7 +216,14 @@ impl Config {
 impl Header {
     /// A fully initialised header, for regions built from parts.
     pub fn new<Req, Resp>(cfg: &Config) -> Self {
-        let h = Self {
+        let h = Self::zeroed();
+        h.publish::<Req, Resp>(cfg, Owner::default());
+        h
+    }
+
+    /// What zero-filled memory holds before the creator publishes: a zero magic.
+    fn zeroed() -> Self {
+        Self {
             magic: AtomicU64::new(0),
             version: AtomicU32::new(0),
             max_clients: AtomicU32::new(0),
@@ -231,9 +238,7 @@ impl Header {
             resp_size: AtomicU32::new(0),
             server_owner_token: AtomicU64::new(0),
             _pad56: [0; 72],
-        };
-        h.publish::<Req, Resp>(cfg, Owner::default());
-        h
+        }
     }
 
     fn publish<Req, Resp>(&self, cfg: &Config, owner: Owner) {
@@ -435,5 +440,20 @@ impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
                 cfg: *cfg,
             }
         }
+    }
+}
+
+/// For the loom model of attaching while the creator initialises (`tests/loom_init.rs`):
+/// the region's memory before `init`, and `init`'s publication of the header.
+#[cfg(loom)]
+impl Header {
+    /// A header as fresh zero-filled memory holds it.
+    pub fn unpublished() -> Self {
+        Self::zeroed()
+    }
+
+    /// Publishes `cfg` as `init` does (fields Relaxed, the magic last with R0).
+    pub fn publish_as_init<Req, Resp>(&self, cfg: &Config) {
+        self.publish::<Req, Resp>(cfg, Owner::default());
     }
 }

@@ -209,10 +209,11 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
 
 impl<Req: Payload, Resp: Payload> Drop for Server<'_, Req, Resp> {
     fn drop(&mut self) {
-        // Release: clients that see false stop calling; nothing else is published.
+        // Relaxed: clients that see false stop calling; nothing is published with it
+        // (they load it Relaxed).
         self.region
             .header
             .server_alive
-            .store(false, Ordering::Release);
+            .store(false, Ordering::Relaxed);
     }
 }
