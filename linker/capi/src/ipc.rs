@@ -12,7 +12,7 @@ use copyrpc_linker::status::*;
 
 use crate::deleg::COPYRPC_SHM_HANDLE_ALIGN;
 use crate::last_error::{guard, system};
-use crate::shm::{check_area, copyrpc_shm_msg, handle, name};
+use crate::shm::{check_area, close, copyrpc_shm_msg, handle, name, place};
 
 type Msg = copyrpc_shm_msg;
 
@@ -111,18 +111,17 @@ pub unsafe extern "C" fn copyrpc_ipc_server_open(
         return COPYRPC_E_BAD_ARG;
     }
     guard(|| match IpcServer::create(n, cfg, true) {
-        Ok(s) => {
-            let h = mem.cast::<Server>();
-            // SAFETY: the area holds a `Server` (checked) and is the caller's to give.
-            unsafe {
-                h.write(Server {
+        // SAFETY: the area was checked for a `Server`; `out` is non-NULL (checked).
+        Ok(s) => unsafe {
+            place(
+                mem,
+                out,
+                Server {
                     magic: SERVER_MAGIC,
                     s,
-                });
-                out.write(h.cast());
-            }
-            COPYRPC_OK
-        }
+                },
+            )
+        },
         Err(e) => system(format_args!("creating ipc region {n}: {e}")),
     })
 }
@@ -211,20 +210,8 @@ pub unsafe extern "C" fn copyrpc_ipc_server_reply(
 /// `s` as in `copyrpc_ipc_server_poll`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn copyrpc_ipc_server_close(s: *mut copyrpc_ipc_server) -> i32 {
-    let p = s.cast::<Server>();
-    // SAFETY: forwarded.
-    if let Err(e) = unsafe { handle(p, SERVER_MAGIC) } {
-        return e;
-    }
-    guard(|| {
-        // SAFETY: the magic says a live `Server` is here; it is dropped once (the magic
-        // is cleared first, so a second close is refused).
-        unsafe {
-            (&raw mut (*p).magic).write(0);
-            std::ptr::drop_in_place(&raw mut (*p).s);
-        }
-        COPYRPC_OK
-    })
+    // SAFETY: forwarded (the caller's contract is `close`'s).
+    unsafe { close(s.cast::<Server>(), SERVER_MAGIC) }
 }
 
 /// Attaches to ipc region `name` as a new client, in the handle placed in `mem`.
@@ -256,18 +243,17 @@ pub unsafe extern "C" fn copyrpc_ipc_client_attach(
         Err(e) => return e,
     };
     guard(|| match IpcClient::connect(n) {
-        Ok(c) => {
-            let h = mem.cast::<Client>();
-            // SAFETY: as in `copyrpc_ipc_server_open`.
-            unsafe {
-                h.write(Client {
+        // SAFETY: the area was checked for a `Client`; `out` is non-NULL (checked).
+        Ok(c) => unsafe {
+            place(
+                mem,
+                out,
+                Client {
                     magic: CLIENT_MAGIC,
                     c,
-                });
-                out.write(h.cast());
-            }
-            COPYRPC_OK
-        }
+                },
+            )
+        },
         Err(e) => system(format_args!("attaching to ipc region {n}: {e}")),
     })
 }
@@ -340,19 +326,8 @@ pub unsafe extern "C" fn copyrpc_ipc_client_poll(
 /// `c` as in `copyrpc_ipc_client_call`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn copyrpc_ipc_client_close(c: *mut copyrpc_ipc_client) -> i32 {
-    let p = c.cast::<Client>();
-    // SAFETY: forwarded.
-    if let Err(e) = unsafe { handle(p, CLIENT_MAGIC) } {
-        return e;
-    }
-    guard(|| {
-        // SAFETY: as in `copyrpc_ipc_server_close`.
-        unsafe {
-            (&raw mut (*p).magic).write(0);
-            std::ptr::drop_in_place(&raw mut (*p).c);
-        }
-        COPYRPC_OK
-    })
+    // SAFETY: forwarded (the caller's contract is `close`'s).
+    unsafe { close(c.cast::<Client>(), CLIENT_MAGIC) }
 }
 
 #[cfg(test)]

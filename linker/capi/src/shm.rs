@@ -33,6 +33,46 @@ pub(crate) unsafe fn handle<'a, T>(p: *mut T, magic: u64) -> Result<&'a mut T, i
     Ok(unsafe { &mut *p })
 }
 
+/// Writes `value` (a handle: `repr(C)`, its magic word first) into the caller's area `mem`
+/// and hands the area back through `out`.
+///
+/// # Safety
+///
+/// `mem` passed [`check_area`] for a `T`; `out` is non-NULL and writable.
+pub(crate) unsafe fn place<T, O>(mem: *mut std::ffi::c_void, out: *mut *mut O, value: T) -> i32 {
+    let h = mem.cast::<T>();
+    // SAFETY: the area holds a `T` (checked by the caller) and is the caller's to give;
+    // `out` is writable (caller contract).
+    unsafe {
+        h.write(value);
+        out.write(h.cast());
+    }
+    copyrpc_linker::status::COPYRPC_OK
+}
+
+/// Closes the handle at `p` whose magic word is `magic`: clears the word first (a second
+/// close is then refused as a closed handle) and drops the handle's contents in place;
+/// the memory is the caller's again.
+///
+/// # Safety
+///
+/// As [`handle`].
+pub(crate) unsafe fn close<T>(p: *mut T, magic: u64) -> i32 {
+    // SAFETY: forwarded.
+    if let Err(e) = unsafe { handle(p, magic) } {
+        return e;
+    }
+    crate::last_error::guard(|| {
+        // SAFETY: the magic says a live `T` is here; it is dropped once (the word is
+        // cleared first; its own drop is a no-op for a `u64`).
+        unsafe {
+            p.cast::<u64>().write(0);
+            std::ptr::drop_in_place(p);
+        }
+        copyrpc_linker::status::COPYRPC_OK
+    })
+}
+
 /// A region name from C: NUL-terminated UTF-8 starting with '/'.
 ///
 /// # Safety
