@@ -6,8 +6,8 @@
 //! the examples at full size from an installed prefix.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -52,37 +52,27 @@ fn build(source: &str, name: &str) -> PathBuf {
     exe
 }
 
-/// Runs `exe args`, killing it after `limit`; its output, or a panic naming what hung.
+/// Runs `exe args`, killed after `limit` by coreutils' `timeout` (as
+/// `copyrpc_host::exchange::launch::run_local` runs jobs); its output, or a panic naming
+/// what hung.
 fn run(exe: &Path, args: &[&str], limit: Duration) -> Output {
-    let mut child = Command::new(exe)
+    let out = Command::new("timeout")
+        .args(["--kill-after=10", &limit.as_secs().to_string()])
+        .arg(exe)
         .args(args)
         // cargo points this at target/<profile> too, whose libcopyrpc.so may be stale;
         // the program's rpath names the one this run built.
         .env_remove("LD_LIBRARY_PATH")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", exe.display()));
-    let start = Instant::now();
-    loop {
-        if child
-            .try_wait()
-            .expect("waiting for the C program")
-            .is_some()
-        {
-            return child.wait_with_output().expect("collecting its output");
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collecting its output");
-            panic!(
-                "{} {args:?} still ran after {limit:?}; its stderr:\n{}",
-                exe.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+        .output()
+        .unwrap_or_else(|e| panic!("starting timeout {}: {e}", exe.display()));
+    if matches!(out.status.code(), Some(124 | 137)) {
+        panic!(
+            "{} {args:?} still ran after {limit:?}; its stderr:\n{}",
+            exe.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+    out
 }
 
 fn assert_ok(what: &str, out: &Output, ok_lines: usize) {
