@@ -115,6 +115,33 @@ struct Shared<D> {
     steps: AtomicU64,
 }
 
+impl<D: SimDevice> Shared<D> {
+    fn new(dev: D, trace_events: usize) -> Arc<Self> {
+        let trace = (trace_events > 0).then(|| Trace::new(vec![TraceEvent::EMPTY; trace_events]));
+        Arc::new(Self {
+            state: Mutex::new(State { dev, trace }),
+            stop: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
+            steps: AtomicU64::new(0),
+        })
+    }
+
+    /// One step at `now` (traced if the engine keeps a trace), counted.
+    fn step(&self, now: u64) -> StepStats {
+        let stats = {
+            let mut st = self.lock();
+            let State { dev, trace } = &mut *st;
+            match trace {
+                Some(t) => dev.step_at(now, Some(t)),
+                None => dev.step_at(now, None),
+            }
+        };
+        // Relaxed: a statistic.
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        stats
+    }
+}
+
 impl<D> Shared<D> {
     fn lock(&self) -> MutexGuard<'_, State<D>> {
         // A panic inside the device poisons the lock; the state is still the device's,
@@ -141,14 +168,7 @@ impl<D: SimDevice> std::fmt::Debug for SimEngine<D> {
 impl<D: SimDevice> SimEngine<D> {
     /// Starts the engine thread on `dev`. Fails only if the thread cannot be spawned.
     pub fn start(dev: D, cfg: EngineConfig) -> std::io::Result<Self> {
-        let trace =
-            (cfg.trace_events > 0).then(|| Trace::new(vec![TraceEvent::EMPTY; cfg.trace_events]));
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State { dev, trace }),
-            stop: AtomicBool::new(false),
-            waiters: AtomicUsize::new(0),
-            steps: AtomicU64::new(0),
-        });
+        let shared = Shared::new(dev, cfg.trace_events);
         let s = Arc::clone(&shared);
         let idle = cfg.idle;
         let thread = std::thread::Builder::new()
@@ -164,14 +184,8 @@ impl<D: SimDevice> SimEngine<D> {
     /// For a caller that owns time itself (benchkv's virtual-time world steps each device
     /// at the virtual instants its scheduler picks); the data path is the same.
     pub fn manual(dev: D, trace_events: usize) -> Self {
-        let trace = (trace_events > 0).then(|| Trace::new(vec![TraceEvent::EMPTY; trace_events]));
         Self {
-            shared: Arc::new(Shared {
-                state: Mutex::new(State { dev, trace }),
-                stop: AtomicBool::new(false),
-                waiters: AtomicUsize::new(0),
-                steps: AtomicU64::new(0),
-            }),
+            shared: Shared::new(dev, trace_events),
             thread: None,
         }
     }
@@ -182,15 +196,7 @@ impl<D: SimDevice> SimEngine<D> {
         if self.thread.is_some() {
             return None;
         }
-        let mut st = self.shared.lock();
-        let State { dev, trace } = &mut *st;
-        let stats = match trace {
-            Some(t) => dev.step_at(now_ns, Some(t)),
-            None => dev.step_at(now_ns, None),
-        };
-        // Relaxed: a statistic.
-        self.shared.steps.fetch_add(1, Ordering::Relaxed);
-        Some(stats)
+        Some(self.shared.step(now_ns))
     }
 
     /// Runs `f` on the device between two steps (object creation, faults, snapshots).
@@ -253,18 +259,7 @@ fn run<D: SimDevice>(s: &Shared<D>, idle: Idle) {
     let mut idle_steps = 0u32;
     // Relaxed: see `halt`.
     while !s.stop.load(Ordering::Relaxed) {
-        let progressed = {
-            let mut st = s.lock();
-            let State { dev, trace } = &mut *st;
-            let now = monotonic_ns();
-            match trace {
-                Some(t) => dev.step_at(now, Some(t)),
-                None => dev.step_at(now, None),
-            }
-            .progressed()
-        };
-        // Relaxed: a statistic.
-        s.steps.fetch_add(1, Ordering::Relaxed);
+        let progressed = s.step(monotonic_ns()).progressed();
         idle_steps = if progressed {
             0
         } else {

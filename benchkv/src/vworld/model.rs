@@ -100,14 +100,10 @@ impl NicProfile {
 const ABSURD: f64 = 1e9;
 const ABSURD_GBPS: f64 = 10_000.0;
 
-/// Applies `key=value,key=value` to `fields` (name, slot); every value must be a finite
-/// number in `(0, max]`. The error names the flag, the key and why.
-fn apply(flag: &str, text: &str, fields: &mut [(&str, &mut f64, f64)]) -> Result<(), String> {
-    apply_with_zero(flag, text, fields, &[])
-}
-
-/// [`apply`], where the keys in `zero_ok` may also be 0.
-fn apply_with_zero(
+/// Applies `key=value,key=value` to `fields` (name, slot, max); every value must be a
+/// finite number in `(0, max]`, or `[0, max]` for the keys in `zero_ok`. The error names
+/// the flag, the key and why.
+fn apply(
     flag: &str,
     text: &str,
     fields: &mut [(&str, &mut f64, f64)],
@@ -146,7 +142,7 @@ impl CostModel {
     /// The defaults with `text` (`--cost`) applied.
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut c = Self::default();
-        apply_with_zero(
+        apply(
             "--cost",
             text,
             &mut [
@@ -197,6 +193,7 @@ impl NicProfile {
                 ("gbps", &mut n.gbps, ABSURD_GBPS),
                 ("ack_timeout_ns", &mut n.ack_timeout_ns, ABSURD * 10.0),
             ],
+            &[],
         )?;
         Ok(n)
     }
