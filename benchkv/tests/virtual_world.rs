@@ -326,3 +326,65 @@ fn the_adaptive_budget_steers_in_virtual_time_and_everything_is_answered() {
     assert!(!samples.is_empty());
     assert!(samples.iter().all(|s| s["poll_budget"].is_u64()));
 }
+
+/// Mean answers per µs of rank 0 over the samples in `[from_us, to_us)`.
+fn answer_rate(lines: &[Value], from_us: f64, to_us: f64) -> f64 {
+    let xs: Vec<f64> = of_type(lines, "sample")
+        .iter()
+        .filter(|s| (from_us..to_us).contains(&s["t_us"].as_f64().unwrap()))
+        .map(|s| s["answers_per_us"].as_f64().unwrap())
+        .collect();
+    assert!(!xs.is_empty(), "no samples in {from_us}..{to_us} µs");
+    xs.iter().sum::<f64>() / xs.len() as f64
+}
+
+#[test]
+fn seed_001_bistability_a_cold_start_collapses_at_four_ranks_and_holds_at_two() {
+    // Seed 001's settings with a 7 µs QP packet time (docs/PERFORMANCE.md, "Seed 001"):
+    // both worlds start with the same synchronised wave; with 3 peers the waves
+    // disperse into 1-message batches that saturate the QPs and the answer rate falls to
+    // a fraction of the first wave's, with 1 peer the two daemons stay phase-locked.
+    let run = |np: &str| {
+        let out = benchkv(&[
+            "--world",
+            np,
+            "-C",
+            "46",
+            "--queue-depth",
+            "32",
+            "--duration",
+            "3ms",
+            "--copyrpc-ring",
+            "256k",
+            "--cost",
+            "item_ns=40,jitter=0.3",
+            "--nic",
+            "wqe_ns=7000",
+            "--sample-every",
+            "100us",
+            "--output",
+            "json",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        json_lines(&out)
+    };
+    let (two, four) = (run("virtual:2"), run("virtual:4"));
+    let (early2, late2) = (
+        answer_rate(&two, 0.0, 600.0),
+        answer_rate(&two, 2000.0, 3000.0),
+    );
+    let (early4, late4) = (
+        answer_rate(&four, 0.0, 600.0),
+        answer_rate(&four, 2000.0, 3000.0),
+    );
+    assert!(
+        late2 > 0.7 * early2,
+        "2 ranks fell: {early2:.2} -> {late2:.2} answers/µs"
+    );
+    assert!(
+        late4 < 0.4 * early4,
+        "4 ranks held: {early4:.2} -> {late4:.2} answers/µs"
+    );
+    let mean = |l: &[Value]| of_type(l, "metrics")[0]["cqe_batch_mean"].as_f64().unwrap();
+    assert!(mean(&four) < 1.0, "4 ranks' CQE batch mean {}", mean(&four));
+}

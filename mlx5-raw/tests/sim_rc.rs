@@ -464,6 +464,7 @@ fn latency_and_bandwidth_in_virtual_time() {
         link: LinkConfig {
             latency_ns: 10_000,
             bandwidth_bytes_per_s: 1_000_000_000,
+            packet_ns: 0,
         },
         link_slots: 128,
         tick,
@@ -485,6 +486,44 @@ fn latency_and_bandwidth_in_virtual_time() {
     assert!(
         elapsed <= min + 64 * 2 * 64 + 1000,
         "too slow: {elapsed} ns"
+    );
+}
+
+#[test]
+fn per_packet_time_serialises_a_qps_packets() {
+    // 20 one-packet WRITEs posted at once on one QP, 1 µs per packet, no bandwidth limit
+    // and 1 µs one way: the last cannot complete before the 20 packet times of its QP
+    // plus the round trip, which a QP without `packet_ns` would beat by 19 µs.
+    let tick = 100;
+    let run = |packet_ns: u64| {
+        let mut r = Rig::new(Opts {
+            link: LinkConfig {
+                latency_ns: 1_000,
+                bandwidth_bytes_per_s: 0,
+                packet_ns,
+            },
+            link_slots: 128,
+            tick,
+            ..Opts::default()
+        });
+        let g = [r.a.sge(0, 64)];
+        let mut b = r.a.sq.batch();
+        for _ in 0..20 {
+            // SAFETY: SGE in `a.data`, untouched until completion.
+            b.rdma_write(r.b.remote(0), unsafe { Payload::gather(&g) }, SIG)
+                .unwrap();
+        }
+        b.finish();
+        let start = r.now;
+        let c = r.a_sends(20);
+        assert!(c.iter().all(|c| c.error.is_none()), "{c:?}");
+        r.now - start
+    };
+    let (free, held) = (run(0), run(1_000));
+    assert!(held >= 20 * 1_000 + 2 * 1_000, "completed after {held} ns");
+    assert!(
+        held >= free + 19 * 1_000,
+        "{held} ns against {free} ns without"
     );
 }
 

@@ -195,9 +195,11 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
         link: LinkConfig {
             latency_ns: spec.nic.one_way_ns(),
             bandwidth_bytes_per_s: spec.nic.bytes_per_s(),
+            packet_ns: ns(spec.nic.wqe_ns),
         },
         stepping: Stepping::Manual,
         ack_timeout_ns: Some(spec.nic.ack_timeout_ns.round() as u64),
+        min_rnr_timer: Some(spec.nic.rnr_timer_code()),
         ..SimOptions::default()
     };
     let peers_of = |r: u32| -> Vec<Vec<usize>> {
@@ -367,6 +369,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
     let mut series = Series::new(spec.sample_ns);
     let mut last_progress = Instant::now();
     let mut t_now = 0;
+    let mut rnr_naks = 0u64;
     while left > 0 {
         let Some(Reverse((t, id))) = q.pop() else {
             break;
@@ -379,7 +382,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
             let a = &mut actors[id];
             let nic = a.nic.as_deref().map(sim);
             if let Some(s) = nic {
-                s.step(t);
+                rnr_naks += u64::from(s.step(t).unwrap_or_default().rnr_naks);
             }
             let (loops, cqes) = (a.daemon.metrics().loops, a.daemon.metrics().cqes);
             let work = a.daemon.turn_at(t);
@@ -396,6 +399,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
             let mut next = t + spent;
             if let Some(s) = nic {
                 let st = s.step(next).unwrap_or_default();
+                rnr_naks += u64::from(st.rnr_naks);
                 if st.wqes > 0 {
                     next += ns(cost.post_ns * f64::from(st.wqes));
                 }
@@ -519,6 +523,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                 .collect::<Vec<_>>()),
         ),
         ("virtual_end_us", json!(t_now / 1000)),
+        ("rnr_naks", json!(rnr_naks)),
     ]);
     eprintln!(
         "benchkv: virtual world of {n} ranks: {:.3} ms of virtual time in {:.2} s wall, one core",

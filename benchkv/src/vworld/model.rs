@@ -3,6 +3,8 @@
 //! sets them with. Where each default comes from is in docs/BENCHKV.md ("The virtual
 //! world's figures").
 
+use copyrpc_host::fabric::sim::rnr_timer_ns;
+
 /// Nanoseconds of CPU per piece of a turn. A daemon loop costs
 /// `loop_ns + item_ns × items + cqe_ns × completions + post_ns × WQEs posted`; a step-A poll that the poll
 /// budget repeats costs `poll_ns`; a client turn that did something costs
@@ -51,14 +53,20 @@ impl Default for CostModel {
 }
 
 /// One NIC and its link, in the units of a data sheet. A packet's one-way time is
-/// `doorbell_ns + wqe_ns + latency_ns + dma_ns` plus its bytes at `gbps`.
+/// `doorbell_ns + latency_ns + dma_ns` plus its time on its QP's send side: `wqe_ns`
+/// and its bytes at `gbps`, after every earlier packet of that QP has had its own (a
+/// NIC works through one QP's packets in order, so a QP sends at most one packet per
+/// `wqe_ns`; an idle QP adds exactly `wqe_ns`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NicProfile {
     /// Wire and switch, one way.
     pub latency_ns: f64,
     /// From the doorbell (BlueFlame write) to the NIC starting on the WQE.
     pub doorbell_ns: f64,
-    /// The NIC's processing of one WQE.
+    /// The NIC's processing of one packet of one QP (WQE fetch and parse, headers),
+    /// serialised per QP: the QP's packet-rate limit. The research code's own 2-rank
+    /// analysis saw one endpoint's NIC path top out near 1 M small WRITEs/s with its
+    /// one-way time growing with load (docs/BENCHKV.md).
     pub wqe_ns: f64,
     /// The receiving NIC's PCIe write of the payload and the CQE.
     pub dma_ns: f64,
@@ -67,6 +75,10 @@ pub struct NicProfile {
     /// The transport's acknowledgement timeout; a cut link fails a QP after 8 of these
     /// (retry count 7).
     pub ack_timeout_ns: f64,
+    /// The receiver's `min_rnr_timer`: how long a sender's QP stops after an RNR NAK
+    /// (an incoming WRITE_IMM found the shared SRQ empty). Rounded up to the IBA
+    /// encoding; the default is the verbs fabric's (code 12, 640 µs).
+    pub rnr_timer_ns: f64,
 }
 
 impl Default for NicProfile {
@@ -80,14 +92,23 @@ impl Default for NicProfile {
             gbps: 100.0,
             // IB local_ack_timeout 8: 4.096 us << 8.
             ack_timeout_ns: 1_048_576.0,
+            rnr_timer_ns: 640_000.0,
         }
     }
 }
 
 impl NicProfile {
-    /// A packet's fixed one-way time, ns.
+    /// A packet's fixed one-way time besides its QP's send side (`wqe_ns` and the
+    /// bytes, which the link serialises), ns.
     pub fn one_way_ns(&self) -> u64 {
-        (self.latency_ns + self.doorbell_ns + self.wqe_ns + self.dma_ns).round() as u64
+        (self.latency_ns + self.doorbell_ns + self.dma_ns).round() as u64
+    }
+
+    /// The smallest IBA `min_rnr_timer` code whose wait is at least `rnr_timer_ns`
+    /// (codes 1..=31 grow with the wait; 0 means the longest, 655 ms).
+    pub fn rnr_timer_code(&self) -> u8 {
+        let want = self.rnr_timer_ns.round() as u64;
+        (1..=31u8).find(|&c| rnr_timer_ns(c) >= want).unwrap_or(0)
     }
 
     /// Link bandwidth in bytes per second.
@@ -192,6 +213,7 @@ impl NicProfile {
                 ("dma_ns", &mut n.dma_ns, ABSURD),
                 ("gbps", &mut n.gbps, ABSURD_GBPS),
                 ("ack_timeout_ns", &mut n.ack_timeout_ns, ABSURD * 10.0),
+                ("rnr_timer_ns", &mut n.rnr_timer_ns, 655_360_000.0),
             ],
             &[],
         )?;
@@ -201,13 +223,14 @@ impl NicProfile {
     /// `key=value` list of every figure, for the report.
     pub fn describe(&self) -> String {
         format!(
-            "latency_ns={},doorbell_ns={},wqe_ns={},dma_ns={},gbps={},ack_timeout_ns={}",
+            "latency_ns={},doorbell_ns={},wqe_ns={},dma_ns={},gbps={},ack_timeout_ns={},rnr_timer_ns={}",
             self.latency_ns,
             self.doorbell_ns,
             self.wqe_ns,
             self.dma_ns,
             self.gbps,
-            self.ack_timeout_ns
+            self.ack_timeout_ns,
+            rnr_timer_ns(self.rnr_timer_code())
         )
     }
 }
@@ -229,7 +252,7 @@ mod tests {
         assert_eq!(c.post_ns, CostModel::default().post_ns);
         let n = NicProfile::parse("gbps=200,latency_ns=1000").unwrap();
         assert_eq!(n.bytes_per_s(), 25_000_000_000);
-        assert_eq!(n.one_way_ns(), 1000 + 250 + 100 + 350);
+        assert_eq!(n.one_way_ns(), 1000 + 250 + 350);
         for (bad, needle) in [
             ("loop_ns=0", "more than 0"),
             ("loop_ns=-5", "more than 0"),
@@ -245,6 +268,19 @@ mod tests {
         }
         assert!(NicProfile::parse("gbps=1e6").unwrap_err().contains("gbps"));
         assert_eq!(ns(0.2), 1);
+        assert_eq!(NicProfile::default().rnr_timer_code(), 12);
+        assert_eq!(
+            NicProfile::parse("rnr_timer_ns=15000")
+                .unwrap()
+                .rnr_timer_code(),
+            2
+        );
+        assert_eq!(
+            NicProfile::parse("rnr_timer_ns=10")
+                .unwrap()
+                .rnr_timer_code(),
+            1
+        );
         assert_eq!(CostModel::parse("jitter=0").unwrap().jitter, 0.0);
         assert!(CostModel::parse("jitter=0.95")
             .unwrap_err()

@@ -55,6 +55,7 @@ impl Opts {
             link: LinkConfig {
                 latency_ns: 2_000,
                 bandwidth_bytes_per_s: 0,
+                packet_ns: 0,
             },
             budget: 32,
             tick: 1_000,

@@ -40,7 +40,7 @@ use crate::shm::ShmRegion;
 use crate::sim_engine::{EngineConfig, Idle, SimEngine};
 /// The link timing [`SimOptions::link`] takes and what a step reports, re-exported so a
 /// user of this fabric needs no direct dependency on the device crate.
-pub use mlx5_raw::sim::{LinkConfig as SimLinkConfig, StepStats};
+pub use mlx5_raw::sim::{rnr_timer_ns, LinkConfig as SimLinkConfig, StepStats};
 
 /// The device's object tables: QPs, CQs, SRQs, MRs. The sim fabric connects processes
 /// of one machine, so 64 QPs (an endpoint to each of 64 peer ranks) is ample; a QP's
@@ -77,6 +77,10 @@ pub struct SimOptions {
     /// Every QP's acknowledgement timeout, ns (the model's default, 500 ms, unless set):
     /// with `retry_cnt` 7 a dead link fails a QP after eight of these.
     pub ack_timeout_ns: Option<u64>,
+    /// Every QP's `min_rnr_timer` (IBA 5-bit code; the model's default, 1 = 10 µs, unless
+    /// set): how long a sender waits after this side answers RNR (SRQ empty). The verbs
+    /// fabric uses 12 (640 µs).
+    pub min_rnr_timer: Option<u8>,
 }
 
 /// Who steps a sim fabric's device.
@@ -100,6 +104,7 @@ impl Default for SimOptions {
             link: LinkConfig::default(),
             stepping: Stepping::Thread,
             ack_timeout_ns: None,
+            min_rnr_timer: None,
         }
     }
 }
@@ -429,6 +434,9 @@ impl SimFabric {
         attr.rnr_retry = opts.rnr_retry;
         if let Some(t) = self.opts.ack_timeout_ns {
             attr.ack_timeout_ns = t;
+        }
+        if let Some(t) = self.opts.min_rnr_timer {
+            attr.min_rnr_timer = t;
         }
         let mem = SqMem {
             buf,

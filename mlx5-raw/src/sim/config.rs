@@ -169,6 +169,10 @@ pub struct LinkConfig {
     pub latency_ns: u64,
     /// Serialisation rate in bytes per second (packet header + payload); 0 = unlimited.
     pub bandwidth_bytes_per_s: u64,
+    /// Fixed time each packet holds this direction on top of its bytes: the sending
+    /// NIC's per-packet work for one QP (WQE fetch and parse, header build), which a NIC
+    /// does one packet after another within a QP. 0 = none.
+    pub packet_ns: u64,
 }
 
 /// Queue memory of a send queue, for [`create_qp`](super::Device::create_qp).
@@ -306,6 +310,9 @@ pub struct StepStats {
     pub packets_received: u32,
     /// CQEs written.
     pub cqes: u32,
+    /// RNR NAKs answered because the SRQ had no WQE posted (each stalls the sender's QP
+    /// for its `min_rnr_timer`).
+    pub rnr_naks: u32,
 }
 
 impl StepStats {

@@ -309,10 +309,13 @@ impl LinkTx {
         debug_assert!(self.tail.wrapping_sub(self.head_cache) < self.link.slots);
         let bytes = PKT_HDR_BYTES as u64 + u64::from(hdr.payload_len);
         let start = self.busy_until.max(now);
-        let ser = match self.cfg.bandwidth_bytes_per_s {
-            0 => 0,
-            bw => (u128::from(bytes) * 1_000_000_000 / u128::from(bw)) as u64,
-        };
+        let ser = self
+            .cfg
+            .packet_ns
+            .saturating_add(match self.cfg.bandwidth_bytes_per_s {
+                0 => 0,
+                bw => (u128::from(bytes) * 1_000_000_000 / u128::from(bw)) as u64,
+            });
         self.busy_until = start.saturating_add(ser);
         hdr.deliver_at = self.busy_until.saturating_add(self.cfg.latency_ns);
         if self.is_cut() {

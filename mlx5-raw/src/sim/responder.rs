@@ -101,6 +101,7 @@ fn srq_ready(qp: &mut Qp, hdr: &PktHdr, env: &mut Env<'_, '_>) -> Option<usize> 
     let srq = env.srqs.get(si).and_then(|s| s.as_ref())?;
     if srq.available() == 0 {
         let srqn = srq.srqn;
+        env.ctx.stats.rnr_naks += 1;
         env.ctx.trace(TraceKind::SrqEmpty {
             srqn,
             qpn: qp.qpn,
