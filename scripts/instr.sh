@@ -6,7 +6,7 @@
 #
 #   scripts/instr.sh [MESSAGES_PER_SIDE]      (default 64000)
 #
-# The last line is the cost of one idle poll while a call waits unanswered.
+# The last line is the cost of one spin of a caller waiting on `Context::idle`.
 #
 # Payloads are 32 and 128 B: 64 calls of 512 B would need more response allowance than
 # the 64 KiB ring's reservation cap (ring/4) grants, so the caller would be refused.
@@ -57,11 +57,17 @@ for batch in 1 16 64; do
     done
   done
 done
-# A client waiting: one call held unanswered, A polls with nothing arriving (the default
-# probe interval, so the probe clock runs and a READ goes out every 4096 polls).
+# A client waiting: one call held unanswered, A spins on `Context::idle` and polls only
+# when it says there is work (the default probe interval, so the probe clock runs and a
+# READ goes out every 4096 polls). The figure is both functions' cost per spin.
 polls=20000
 f="$out/cg.idle"
-valgrind --tool=callgrind --callgrind-out-file="$f" target/release/copyrpc-instr idle "$polls" >/dev/null 2>&1 \
+spins=$(valgrind --tool=callgrind --callgrind-out-file="$f" target/release/copyrpc-instr idle "$polls" 2>/dev/null \
+  | sed -n 's/^spins=\([0-9]*\) .*/\1/p') \
   || { echo "copyrpc-instr idle $polls failed" >&2; exit 1; }
-idle=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep -E 'echo_rig::core_poll_caller \[' | head -1 | awk '{gsub(",", "", $1); print $1}')
-echo "idle poll with a call pending (A, $polls polls, the wait for the call included): $(awk -v c="$idle" -v n="$polls" 'BEGIN { printf "%.1f", c / n }') instr/poll"
+[ -n "$spins" ] || { echo "copyrpc-instr idle $polls printed no spin count" >&2; exit 1; }
+# Inclusive cost of every call of echo_rig::$1, summed over its call sites (the
+# function's own line names whichever source file callgrind saw first).
+cost() { callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep -E "=> .*echo_rig::$1 \\(" | awk '{gsub(",", "", $1); s += $1} END { print s + 0 }'; }
+idle=$(( $(cost core_idle_spin) + $(cost core_poll_caller) ))
+echo "idle wait with a call pending (A, $spins spins on Context::idle and the polls it asks for, the wait for the call included): $(awk -v c="$idle" -v n="$spins" 'BEGIN { printf "%.1f", c / n }') instr/spin"

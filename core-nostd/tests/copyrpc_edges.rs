@@ -295,3 +295,53 @@ fn an_idle_poll_visits_no_endpoint() {
         assert_eq!(credit(&p), before, "no endpoint state moved");
     });
 }
+
+/// `Context::idle` is `poll`'s nothing-to-do test: `false` while a batch is queued to
+/// post or a completion waits in a CQ, `true` once a poll has taken everything, and a
+/// caller that only spins on it still reaches the poll that answers it.
+#[test]
+fn idle_is_false_exactly_while_a_poll_has_work() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, RING as usize));
+        let ea = p.a.eps[0];
+        // A new connection has its first credit to announce; once that has settled,
+        // there is nothing to do.
+        for _ in 0..50 {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.b.ctx.poll(|_, _| unreachable!());
+            p.step();
+        }
+        assert!(
+            p.a.ctx.idle() && p.b.ctx.idle(),
+            "nothing to do once settled"
+        );
+        p.a.ctx.call_with_allowance(ea, b"ping", 48, 7).unwrap();
+        assert!(!p.a.ctx.idle(), "a queued batch is work");
+        assert_eq!(p.a.ctx.poll(|_, _| unreachable!()), 0);
+        // The batch is posted; B sees nothing until the device moves it.
+        assert!(p.b.ctx.idle(), "nothing has arrived");
+        let mut steps = 0;
+        while p.b.ctx.idle() {
+            p.step();
+            steps += 1;
+            assert!(steps < 100, "the batch never arrived\n{}", p.dump());
+        }
+        p.b.ctx.poll(|_, _| unreachable!("B made no call"));
+        let h = p.b.ctx.recv().expect("the request");
+        h.reply(&mut p.b.ctx, b"pong").unwrap();
+        // A waits as a caller should: spin on idle, poll when told, until answered.
+        let mut got = None;
+        let mut spins = 0;
+        while got.is_none() {
+            if p.a.ctx.idle() {
+                p.b.ctx.poll(|_, _| unreachable!());
+                p.step();
+            } else {
+                p.a.ctx.poll(|k, r| got = Some((k, r.unwrap().to_vec())));
+            }
+            spins += 1;
+            assert!(spins < 1_000, "the answer never came\n{}", p.dump());
+        }
+        assert_eq!(got, Some((7, b"pong".to_vec())));
+    });
+}

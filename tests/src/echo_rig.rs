@@ -71,6 +71,19 @@ pub fn core_poll_caller(ctx: &mut Context<u64, 1, 256, 2048>) -> u64 {
     got
 }
 
+/// A waiting caller's spin, as a user writes it (`while ctx.idle() { spin_loop() }`),
+/// counted; it ends when `idle` says there is work (at the latest when the next
+/// idle-peer probe sweep falls due). Out of line so callgrind counts it on its own.
+#[inline(never)]
+pub fn core_idle_spin(ctx: &mut Context<u64, 1, 256, 2048>) -> u64 {
+    let mut n = 0;
+    while ctx.idle() {
+        core::hint::spin_loop();
+        n += 1;
+    }
+    n
+}
+
 /// How side B answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Serve {
@@ -132,11 +145,13 @@ pub fn device_step(p: &mut EchoPair) {
     p.step();
 }
 
-/// Idle polling: A makes one call, which B takes and holds unanswered, then polls
-/// `polls` times with nothing arriving (the device steps between polls, so the probe
-/// READs the default interval brings complete). A's instructions per poll are then
-/// what a client pays per poll while it waits. Returns the probes A posted.
-pub fn idle(p: &mut EchoPair, polls: u64) -> u64 {
+/// Idle waiting: A makes one call, which B takes and holds unanswered, then waits at
+/// least `spins` spins with nothing arriving: it spins on `Context::idle` and polls
+/// when that says there is work (the device steps after each poll, so the probe READs
+/// the default interval brings complete). A's instructions per spin are then what a
+/// client pays per spin while it waits. Returns the spins made (`idle` calls and polls)
+/// and the probes A posted.
+pub fn idle(p: &mut EchoPair, spins: u64) -> (u64, u64) {
     let ep = p.a.eps[0];
     core_call::<0>(&mut p.a.ctx, ep, b"hold", 0, 1);
     let mut held = None;
@@ -149,14 +164,19 @@ pub fn idle(p: &mut EchoPair, polls: u64) -> u64 {
         steps += 1;
         assert!(steps < 100, "the call never arrived\n{}", p.dump());
     }
-    for _ in 0..polls {
+    // A waits as a caller should: it spins on `idle` and polls only when that says
+    // there is work (a probe sweep falls due every so often; the device steps then, so
+    // the probe's READ goes out and comes back). A spin is one call of `idle`.
+    let mut made = 0;
+    while made < spins {
+        made += core_idle_spin(&mut p.a.ctx) + 1;
         assert_eq!(core_poll_caller(&mut p.a.ctx), 0, "B holds the call");
         device_step(p);
     }
     let h = held.expect("taken above");
     h.reply(&mut p.b.ctx, b"late")
         .expect("the allowance covers it");
-    p.a.ctx.stats().probes_posted
+    (made, p.a.ctx.stats().probes_posted)
 }
 
 /// How side A issues its calls.

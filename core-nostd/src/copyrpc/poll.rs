@@ -142,6 +142,21 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         self.poll_inner::<false>(u32::MAX, on_response, |_| {})
     }
 
+    /// The check a caller spins on while it waits: `true` when [`poll`](Self::poll)
+    /// would find nothing to do (no completion in either CQ, no endpoint with anything
+    /// to post, no idle-peer probe sweep due), `false` when it should call `poll`. It
+    /// reads the two CQs' next owner bytes and two words of the context, writes nothing
+    /// but the poll count, and needs no closure, so a waiting loop
+    /// (`while ctx.idle() { spin_loop() }`) costs a fraction of a `poll` that returns
+    /// early (docs/PERFORMANCE.md, "Latency path"). It counts as a poll toward the
+    /// probe sweep, so peers are still probed while a caller only spins on it; the
+    /// `poll` that follows a `false` counts again, which only brings the next sweep
+    /// earlier.
+    #[inline(always)]
+    pub fn idle(&mut self) -> bool {
+        self.start_poll()
+    }
+
     /// [`poll`](Self::poll), taking at most `max` completions from the recv CQ (each an
     /// arrived batch: its responses go to `on_response`, its requests to the receive
     /// queue); the rest stay in the CQ, in arrival order, for the next call. For a loop

@@ -6,7 +6,8 @@
 //! Prints the messages exchanged so the script can divide without guessing.
 //!
 //! `copyrpc-instr idle POLLS`: A polls POLLS times while one call waits unanswered
-//! (`echo_rig::idle`); the script divides A's poll cost by POLLS.
+//! (`echo_rig::idle`: it spins on `Context::idle` and polls when told); the script
+//! divides the cost of the spins and polls by the spins it prints.
 //!
 //! A bad argument is a usage error (exit 2) naming it, never a panic.
 
@@ -93,8 +94,8 @@ fn main() -> ExitCode {
     match job {
         Job::Idle(polls) => on_big_stack(move || {
             let mut p = copyrpc_tests::echo_rig::pair();
-            let probes = copyrpc_tests::echo_rig::idle(&mut p, polls);
-            println!("polls={polls} probes={probes}");
+            let (spins, probes) = copyrpc_tests::echo_rig::idle(&mut p, polls);
+            println!("spins={spins} probes={probes}");
         }),
         Job::Echo {
             batch,
