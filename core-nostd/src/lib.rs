@@ -14,6 +14,7 @@
 //! | [`ipc`] | per-client SPSC request/response rings over a shared region (the ring is [`shm::spsc`], which Flux uses too) |
 //! | [`copyrpc`] | the RPC engine over raw mlx5 queues: context, endpoints, call / poll / recv / reply, batching, wrap, credit, READ fallback, raw READ/WRITE |
 //! | [`budget`] | seed 001's adaptive poll budget: fixed-point EWMAs, hysteresis, warm-up self-identification; time passed in |
+//! | [`ops`] | seed 004's completion ownership: op identities never reused, slots leased and returned only when their work requests completed, generation-tagged wr_ids, primed receive windows, imm-recv matching, `cancel_all` |
 //! | [`flux`] | N-to-N request/response mesh between threads over caller memory; user data in a per-node slab keyed by generation tokens |
 //! | `sync` | the only source of atomics and `UnsafeCell`: `core`'s, or loom's under `--cfg loom` |
 //!
@@ -35,6 +36,7 @@ pub mod credit;
 pub mod deleg;
 pub mod flux;
 pub mod ipc;
+pub mod ops;
 pub mod ring;
 pub mod shm;
 pub mod wire;
