@@ -23,6 +23,8 @@ pub enum OpError {
     QueueFull,
     /// A receive could not be reposted: the window is short by one.
     RepostFailed,
+    /// The peer refused the request (malformed, or no room for it).
+    Refused,
 }
 
 /// An operation's identity: drawn from a 64-bit counter, never given twice by a table.
