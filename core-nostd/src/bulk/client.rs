@@ -2,7 +2,7 @@
 //! The client posts no one-sided operation; its buffers are named by [`Desc`]s the
 //! server reads from and writes into.
 
-use super::wire::{Desc, Pattern, Reply, Request, Status, REQUEST_SIZE};
+use super::wire::{Desc, Pattern, Reply, Request, Status, REPLY_SIZE, REQUEST_SIZE};
 use super::BulkError;
 use crate::copyrpc::{Context, EndpointId, Error};
 use crate::ops::{OpError, OpHandle, OpTable};
@@ -74,7 +74,9 @@ impl<const N: usize> Client<N> {
         buf[REQUEST_SIZE..REQUEST_SIZE + extra.len()].copy_from_slice(extra);
         let h = self.ops.start().map_err(BulkError::Op)?;
         let payload = &buf[..REQUEST_SIZE + extra.len()];
-        if let Err(e) = ctx.call(ep, payload, U::from(h.to_u64())) {
+        // The server's reply is the fixed part alone: reserve no more credit than that.
+        let allowance = REPLY_SIZE as u32;
+        if let Err(e) = ctx.call_with_allowance(ep, payload, allowance, U::from(h.to_u64())) {
             self.ops.finish(h, Err(OpError::Failed));
             let _ = self.ops.result(h);
             return Err(BulkError::Call(e.error));

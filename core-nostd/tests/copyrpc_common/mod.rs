@@ -20,7 +20,7 @@ use mlx5_raw::sim::{
 };
 
 /// Room for 64 endpoints a side.
-pub type Dev = Device<130, 4, 2, 4>;
+pub type Dev = Device<130, 4, 2, 8>;
 
 /// Rig settings.
 #[derive(Clone, Copy)]
@@ -198,6 +198,8 @@ fn region(data: &DmaBuf, keys: MrKeys, off: usize, len: usize) -> Region {
 /// endpoint `i` of the other.
 pub struct Pair<const E: usize, const C: usize, const R: usize> {
     pub dev: Box<Dev>,
+    /// The protection domain of both sides, for tests that register more memory.
+    pub pd: Pd,
     pub a: Side<E, C, R>,
     pub b: Side<E, C, R>,
     pub now: u64,
@@ -256,6 +258,7 @@ impl<const E: usize, const C: usize, const R: usize> Pair<E, C, R> {
         }
         Self {
             dev,
+            pd,
             a,
             b,
             now: 0,
