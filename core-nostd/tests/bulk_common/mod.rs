@@ -72,7 +72,11 @@ pub const DEPTH: u16 = 8;
 
 impl Bulk {
     pub fn new(lane: usize, lanes: usize) -> Self {
-        let mut p: P = Pair::new(Opts::new(1, 4096));
+        // The sim fabric's link: 64 packets in flight, 4 KiB MTU.
+        let mut o = Opts::new(1, 4096);
+        o.link_slots = 64;
+        o.mtu = 4096;
+        let mut p: P = Pair::new(o);
         let len = lane * lanes;
         let cput = Area::new(&mut p, len);
         let cget = Area::new(&mut p, len);

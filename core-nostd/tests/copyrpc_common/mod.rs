@@ -35,6 +35,9 @@ pub struct Opts {
     pub ack_timeout_ns: u64,
     pub retry_cnt: u8,
     pub link: LinkConfig,
+    /// Packets in flight per link direction, and the link MTU.
+    pub link_slots: u32,
+    pub mtu: u32,
     pub budget: u32,
     /// Nanoseconds per step.
     pub tick: u64,
@@ -56,6 +59,8 @@ impl Opts {
                 latency_ns: 2_000,
                 bandwidth_bytes_per_s: 0,
             },
+            link_slots: 16,
+            mtu: 1024,
             budget: 32,
             tick: 1_000,
         }
@@ -217,7 +222,7 @@ impl<const E: usize, const C: usize, const R: usize> Pair<E, C, R> {
         let pd = dev.alloc_pd();
         let (mut a, sqa) = side::<E, C, R>(&mut dev, pd, &o);
         let (mut b, sqb) = side::<E, C, R>(&mut dev, pd, &o);
-        let (slots, mtu) = (16, 1024);
+        let (slots, mtu) = (o.link_slots, o.mtu);
         let lb = link_bytes(slots, mtu);
         let links = DmaBuf::new(2 * lb * o.endpoints);
         let per_ep = 2 * o.ring + 64;
