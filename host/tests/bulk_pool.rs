@@ -45,3 +45,20 @@ fn a_verbs_pool_without_a_device_is_never_built() {
         }
     }
 }
+
+#[test]
+#[ignore = "needs an mlx5 NIC: COPYRPC_TEST_DEVICE=mlx5_0 cargo test -p copyrpc-host --test bulk_pool -- --ignored"]
+fn a_verbs_pool_registers_once_on_a_nic() {
+    let dev = std::env::var("COPYRPC_TEST_DEVICE")
+        .expect("COPYRPC_TEST_DEVICE names the NIC (ibv_devices)");
+    let mut opts = FabricOptions::default();
+    opts.verbs.device = Some(dev);
+    let (f, _) = fabric::open(FabricKind::Verbs, &opts).unwrap();
+    let mut pool = BufferPool::new(&f, "bulk-pool-verbs", 4, 1 << 20).unwrap();
+    let r = pool.region();
+    assert_eq!(r.len, 4 << 20);
+    let b = pool.lease().unwrap();
+    assert_eq!(pool.desc(&b, 1 << 20).unwrap().rkey, r.rkey);
+    pool.release(b);
+    assert_eq!(pool.free_count(), 4);
+}
