@@ -173,9 +173,14 @@ fn client(node: &mut Node, a: &Args, max: usize) -> Result<String, String> {
         };
         while !c.ops().is_done(op) {
             let cref = &c;
-            node.ctx().poll(|ud, r| {
+            let handled = node.ctx().poll(|ud, r| {
                 cref.on_response(ud, r);
             });
+            // On a shared core the device model's engine threads need the CPU to move
+            // the bytes: give it up when there was nothing to do (as the echo does).
+            if handled == 0 {
+                std::thread::yield_now();
+            }
             if Instant::now() > deadline {
                 c.cancel_all();
                 return Err(format!(
@@ -261,8 +266,9 @@ fn server(node: &mut Node, a: &Args, max: usize) -> Result<String, String> {
     let mut filled_for = 0usize;
     let mut last = Instant::now();
     loop {
-        node.ctx().poll(|_, _| {});
+        let mut progressed = node.ctx().poll(|_, _| {}) > 0;
         while let Some(h) = node.ctx().recv() {
+            progressed = true;
             last = Instant::now();
             let Some((req, extra)) = Request::parse(h.data(node.ctx())) else {
                 // SAFETY: no buffer is named: nothing is posted.
@@ -325,6 +331,10 @@ fn server(node: &mut Node, a: &Args, max: usize) -> Result<String, String> {
             s.respond(node.ctx(), id, req.get.len)
                 .map_err(|e| format!("{e:?}"))?;
             served += 1;
+            progressed = true;
+        }
+        if !progressed {
+            std::thread::yield_now();
         }
         if stop && s.idle() {
             node.flush_all(Instant::now() + a.deadline, |_, _| {})
