@@ -15,8 +15,19 @@ for m in "${protocols[@]}"; do
     bad=1
   fi
 done
+# ops (completion ownership) sits under every protocol and imports none of them, nor bulk;
+# bulk is a layer above copyrpc and ops, and no protocol imports it.
+if grep -rnE "crate::(copyrpc|deleg|ipc|flux|bulk)\b|crate::\{[^}]*\b(copyrpc|deleg|ipc|flux|bulk)\b" \
+    core-nostd/src/ops | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//'; then
+  bad=1
+fi
+for m in "${protocols[@]}"; do
+  if grep -rnE "crate::bulk\b|super::super::bulk\b" "core-nostd/src/$m" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//'; then
+    bad=1
+  fi
+done
 if [ "$bad" -ne 0 ]; then
   echo "error: a core-nostd protocol module imports a sibling protocol (see above)" >&2
   exit 1
 fi
-echo "layering ok: ${protocols[*]} import none of each other"
+echo "layering ok: ${protocols[*]} import none of each other; ops imports no protocol; no protocol imports bulk"

@@ -2,7 +2,7 @@
 # Which atomic orderings do the loom models need? (issue 25)
 #
 # Weakens each non-Relaxed ordering in the shared-memory protocols (core-nostd/src/
-# deleg, ipc, flux and the shm helpers they share) to Relaxed, one site at a time,
+# deleg, ipc, flux, the shm helpers they share, and ops' slot word) to Relaxed, one site at a time,
 # rebuilds the loom models, and runs them until one fails. Prints one row per site:
 # caught (by which model) or NOT caught. An ordering no model catches is either needed
 # and unmodelled (write the model) or not needed (relax it in the code and say why).
@@ -41,7 +41,7 @@ mkdir -p target
 
 # One site per `Ordering::X` (X not Relaxed) occurrence: file, line, column of the match.
 mapfile -t sites < <(
-  grep -rnobE 'Ordering::(Acquire|Release|AcqRel|SeqCst)' core-nostd/src/{deleg,ipc,flux,shm} \
+  grep -rnobE 'Ordering::(Acquire|Release|AcqRel|SeqCst)' core-nostd/src/{deleg,ipc,flux,shm,ops} \
     --include='*.rs' | grep -v '/tests.rs:' | grep -F -- "$filter" || true
 )
 [ ${#sites[@]} -gt 0 ] || { echo "no ordering sites match '$filter'" >&2; exit 2; }

@@ -14,6 +14,8 @@
 //! | [`ipc`] | per-client SPSC request/response rings over a shared region (the ring is [`shm::spsc`], which Flux uses too) |
 //! | [`copyrpc`] | the RPC engine over raw mlx5 queues: context, endpoints, call / poll / recv / reply, batching, wrap, credit, READ fallback, raw READ/WRITE |
 //! | [`budget`] | seed 001's adaptive poll budget: fixed-point EWMAs, hysteresis, warm-up self-identification; time passed in |
+//! | [`ops`] | seed 004's completion ownership: op identities never reused, slots leased and returned only when their work requests completed, generation-tagged wr_ids, primed receive windows, imm-recv matching, `cancel_all` |
+//! | [`bulk`] | seed 003's four RPC patterns: buffer descriptors in copyrpc requests, the server pulling by READ and pushing by WRITE in bounded, slot-leased chunks |
 //! | [`flux`] | N-to-N request/response mesh between threads over caller memory; user data in a per-node slab keyed by generation tokens |
 //! | `sync` | the only source of atomics and `UnsafeCell`: `core`'s, or loom's under `--cfg loom` |
 //!
@@ -24,17 +26,21 @@
 //! under the single-producer/single-consumer contract), `ipc::layout` (casting a shared
 //! mapping), `ipc::client` and `ipc::server` (calls of the ring's `unsafe fn`s), `flux` (calls of the ring's
 //! `unsafe fn`s), `copyrpc::{mem, context, post, raw}` (registered memory behind
-//! `unsafe fn` constructors, and the driver's `unsafe fn`s for DMA payloads).
+//! `unsafe fn` constructors, and the driver's `unsafe fn`s for DMA payloads),
+//! `bulk::{mover, link, server}` (transfers over caller buffers the device reads and
+//! writes, behind `unsafe fn`s).
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod budget;
+pub mod bulk;
 pub mod copyrpc;
 pub mod credit;
 pub mod deleg;
 pub mod flux;
 pub mod ipc;
+pub mod ops;
 pub mod ring;
 pub mod shm;
 pub mod wire;

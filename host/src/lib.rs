@@ -3,6 +3,7 @@
 //! | module | holds |
 //! |---|---|
 //! | [`fabric`] | where queues come from: [`fabric::verbs`] (a ConnectX through rdma-sys and our own mlx5dv bindings) or [`fabric::sim`] (the software device model in `/dev/shm`); `auto` picks and says why |
+//! | [`bulk`] | registered buffer pools for bulk transfers, on either fabric |
 //! | [`rpc`] | a copyrpc context with an endpoint per peer rank, built on a fabric and brought up over an exchange; the echo check |
 //! | [`sim_engine`] | the thread that steps a software device in real time |
 //! | [`exchange`] | endpoint records across ranks: MPI (rsmpi) or threads of one process |
@@ -11,6 +12,7 @@
 //! | [`error`] | the one error type: a variant per failing call, with context |
 
 pub mod affinity;
+pub mod bulk;
 pub mod error;
 pub mod exchange;
 pub mod fabric;

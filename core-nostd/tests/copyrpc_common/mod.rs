@@ -20,7 +20,7 @@ use mlx5_raw::sim::{
 };
 
 /// Room for 64 endpoints a side.
-pub type Dev = Device<130, 4, 2, 4>;
+pub type Dev = Device<130, 4, 2, 8>;
 
 /// Rig settings.
 #[derive(Clone, Copy)]
@@ -35,6 +35,9 @@ pub struct Opts {
     pub ack_timeout_ns: u64,
     pub retry_cnt: u8,
     pub link: LinkConfig,
+    /// Packets in flight per link direction, and the link MTU.
+    pub link_slots: u32,
+    pub mtu: u32,
     pub budget: u32,
     /// Nanoseconds per step.
     pub tick: u64,
@@ -57,6 +60,8 @@ impl Opts {
                 bandwidth_bytes_per_s: 0,
                 packet_ns: 0,
             },
+            link_slots: 16,
+            mtu: 1024,
             budget: 32,
             tick: 1_000,
         }
@@ -199,6 +204,8 @@ fn region(data: &DmaBuf, keys: MrKeys, off: usize, len: usize) -> Region {
 /// endpoint `i` of the other.
 pub struct Pair<const E: usize, const C: usize, const R: usize> {
     pub dev: Box<Dev>,
+    /// The protection domain of both sides, for tests that register more memory.
+    pub pd: Pd,
     pub a: Side<E, C, R>,
     pub b: Side<E, C, R>,
     pub now: u64,
@@ -216,7 +223,7 @@ impl<const E: usize, const C: usize, const R: usize> Pair<E, C, R> {
         let pd = dev.alloc_pd();
         let (mut a, sqa) = side::<E, C, R>(&mut dev, pd, &o);
         let (mut b, sqb) = side::<E, C, R>(&mut dev, pd, &o);
-        let (slots, mtu) = (16, 1024);
+        let (slots, mtu) = (o.link_slots, o.mtu);
         let lb = link_bytes(slots, mtu);
         let links = DmaBuf::new(2 * lb * o.endpoints);
         let per_ep = 2 * o.ring + 64;
@@ -257,6 +264,7 @@ impl<const E: usize, const C: usize, const R: usize> Pair<E, C, R> {
         }
         Self {
             dev,
+            pd,
             a,
             b,
             now: 0,

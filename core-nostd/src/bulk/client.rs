@@ -1,0 +1,107 @@
+//! The client side: a bulk request is one copyrpc call whose op ends with the reply.
+//! The client posts no one-sided operation; its buffers are named by [`Desc`]s the
+//! server reads from and writes into.
+
+use super::wire::{Desc, Pattern, Reply, Request, Status, REPLY_SIZE, REQUEST_SIZE};
+use super::BulkError;
+use crate::copyrpc::{Context, EndpointId, Error};
+use crate::ops::{OpError, OpHandle, OpTable};
+
+/// Caller bytes a request may carry after its fixed part.
+pub const MAX_EXTRA: usize = 200;
+
+/// Up to `N` bulk calls outstanding.
+#[derive(Debug)]
+pub struct Client<const N: usize> {
+    ops: OpTable<N>,
+    tag: u32,
+}
+
+impl<const N: usize> Default for Client<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Client<N> {
+    /// No call outstanding.
+    pub fn new() -> Self {
+        Self {
+            ops: OpTable::new(),
+            tag: 0,
+        }
+    }
+
+    /// The op table: poll a call's handle here. A call's result is the reply's byte
+    /// count (bytes written into `get`, or pulled from `put`).
+    pub fn ops(&self) -> &OpTable<N> {
+        &self.ops
+    }
+
+    /// Sends a bulk request: `put` for a pattern that pulls, `get` for one that pushes
+    /// (made by [`Regions::describe`](super::Regions::describe), so checked), and
+    /// `extra` caller bytes. The `put` buffer must hold its data and the `get` buffer
+    /// must be left alone until the op ends.
+    pub fn call<U: From<u64>, const E: usize, const C: usize, const R: usize>(
+        &mut self,
+        ctx: &mut Context<U, E, C, R>,
+        ep: EndpointId,
+        pattern: Pattern,
+        put: Option<Desc>,
+        get: Option<Desc>,
+        extra: &[u8],
+    ) -> Result<OpHandle, BulkError> {
+        let need = |used: bool, d: Option<Desc>| match (used, d) {
+            (true, None) => Err(BulkError::NoBuffer),
+            (true, Some(d)) if d.len == 0 => Err(BulkError::ZeroLength),
+            (true, Some(d)) => Ok(d),
+            (false, _) => Ok(Desc::default()),
+        };
+        let put = need(pattern.pulls(), put)?;
+        let get = need(pattern.pushes(), get)?;
+        if extra.len() > MAX_EXTRA {
+            return Err(BulkError::TooLong);
+        }
+        self.tag = self.tag.wrapping_add(1);
+        let mut buf = [0u8; REQUEST_SIZE + MAX_EXTRA];
+        Request {
+            pattern,
+            tag: self.tag,
+            put,
+            get,
+        }
+        .emit(&mut buf);
+        buf[REQUEST_SIZE..REQUEST_SIZE + extra.len()].copy_from_slice(extra);
+        let h = self.ops.start().map_err(BulkError::Op)?;
+        let payload = &buf[..REQUEST_SIZE + extra.len()];
+        // The server's reply is the fixed part alone: reserve no more credit than that.
+        let allowance = REPLY_SIZE as u32;
+        if let Err(e) = ctx.call_with_allowance(ep, payload, allowance, U::from(h.to_u64())) {
+            self.ops.finish(h, Err(OpError::Failed));
+            let _ = self.ops.result(h);
+            return Err(BulkError::Call(e.error));
+        }
+        Ok(h)
+    }
+
+    /// Hands a copyrpc response (from `ctx.poll`'s callback) to the call it answers;
+    /// `false` if it answers none still pending (cancelled, or not a bulk call).
+    pub fn on_response(&self, user: u64, response: Result<&[u8], Error>) -> bool {
+        let h = OpHandle::from_u64(user);
+        let result = match response.map(Reply::parse) {
+            Ok(Some((r, _))) => match r.status {
+                Status::Ok => Ok(r.bytes),
+                Status::TransferFailed => Err(OpError::Failed),
+                Status::BadRequest | Status::Busy => Err(OpError::Refused),
+            },
+            Ok(None) | Err(_) => Err(OpError::Failed),
+        };
+        self.ops.finish(h, result)
+    }
+
+    /// Fails every call still waiting ([`OpError::Cancelled`]); their replies, if
+    /// they come, change nothing.
+    pub fn cancel_all(&self) -> usize {
+        self.ops.cancel_all()
+    }
+}

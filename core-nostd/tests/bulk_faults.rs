@@ -1,0 +1,216 @@
+//! Faults in the middle of bulk transfers: a QP failure, a peer's key revoked, and
+//! cancellation fail every affected operation exactly once, return every slot to the
+//! free list, and hang nothing. A seeded run of mixed patterns holds that under
+//! random faults: `BULK_FAULT_RUNS` runs (default 40; the acceptance is 1000:
+//! `BULK_FAULT_RUNS=1000 cargo test -p copyrpc-core --release --test bulk_faults`).
+
+mod bulk_common;
+
+use bulk_common::{big_stack, checksum, pattern, standard, Bulk, Rng};
+use copyrpc_core::bulk::Pattern;
+use copyrpc_core::ops::{OpError, OpHandle};
+
+const ROUNDS: u64 = 400_000;
+
+/// Rounds until every op in `ops` has ended and the server holds nothing; checks that
+/// each op ended exactly once and every slot is back.
+fn drain(b: &mut Bulk, ops: &[OpHandle], cancelled: u64, what: &str) -> Vec<Result<u64, OpError>> {
+    b.run_until(what, ROUNDS, &mut standard, |b| {
+        ops.iter().all(|&h| b.client.ops().is_done(h)) && b.server.idle()
+    });
+    assert_eq!(
+        b.responses + cancelled,
+        ops.len() as u64,
+        "{what}: every call ends exactly once (responses {}, cancelled {cancelled})",
+        b.responses
+    );
+    assert_eq!(b.server.mover().free_slots(), 16, "{what}: a slot leaked");
+    assert_eq!(
+        b.server.mover().ops().live_count(),
+        0,
+        "{what}: a transfer op leaked"
+    );
+    let r: Vec<_> = ops
+        .iter()
+        .map(|&h| b.client.ops().result(h).unwrap())
+        .collect();
+    for &h in ops {
+        assert_eq!(b.client.ops().result(h), Some(Err(OpError::Gone)));
+    }
+    r
+}
+
+/// Rounds until some operation of the server is in flight.
+fn until_in_flight(b: &mut Bulk) {
+    b.run_until("an operation in flight", ROUNDS, &mut standard, |b| {
+        b.server.mover().free_slots() < 16
+    });
+}
+
+#[test]
+fn a_qp_failure_mid_transfer_fails_each_call_once_and_frees_every_slot() {
+    big_stack(|| {
+        let mut b = Bulk::new(2 << 20, 2);
+        let put = b.call(0, Pattern::Put, 2 << 20, 0).unwrap();
+        let get = b.call(1, Pattern::Get, 0, 2 << 20).unwrap();
+        until_in_flight(&mut b);
+        b.p.dev.fail_qp(b.p.b.qpns[0]).unwrap();
+        let r = drain(&mut b, &[put, get], 0, "calls after the server's QP failed");
+        assert!(r.iter().all(|x| x.is_err()), "{r:?}");
+        assert!(
+            b.server.mover().stats().failed > 0,
+            "the failure hit in-flight operations"
+        );
+    });
+}
+
+#[test]
+fn a_revoked_key_mid_transfer_fails_the_call_once_and_frees_every_slot() {
+    big_stack(|| {
+        let mut b = Bulk::new(4 << 20, 1);
+        let op = b.call(0, Pattern::Put, 4 << 20, 0).unwrap();
+        until_in_flight(&mut b);
+        b.p.dev.dereg_mr(b.cput.keys.lkey).unwrap();
+        let r = drain(&mut b, &[op], 0, "a call whose put key was revoked");
+        assert!(r[0].is_err(), "{r:?}");
+    });
+}
+
+#[test]
+fn cancel_all_on_both_sides_mid_transfer_ends_each_call_once() {
+    big_stack(|| {
+        let mut b = Bulk::new(2 << 20, 2);
+        let a = b.call(0, Pattern::Both, 2 << 20, 2 << 20).unwrap();
+        let c = b.call(1, Pattern::Get, 0, 2 << 20).unwrap();
+        until_in_flight(&mut b);
+        assert!(b.server.cancel_all() > 0);
+        // The server answers the cancelled requests as failed; the client takes it.
+        let r = drain(&mut b, &[a, c], 0, "calls whose transfers were cancelled");
+        assert!(r.contains(&Err(OpError::Failed)), "{r:?}");
+        // Client-side cancel: the late replies change nothing.
+        let d = b.call(0, Pattern::Put, 0, 0).unwrap_err();
+        assert_eq!(d, copyrpc_core::bulk::BulkError::NoBuffer);
+        let e = b.call(0, Pattern::Put, 1 << 20, 0).unwrap();
+        let n = b.client.cancel_all() as u64;
+        assert_eq!(n, 1);
+        b.responses = 0;
+        let r = drain(&mut b, &[e], n, "a call cancelled by the client");
+        assert_eq!(r, [Err(OpError::Cancelled)]);
+        b.run_until(
+            "the cancelled call's late reply",
+            ROUNDS,
+            &mut standard,
+            |b| b.late_responses == 1,
+        );
+    });
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    None,
+    FailServerQp,
+    FailClientQp,
+    RevokePut,
+    RevokeGet,
+    CancelServer,
+    CancelClient,
+}
+
+/// One seeded run; returns whether its fault struck while an operation was in flight.
+fn one_run(seed: u64) -> bool {
+    const LANE: usize = 512 << 10;
+    let mut rng = Rng(seed | 1);
+    let mut b = Bulk::new(LANE, 4);
+    let pats = [
+        Pattern::HeaderOnly,
+        Pattern::Put,
+        Pattern::Get,
+        Pattern::Both,
+    ];
+    let mut ops = Vec::new();
+    let mut want = Vec::new();
+    for k in 0..4 {
+        let pat = pats[rng.below(4) as usize];
+        let n = 1 + rng.below(LANE as u64) as usize;
+        let put = pattern(seed + k as u64, n);
+        let src = pattern(seed + 50 + k as u64, n);
+        b.cput.buf.write(k * LANE, &put);
+        b.sget.buf.write(k * LANE, &src);
+        let (pl, gl) = (
+            if pat.pulls() { n as u64 } else { 0 },
+            if pat.pushes() { n as u64 } else { 0 },
+        );
+        ops.push(b.call(k, pat, pl, gl).unwrap());
+        want.push((pat, n, put, src));
+    }
+    let faults = [
+        Fault::None,
+        Fault::FailServerQp,
+        Fault::FailClientQp,
+        Fault::RevokePut,
+        Fault::RevokeGet,
+        Fault::CancelServer,
+        Fault::CancelClient,
+    ];
+    let fault = faults[rng.below(faults.len() as u64) as usize];
+    // Four transfers of up to 512 KiB take some 5 to 30 rounds on this link: most faults
+    // strike mid-transfer, some before the first operation or after the last.
+    let at = rng.below(48);
+    for _ in 0..at {
+        b.round(&mut standard);
+    }
+    let mut cancelled = 0;
+    let struck = !matches!(fault, Fault::None) && b.server.mover().free_slots() < 16;
+    match fault {
+        Fault::None => {}
+        Fault::FailServerQp => b.p.dev.fail_qp(b.p.b.qpns[0]).unwrap(),
+        Fault::FailClientQp => b.p.dev.fail_qp(b.p.a.qpns[0]).unwrap(),
+        Fault::RevokePut => b.p.dev.dereg_mr(b.cput.keys.lkey).unwrap(),
+        Fault::RevokeGet => b.p.dev.dereg_mr(b.cget.keys.lkey).unwrap(),
+        Fault::CancelServer => {
+            b.server.cancel_all();
+        }
+        Fault::CancelClient => cancelled = b.client.cancel_all() as u64,
+    }
+    let what = format!("seed {seed}, {fault:?} at round {at}");
+    let r = drain(&mut b, &ops, cancelled, &what);
+    if matches!(fault, Fault::None) {
+        for (k, (res, (pat, n, put, src))) in r.iter().zip(&want).enumerate() {
+            assert!(res.is_ok(), "{what}: lane {k} {pat:?} {res:?}");
+            if pat.pulls() {
+                assert_eq!(
+                    checksum(&b.sput.buf.read(k * LANE, *n)),
+                    checksum(put),
+                    "{what}"
+                );
+            }
+            if *pat == Pattern::Get {
+                assert_eq!(
+                    checksum(&b.cget.buf.read(k * LANE, *n)),
+                    checksum(src),
+                    "{what}"
+                );
+            }
+        }
+    }
+    struck
+}
+
+#[test]
+fn seeded_fault_runs_of_mixed_patterns() {
+    let runs: u64 = std::env::var("BULK_FAULT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    big_stack(move || {
+        let struck = (0..runs)
+            .filter(|seed| one_run(0x9e37_79b9 + seed * 7919))
+            .count() as u64;
+        // Faults that always land before or after the transfers would test nothing.
+        assert!(
+            struck * 10 >= runs,
+            "only {struck} of {runs} faults struck an operation in flight"
+        );
+        eprintln!("{struck} of {runs} faults struck an operation in flight");
+    });
+}

@@ -1,0 +1,167 @@
+//! The four patterns move 1 KiB, 1 MiB and 10 MiB on the device model, checked by
+//! checksum; bad input is refused before anything is posted.
+
+mod bulk_common;
+
+use bulk_common::{big_stack, checksum, pattern, standard, Bulk};
+use copyrpc_core::bulk::{BulkError, Pattern};
+
+const SIZES: [usize; 3] = [1 << 10, 1 << 20, 10 << 20];
+
+fn moves(pat: Pattern) {
+    big_stack(move || {
+        let mut b = Bulk::new(10 << 20, 1);
+        for (i, &n) in SIZES.iter().enumerate() {
+            let put = pattern(i as u64 + 1, n);
+            let get_src = pattern(i as u64 + 100, n);
+            b.cput.buf.write(0, &put);
+            b.sget.buf.write(0, &get_src);
+            b.cget.buf.write(0, &vec![0; n]);
+            let (pl, gl) = (
+                if pat.pulls() { n as u64 } else { 0 },
+                if pat.pushes() { n as u64 } else { 0 },
+            );
+            let op = b.call(0, pat, pl, gl).unwrap();
+            b.run_until("the bulk call's reply", 2_000_000, &mut standard, |b| {
+                b.client.ops().is_done(op)
+            });
+            let got = b.client.ops().result(op).unwrap();
+            assert_eq!(got, Ok(if pat.pushes() { n as u64 } else { pl }), "{n} B");
+            if pat.pulls() {
+                assert_eq!(
+                    checksum(&b.sput.buf.read(0, n)),
+                    checksum(&put),
+                    "PUT {n} B"
+                );
+            }
+            match pat {
+                Pattern::Get => {
+                    assert_eq!(
+                        checksum(&b.cget.buf.read(0, n)),
+                        checksum(&get_src),
+                        "GET {n} B"
+                    )
+                }
+                Pattern::Both => {
+                    let want: Vec<u8> = put.iter().map(|x| x ^ 0x5a).collect();
+                    assert_eq!(
+                        checksum(&b.cget.buf.read(0, n)),
+                        checksum(&want),
+                        "BOTH {n} B"
+                    )
+                }
+                _ => {}
+            }
+            assert!(b.server.idle(), "the server holds nothing after the reply");
+            assert_eq!(b.server.mover().free_slots(), 16);
+        }
+    });
+}
+
+#[test]
+fn header_only() {
+    big_stack(|| {
+        let mut b = Bulk::new(4096, 1);
+        for _ in 0..3 {
+            let op = b.call(0, Pattern::HeaderOnly, 0, 0).unwrap();
+            b.run_until("a header-only reply", 10_000, &mut standard, |b| {
+                b.client.ops().is_done(op)
+            });
+            assert_eq!(b.client.ops().result(op), Some(Ok(0)));
+        }
+        assert_eq!(
+            b.p.b.ctx.raw_completed(b.p.b.eps[0]),
+            (0, 0),
+            "nothing one-sided"
+        );
+    });
+}
+
+#[test]
+fn put_moves_1k_1m_10m() {
+    moves(Pattern::Put);
+}
+
+#[test]
+fn get_moves_1k_1m_10m() {
+    moves(Pattern::Get);
+}
+
+#[test]
+fn both_moves_1k_1m_10m() {
+    moves(Pattern::Both);
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_nothing_is_posted() {
+    big_stack(|| {
+        let mut b = Bulk::new(4096, 1);
+        let (rk, va) = (b.cput.keys.rkey, b.cput.keys.va);
+        assert_eq!(b.creg.describe(rk, va, 4097), Err(BulkError::BeyondRegion));
+        assert_eq!(
+            b.creg.describe(rk ^ 0xff00, va, 16),
+            Err(BulkError::UnknownKey)
+        );
+        assert_eq!(b.creg.describe(rk, va, 0), Err(BulkError::ZeroLength));
+        let ep = b.p.a.eps[0];
+        let zero = copyrpc_core::bulk::Desc {
+            addr: va,
+            len: 0,
+            rkey: rk,
+        };
+        assert_eq!(
+            b.client
+                .call(&mut b.p.a.ctx, ep, Pattern::Put, Some(zero), None, &[]),
+            Err(BulkError::ZeroLength)
+        );
+        assert_eq!(
+            b.client
+                .call(&mut b.p.a.ctx, ep, Pattern::Get, None, None, &[]),
+            Err(BulkError::NoBuffer)
+        );
+        let link = copyrpc_core::bulk::Link::new(&b.p.b.ctx, b.p.b.eps[0]);
+        assert_eq!(
+            copyrpc_core::bulk::Server::<4, 4>::new(link, 1024, 5).err(),
+            Some(BulkError::TooDeep),
+            "more in flight than slots"
+        );
+        // A request whose put descriptor is longer than the server's buffer: refused
+        // with a reply, nothing posted.
+        let put = b.creg.describe(rk, va, 4096).unwrap();
+        let op = b
+            .client
+            .call(
+                &mut b.p.a.ctx,
+                ep,
+                Pattern::Put,
+                Some(put),
+                None,
+                &0u32.to_le_bytes(),
+            )
+            .unwrap();
+        for _ in 0..2000 {
+            b.p.a.ctx.poll(|ud, r| {
+                b.client.on_response(ud, r);
+            });
+            b.p.b.ctx.poll(|_, _| {});
+            while let Some(h) = b.p.b.ctx.recv() {
+                let small = b.sreg.local(b.sput.keys.lkey, b.sput.keys.va, 100).unwrap();
+                // SAFETY: the server's put area is used by this request only.
+                let r = unsafe { b.server.accept(&mut b.p.b.ctx, h, Some(small), None) };
+                assert_eq!(r.err(), Some(BulkError::LengthMismatch));
+            }
+            b.server.progress(&mut b.p.b.ctx);
+            b.p.step();
+            if b.client.ops().is_done(op) {
+                break;
+            }
+        }
+        assert_eq!(
+            b.client.ops().result(op),
+            Some(Err(copyrpc_core::ops::OpError::Refused))
+        );
+        assert_eq!(b.p.b.ctx.raw_completed(b.p.b.eps[0]), (0, 0));
+        assert_eq!(b.p.b.ctx.raw_pending(b.p.b.eps[0]), 0, "nothing posted");
+        assert!(b.server.idle());
+    });
+}

@@ -1,0 +1,45 @@
+//! `mpirun -np 2 copyrpc-bulk` on the sim fabric: two processes, each with its own device
+//! model, moving 10 MiB by each bulk pattern (PUT, GET, both), every transfer checked by
+//! checksum on the side that receives it.
+
+use std::path::Path;
+
+use copyrpc_host::exchange::launch::{run_local, run_local_ok};
+
+const EXE: &str = env!("CARGO_BIN_EXE_copyrpc-bulk");
+const TIMEOUT_S: u32 = 180;
+
+#[test]
+fn two_ranks_move_10_mib_by_each_pattern_under_mpirun() {
+    let out = run_local_ok(
+        Some(2),
+        Path::new(EXE),
+        &["--pattern", "all", "--sizes", "10M", "--iters", "1"],
+        TIMEOUT_S,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("FAIL"), "a rank failed:\n{stdout}");
+    for p in ["put", "get", "both"] {
+        let want = format!("rank 0/2: {p} 10485760 B x 1: ");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&want))
+            .unwrap_or_else(|| panic!("no {p} progress line:\n{stdout}"));
+        assert!(line.ends_with("MiB/s ok"), "{line}");
+    }
+    assert!(stdout.contains("rank 0/2: calls=4 ok"), "{stdout}");
+    assert!(stdout.contains("rank 1/2: served=4 ok"), "{stdout}");
+}
+
+#[test]
+fn one_rank_is_refused_with_the_fix_named() {
+    let out = run_local(Some(1), Path::new(EXE), &["--sizes", "1K"], TIMEOUT_S)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        stdout.contains("FAIL needs exactly 2 ranks (mpirun -np 2)"),
+        "{stdout}"
+    );
+}
