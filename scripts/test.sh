@@ -122,6 +122,8 @@ step "freestanding link + run (x86_64, aarch64/qemu)" linker/freestanding/check.
 step "C library: install, examples built with pkg-config, full-size runs" scripts/c-examples.sh
 step "no_std crates' tests on aarch64 (qemu)"  aarch64_tests
 step "loom models (core-nostd/tests/loom_*)"   loom_models
+step "bulk: 1 000 seeded fault runs of mixed patterns (release)" \
+  env BULK_FAULT_RUNS=1000 cargo test --quiet --release -p copyrpc-core --test bulk_faults seeded
 step "miri: mlx5-raw, core-nostd shm protocols, Context::init" miri_unsafe
 step "benches: each run once (criterion --test)" cargo test --quiet --benches --workspace
 step "fuzz: build + bounded runs"             fuzz_all
