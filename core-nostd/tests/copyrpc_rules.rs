@@ -407,3 +407,42 @@ fn qpn_is_each_endpoints_own_qp_number() {
         assert_eq!(seen.len(), 6);
     });
 }
+
+/// Before `connect`, a call is refused as `NotConnected` (not `EndpointFailed`); a peer
+/// whose recv ring is larger than our send ring is refused as `SendRingTooSmall` and
+/// leaves the endpoint unconnected; the peer's own info connects, once.
+#[test]
+fn connect_refuses_a_peer_ring_larger_than_our_send_ring_and_calls_wait_for_it() {
+    big_stack(|| {
+        let mut o = Opts::new(1, 4096);
+        o.connect = false;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        let refused = p.a.ctx.call(ea, b"early", 1).unwrap_err();
+        assert_eq!((refused.error, refused.user_data), (Error::NotConnected, 1));
+        let (ia, ib) = (
+            p.a.ctx.local_info(ea).unwrap(),
+            p.b.ctx.local_info(eb).unwrap(),
+        );
+        let mut larger = ib;
+        larger.recv_ring_size = 2 * ib.recv_ring_size;
+        assert_eq!(p.a.ctx.connect(ea, &larger), Err(Error::SendRingTooSmall));
+        assert_eq!(
+            p.a.ctx.call(ea, b"x", 2).unwrap_err().error,
+            Error::NotConnected
+        );
+        p.a.ctx.connect(ea, &ib).unwrap();
+        p.b.ctx.connect(eb, &ia).unwrap();
+        assert_eq!(p.a.ctx.connect(ea, &ib), Err(Error::AlreadyConnected));
+        p.a.ctx.call(ea, b"now", 3).unwrap();
+        let mut got = None;
+        while got.is_none() {
+            p.a.ctx.poll(|k, r| got = Some((k, r.unwrap().to_vec())));
+            p.b.ctx.poll(|_, _| unreachable!());
+            serve_echo(&mut p.b.ctx);
+            p.step();
+            assert!(p.steps < 1000, "stalled\n{}", p.dump());
+        }
+        assert_eq!(got, Some((3, b"now".to_vec())));
+    });
+}
