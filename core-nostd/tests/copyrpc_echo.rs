@@ -106,6 +106,16 @@ fn padding_boundaries_20_and_21() {
         let p = echo::<1, 64, 128>(o, 200, 8, |k| [0, 20, 21, 52, 53, 1][k % 6]);
         // 20 B pads to 32 and 21 B to 64: the run only passes if both parse back.
         assert_eq!(p.b.ctx.stats().stray_responses, 0);
+        // B's replies wrapped its send ring (flushes through the general path), yet B,
+        // which has no calls pending (so never probes) and never ran short of ring room
+        // for a credit batch, had no reason to READ A's consumer.
+        let b = p.b.ctx.stats();
+        assert!(b.wraps > 0, "the replies wrapped the ring");
+        assert_eq!(
+            (b.reads_posted, b.probes_posted),
+            (0, 0),
+            "B read with nothing to learn"
+        );
     });
 }
 

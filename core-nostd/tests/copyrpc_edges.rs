@@ -5,7 +5,7 @@
 
 mod copyrpc_common;
 
-use copyrpc_common::{big_stack, serve_echo, Opts, Pair, Rng};
+use copyrpc_common::{big_stack, pattern, serve_echo, Opts, Pair, Rng};
 use copyrpc_core::copyrpc::{CreditSnapshot, Error, RecvHandle};
 use copyrpc_core::credit::{allowance_blocks, internal_allowance_for_blocks};
 use copyrpc_core::wire::{padded_message_size, FLOW_METADATA_SIZE};
@@ -343,5 +343,49 @@ fn idle_is_false_exactly_while_a_poll_has_work() {
             assert!(spins < 1_000, "the answer never came\n{}", p.dump());
         }
         assert_eq!(got, Some((7, b"pong".to_vec())));
+    });
+}
+
+/// A flush that posted everything it had (a batch through the fast path, or wrap ranges
+/// through the general one) and wants no credit batch and no READ says so, and the poll
+/// clears the endpoint's dirty bit: after every poll of a windowed echo whose replies
+/// and calls wrap the ring, neither side has an endpoint left to visit.
+#[test]
+fn a_poll_that_posts_everything_leaves_no_endpoint_due() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, RING as usize));
+        let (mut sent, mut got) = (0u64, 0u64);
+        while got < 300 {
+            while sent < 300 && sent < got + 8 {
+                let len = [0usize, 20, 21, 52, 53, 1][sent as usize % 6];
+                let payload = pattern(sent, len);
+                match p
+                    .a
+                    .ctx
+                    .call_with_allowance(p.a.eps[0], &payload, len as u32, sent)
+                {
+                    Ok(_) => sent += 1,
+                    Err(e) if e.error.is_retryable() => break,
+                    Err(e) => panic!("call {sent}: {:?}", e.error),
+                }
+            }
+            p.a.ctx.poll(|k, r| {
+                assert_eq!(
+                    r.unwrap(),
+                    &pattern(k, [0usize, 20, 21, 52, 53, 1][k as usize % 6])[..]
+                );
+                got += 1;
+            });
+            assert_eq!(p.a.ctx.endpoints_due(), 0, "caller endpoint left due");
+            p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+            assert_eq!(p.b.ctx.endpoints_due(), 0, "receiver endpoint left due");
+            serve_echo(&mut p.b.ctx);
+            p.step();
+            assert!(p.steps < 10_000, "stalled\n{}", p.dump());
+        }
+        // Both flush paths ran: batches on their own, and wraps.
+        for s in [p.a.ctx.stats(), p.b.ctx.stats()] {
+            assert!(s.wraps > 0 && s.batches_posted > s.wraps, "{s:?}");
+        }
     });
 }

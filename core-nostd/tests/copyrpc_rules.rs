@@ -8,7 +8,7 @@
 mod copyrpc_common;
 
 use copyrpc_common::{big_stack, pattern, serve_echo, Opts, Pair};
-use copyrpc_core::copyrpc::Error;
+use copyrpc_core::copyrpc::{Error, RecvHandle};
 
 #[test]
 fn oversize_reply_is_refused_and_the_handle_comes_back() {
@@ -316,4 +316,133 @@ fn a_large_context_is_built_in_place_on_a_small_stack() {
         .unwrap()
         .join()
         .unwrap();
+}
+
+/// A `RecvHandle` names the endpoint its request came in on and the call id its caller
+/// was given, and survives `into_raw` / `from_raw` (how the C ABI keeps it): the rebuilt
+/// handle reads the same bytes and its reply reaches the caller. A reply through a raw
+/// handle whose call id does not match the request at its sequence number is refused as
+/// stale, as is one through a handle already answered (which reads no bytes).
+#[test]
+fn a_recv_handle_names_its_call_and_survives_a_raw_round_trip() {
+    big_stack(|| {
+        let mut p: Pair<2, 64, 128> = Pair::new(Opts::new(2, 4096));
+        let (ea, eb) = (p.a.eps[1], p.b.eps[1]);
+        // Three calls, so the last one's call id and sequence number are neither 0 nor 1.
+        let mut ids = Vec::new();
+        for k in 0..3u64 {
+            ids.push(p.a.ctx.call(ea, &pattern(k, 20), k).unwrap());
+        }
+        let mut handles = Vec::new();
+        while handles.len() < 3 {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.b.ctx.poll(|_, _| unreachable!());
+            p.step();
+            while let Some(h) = p.b.ctx.recv() {
+                handles.push(h);
+            }
+            assert!(p.steps < 1000, "stalled\n{}", p.dump());
+        }
+        for (h, &id) in handles.iter().zip(&ids) {
+            assert_eq!((h.endpoint(), h.call_id()), (eb, id));
+        }
+        let last = handles.pop().unwrap();
+        let raw = last.into_raw();
+        assert_eq!((raw.0, raw.2), (eb.0, ids[2]));
+        assert!(
+            raw.1 >= 2,
+            "the third request's sequence number, got {}",
+            raw.1
+        );
+        // The same sequence number with another call id is not this request.
+        let (ep, seq, id) = raw;
+        let wrong = RecvHandle::from_raw((ep, seq, id ^ 1));
+        let err = wrong.reply(&mut p.b.ctx, b"no").unwrap_err();
+        assert_eq!(err.error, Error::StaleHandle);
+        let h = RecvHandle::from_raw(raw);
+        assert_eq!(h.data(&p.b.ctx), &pattern(2, 20)[..]);
+        h.reply(&mut p.b.ctx, b"two").unwrap();
+        let again = RecvHandle::from_raw(raw);
+        assert_eq!(again.data(&p.b.ctx), b"", "an answered request is gone");
+        assert_eq!(
+            again.reply(&mut p.b.ctx, b"twice").unwrap_err().error,
+            Error::StaleHandle
+        );
+        for h in handles {
+            h.reply(&mut p.b.ctx, b"early").unwrap();
+        }
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            p.b.ctx.poll(|_, _| unreachable!());
+            p.a.ctx.poll(|k, r| got.push((k, r.unwrap().to_vec())));
+            p.step();
+            assert!(p.steps < 2000, "stalled\n{}", p.dump());
+        }
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                (0, b"early".to_vec()),
+                (1, b"early".to_vec()),
+                (2, b"two".to_vec())
+            ]
+        );
+    });
+}
+
+/// `Context::qpn` is the endpoint's own QP (the number its peer connects to), a
+/// different one for each endpoint.
+#[test]
+fn qpn_is_each_endpoints_own_qp_number() {
+    big_stack(|| {
+        let p: Pair<3, 64, 128> = Pair::new(Opts::new(3, 4096));
+        let mut seen = std::collections::BTreeSet::new();
+        for side in [&p.a, &p.b] {
+            for &ep in &side.eps {
+                let qpn = side.ctx.qpn(ep).unwrap();
+                assert_eq!(qpn, side.ctx.local_info(ep).unwrap().qpn);
+                assert!(seen.insert(qpn), "QP number {qpn} twice");
+            }
+        }
+        assert_eq!(seen.len(), 6);
+    });
+}
+
+/// Before `connect`, a call is refused as `NotConnected` (not `EndpointFailed`); a peer
+/// whose recv ring is larger than our send ring is refused as `SendRingTooSmall` and
+/// leaves the endpoint unconnected; the peer's own info connects, once.
+#[test]
+fn connect_refuses_a_peer_ring_larger_than_our_send_ring_and_calls_wait_for_it() {
+    big_stack(|| {
+        let mut o = Opts::new(1, 4096);
+        o.connect = false;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        let refused = p.a.ctx.call(ea, b"early", 1).unwrap_err();
+        assert_eq!((refused.error, refused.user_data), (Error::NotConnected, 1));
+        let (ia, ib) = (
+            p.a.ctx.local_info(ea).unwrap(),
+            p.b.ctx.local_info(eb).unwrap(),
+        );
+        let mut larger = ib;
+        larger.recv_ring_size = 2 * ib.recv_ring_size;
+        assert_eq!(p.a.ctx.connect(ea, &larger), Err(Error::SendRingTooSmall));
+        assert_eq!(
+            p.a.ctx.call(ea, b"x", 2).unwrap_err().error,
+            Error::NotConnected
+        );
+        p.a.ctx.connect(ea, &ib).unwrap();
+        p.b.ctx.connect(eb, &ia).unwrap();
+        assert_eq!(p.a.ctx.connect(ea, &ib), Err(Error::AlreadyConnected));
+        p.a.ctx.call(ea, b"now", 3).unwrap();
+        let mut got = None;
+        while got.is_none() {
+            p.a.ctx.poll(|k, r| got = Some((k, r.unwrap().to_vec())));
+            p.b.ctx.poll(|_, _| unreachable!());
+            serve_echo(&mut p.b.ctx);
+            p.step();
+            assert!(p.steps < 1000, "stalled\n{}", p.dump());
+        }
+        assert_eq!(got, Some((3, b"now".to_vec())));
+    });
 }

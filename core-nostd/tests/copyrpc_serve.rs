@@ -254,7 +254,9 @@ fn flush_leaves_a_failed_endpoint_for_poll_to_complete_once() {
             p.a.ctx.call(dead, &pattern(i, 8), i).unwrap();
         }
         p.a.ctx.call(live, &pattern(9, 8), 9).unwrap();
+        let failed_before = p.a.ctx.stats().endpoints_failed;
         p.a.ctx.fail_endpoint(dead).unwrap();
+        assert_eq!(p.a.ctx.stats().endpoints_failed, failed_before + 1);
         let posted = p.a.ctx.stats().batches_posted;
         p.a.ctx.flush();
         assert_eq!(
@@ -286,5 +288,70 @@ fn flush_leaves_a_failed_endpoint_for_poll_to_complete_once() {
             assert!(p.steps < 100_000, "stalled\n{}", p.dump());
         }
         assert_eq!((got, p.a.ctx.pending_calls()), (Some(9), 0));
+    });
+}
+
+/// `Incoming` names the endpoint a request came in on and the call id its caller was
+/// given, and `poll_serve` returns the completions it handled: one poll that finds
+/// requests on two endpoints handles at least two (one receive per endpoint's batch), and
+/// an idle one none.
+#[test]
+fn incoming_names_its_endpoint_and_call_id_and_poll_serve_counts_its_completions() {
+    big_stack(|| {
+        let mut p: Pair<3, 64, 128> = Pair::new(Opts::new(3, 4096));
+        // Two calls on endpoint 2, one on endpoint 1: (b's endpoint, call id, payload).
+        let mut want = Vec::new();
+        for (i, n) in [(2usize, 10u64), (2, 11), (1, 12)] {
+            let id =
+                p.a.ctx
+                    .call_with_allowance(p.a.eps[i], &n.to_le_bytes(), 8, n)
+                    .unwrap();
+            want.push((p.b.eps[i], id, n));
+        }
+        assert_ne!(want[0].1, want[1].1, "two calls, two call ids");
+        p.a.ctx.poll(|_, _| unreachable!("nothing answered yet"));
+        // Both batches arrive before b looks, so one poll finds both.
+        for _ in 0..50 {
+            p.step();
+        }
+        let mut seen = Vec::new();
+        let handled = p.b.ctx.poll_serve(
+            |_, _| unreachable!("b makes no calls"),
+            |r| {
+                let n = u64::from_le_bytes(r.data().try_into().unwrap());
+                seen.push((r.endpoint(), r.call_id(), n));
+                r.reply(&n.to_le_bytes()).unwrap();
+            },
+        );
+        seen.sort_by_key(|s| s.2);
+        assert_eq!(seen, want, "endpoint and call id of each request");
+        assert!(
+            handled >= 2,
+            "two endpoints' batches handled, poll_serve said {handled}"
+        );
+        let mut got = 0;
+        while got < 3 {
+            p.step();
+            p.b.ctx
+                .poll_serve(|_, _| unreachable!(), |_| unreachable!("no more calls"));
+            p.a.ctx.poll(|k, r| {
+                assert_eq!(r.unwrap(), k.to_le_bytes());
+                got += 1;
+            });
+            assert!(p.steps < 1000, "stalled\n{}", p.dump());
+        }
+        // Every send completion retired: nothing left for either side to do.
+        for _ in 0..50 {
+            p.step();
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.b.ctx
+                .poll_serve(|_, _| unreachable!(), |_| unreachable!());
+        }
+        assert_eq!(
+            p.b.ctx
+                .poll_serve(|_, _| unreachable!(), |_| unreachable!()),
+            0,
+            "an idle poll_serve handles nothing"
+        );
     });
 }

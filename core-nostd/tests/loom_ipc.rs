@@ -270,3 +270,109 @@ fn close_with_a_reply_in_flight_then_the_id_is_taken_on_another_thread() {
         old.join().unwrap();
     });
 }
+
+/// A5 on its own: a client calls and closes on its thread while the server, on another,
+/// takes one look (one `poll`, no loop and so no yield before it: after a yield loom lets
+/// a thread's loads see only the newest stores, which would hide the stale read this
+/// model is about). If that look retired the client, the retirement must have drained
+/// the request it pushed before closing: the server's thread then takes the freed id for
+/// a new client, which calls nothing, so any request the server finds afterwards is the
+/// old client's, delivered under the new epoch. Only A5 (the state load, pairing with the
+/// close's R5) orders the push before the drain; with it `Relaxed` the drain may read the
+/// slot as still empty, and the next scan finds the old request.
+///
+/// Both roles run on spawned threads: with the server on the model's main thread, loom
+/// never ran the client's connect, call and close before the server's first look (its
+/// search, bounded by preemptions, did not reach that schedule), and the model passed
+/// with A5 weakened.
+#[test]
+fn one_look_that_sees_a_close_drains_the_requests_pushed_before_it() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 1,
+            depth: 1,
+        });
+        // Marks the server alive before either thread starts (the thread takes the role
+        // again: a `Server` holds no state a second one would miss).
+        std::mem::forget(Server::new(parts.region()));
+        let pa = parts.clone();
+        let old = thread::spawn(move || {
+            let mut sm: Vec<SlabEntry<u64>> = (0..1).map(|_| SlabEntry::new()).collect();
+            // The server's thread may take the id first (if its one look came before).
+            let Ok(mut a) = Client::connect(pa.region(), 1, Slab::new(&mut sm)) else {
+                return;
+            };
+            a.call(&1, 0).unwrap();
+            a.close();
+        });
+        let ps = parts.clone();
+        let server = thread::spawn(move || {
+            let mut server = Server::new(ps.region());
+            server.poll();
+            let mut sm: Vec<SlabEntry<u64>> = (0..1).map(|_| SlabEntry::new()).collect();
+            // Succeeds only if the look above retired the old client (or it has not
+            // connected yet).
+            if let Ok(b) = Client::connect(ps.region(), 2, Slab::new(&mut sm)) {
+                server.poll();
+                if let Some(h) = server.recv() {
+                    panic!(
+                        "request {} of a closed client delivered to epoch {}'s server scan",
+                        h.payload,
+                        b.epoch()
+                    );
+                }
+                std::mem::forget(b);
+            }
+            std::mem::forget(server);
+        });
+        old.join().unwrap();
+        server.join().unwrap();
+    });
+}
+
+/// R4 on its own: a client calls and closes before the model's threads start, the server
+/// retires it (reading the request cell as it drains it) while another thread tries once
+/// to connect. A client that gets the freed id takes the rings over and calls, rewriting
+/// the one request cell: only R4 (the store that frees the id, pairing with A4 in the new
+/// client's activate CAS) orders the server's drain before that, so with it `Relaxed`
+/// loom sees the cell written while the drain's read of it is unordered (and the new
+/// client may start its ring at the drain's stale position, a lap the server never
+/// reads). After both threads end, the new client's request is what the server receives.
+#[test]
+fn an_id_freed_by_the_server_is_taken_on_another_thread_only_after_the_drain() {
+    model(|| {
+        let parts = Parts::new(Config {
+            max_clients: 1,
+            depth: 1,
+        });
+        let mut server = Server::new(parts.region());
+        let mut sm: Vec<SlabEntry<u64>> = (0..1).map(|_| SlabEntry::new()).collect();
+        let mut a = Client::connect(parts.region(), 1, Slab::new(&mut sm)).unwrap();
+        a.call(&1, 0).unwrap();
+        a.close();
+        let pb = parts.clone();
+        let new = thread::spawn(move || {
+            let mut sm: Vec<SlabEntry<u64>> = (0..1).map(|_| SlabEntry::new()).collect();
+            let connected = match Client::connect(pb.region(), 2, Slab::new(&mut sm)) {
+                Ok(mut b) => {
+                    assert_eq!(b.epoch(), 2);
+                    b.call(&2, 0).unwrap();
+                    std::mem::forget(b);
+                    true
+                }
+                Err(_) => false,
+            };
+            connected
+        });
+        server.poll();
+        let connected = new.join().unwrap();
+        server.poll();
+        let got = server.recv().map(|h| h.payload);
+        assert_eq!(
+            got,
+            connected.then_some(2),
+            "the server receives the new client's request, and only it"
+        );
+        std::mem::forget(server);
+    });
+}

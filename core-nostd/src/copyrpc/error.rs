@@ -235,3 +235,88 @@ impl Side {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlx5_raw::layout::Syndrome;
+    use std::string::{String, ToString};
+    use std::vec::Vec;
+
+    fn distinct_nonempty(texts: Vec<String>) {
+        assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
+        let mut sorted = texts.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), texts.len(), "{texts:?}");
+    }
+
+    /// The host quotes these texts when it reports a refused call, a failed endpoint or
+    /// a setup step: each must say which one it is.
+    #[test]
+    fn errors_display_distinct_nonempty_text() {
+        use Error::*;
+        let all = [
+            RingFull,
+            InsufficientCredit,
+            PayloadTooLarge,
+            AllowanceTooLarge,
+            EndpointFailed,
+            NotConnected,
+            TooManyCalls,
+            ReplyTooLarge,
+            StaleHandle,
+            NoSuchEndpoint,
+            TooManyEndpoints,
+            SqFull,
+            BadTableSize,
+            BadSrq,
+            BadSendCq,
+            BadRecvCq,
+            RecvCqTooSmall,
+            SrqFill,
+            BadSq,
+            BadRecvRing,
+            TooFewRequestSlots,
+            BadControlRegion,
+            BadReservation,
+            NullRegion,
+            BadPeerRing,
+            SendRingTooSmall,
+            AlreadyConnected,
+            TooManySges,
+            SgeTooLong,
+        ];
+        distinct_nonempty(all.iter().map(ToString::to_string).collect());
+    }
+
+    /// As above for failure causes; a completion's text names its side.
+    #[test]
+    fn failure_causes_display_distinct_nonempty_text_naming_the_side() {
+        let error = CqeError {
+            syndrome: Syndrome::LocalLengthErr,
+            vendor_syndrome: 0x39,
+        };
+        let all = [
+            FailureCause::Application,
+            FailureCause::ErrorCompletion {
+                side: Side::Send,
+                error,
+            },
+            FailureCause::ErrorCompletion {
+                side: Side::Recv,
+                error,
+            },
+            FailureCause::UnexpectedCompletion { side: Side::Send },
+            FailureCause::UnexpectedCompletion { side: Side::Recv },
+            FailureCause::ProtocolViolation,
+            FailureCause::BadConsumerRead,
+            FailureCause::ReplyWrite,
+            FailureCause::PostRejected(PostError::SqFull { needed: 2, free: 1 }),
+        ];
+        let texts: Vec<String> = all.iter().map(ToString::to_string).collect();
+        assert!(texts[1].contains("send side") && texts[2].contains("receive side"));
+        assert!(texts[3].contains("send side") && texts[4].contains("receive side"));
+        distinct_nonempty(texts);
+    }
+}

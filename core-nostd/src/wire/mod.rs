@@ -168,4 +168,16 @@ mod tests {
         assert_eq!(from_response_id(0x8000_0005), 5);
         assert_eq!(from_response_id(to_response_id(MAX_CALL_ID)), MAX_CALL_ID);
     }
+
+    /// `to_response_id` sets the flag, whatever the id: given an id that already carries
+    /// it (no request does, but the function is public), it stays a response id rather
+    /// than turning back into a request's.
+    #[test]
+    fn to_response_id_keeps_an_already_set_flag() {
+        for id in [0, 5, MAX_CALL_ID] {
+            let r = to_response_id(id);
+            assert_eq!(to_response_id(r), r);
+            assert!(is_response(to_response_id(r)));
+        }
+    }
 }

@@ -41,6 +41,9 @@ pub struct Opts {
     pub budget: u32,
     /// Nanoseconds per step.
     pub tick: u64,
+    /// Whether `Pair::new` connects the contexts' endpoints (the QPs are connected
+    /// either way): false for tests of `Context::connect` itself.
+    pub connect: bool,
 }
 
 impl Opts {
@@ -64,6 +67,7 @@ impl Opts {
             mtu: 1024,
             budget: 32,
             tick: 1_000,
+            connect: true,
         }
     }
 }
@@ -256,7 +260,7 @@ impl<const E: usize, const C: usize, const R: usize> Pair<E, C, R> {
                 s.eps.push(ep);
             }
         }
-        for i in 0..o.endpoints {
+        for i in (0..o.endpoints).filter(|_| o.connect) {
             let ia = a.ctx.local_info(a.eps[i]).unwrap();
             let ib = b.ctx.local_info(b.eps[i]).unwrap();
             a.ctx.connect(a.eps[i], &ib).unwrap();
