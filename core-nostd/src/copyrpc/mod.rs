@@ -85,7 +85,7 @@ mod stats;
 mod tx;
 
 pub use config::EndpointConfig;
-pub use context::{Context, CreditSnapshot, EndpointId, EndpointMem, Queues};
+pub use context::{Context, CreditSnapshot, EndpointId, EndpointMem, Queues, MAX_ENDPOINTS};
 pub use error::{CallError, Error, FailureCause, ReplyError, Side};
 pub use handle::RecvHandle;
 pub use info::EndpointInfo;

@@ -19,8 +19,8 @@ use mlx5_raw::sim::{
     QpAttr, SqMem, SrqMem,
 };
 
-/// Room for 64 endpoints a side.
-pub type Dev = Device<130, 4, 2, 4>;
+/// Room for `Q / 2` endpoints a side (64 by default).
+pub type Dev<const Q: usize = 130> = Device<Q, 4, 2, 4>;
 
 /// Rig settings.
 #[derive(Clone, Copy)]
@@ -90,8 +90,8 @@ impl<const E: usize, const C: usize, const R: usize> Side<E, C, R> {
 
 pub const SCRATCH: usize = 8192;
 
-fn side<const E: usize, const C: usize, const R: usize>(
-    dev: &mut Dev,
+fn side<const E: usize, const C: usize, const R: usize, const Q: usize>(
+    dev: &mut Dev<Q>,
     pd: Pd,
     o: &Opts,
 ) -> (Side<E, C, R>, Vec<mlx5_raw::SqDesc>) {
@@ -195,9 +195,9 @@ fn region(data: &DmaBuf, keys: MrKeys, off: usize, len: usize) -> Region {
 }
 
 /// Two contexts, `a` (usually the caller) and `b`, with endpoint `i` of one connected to
-/// endpoint `i` of the other.
-pub struct Pair<const E: usize, const C: usize, const R: usize> {
-    pub dev: Box<Dev>,
+/// endpoint `i` of the other, on a device of `Q` QPs.
+pub struct Pair<const E: usize, const C: usize, const R: usize, const Q: usize = 130> {
+    pub dev: Box<Dev<Q>>,
     pub a: Side<E, C, R>,
     pub b: Side<E, C, R>,
     pub now: u64,
@@ -206,15 +206,15 @@ pub struct Pair<const E: usize, const C: usize, const R: usize> {
     _links: DmaBuf,
 }
 
-impl<const E: usize, const C: usize, const R: usize> Pair<E, C, R> {
+impl<const E: usize, const C: usize, const R: usize, const Q: usize> Pair<E, C, R, Q> {
     pub fn new(o: Opts) -> Self {
-        let mut dev = Box::new(Dev::new(DeviceConfig {
+        let mut dev = Box::new(Dev::<Q>::new(DeviceConfig {
             budget: o.budget,
             ..DeviceConfig::DEFAULT
         }));
         let pd = dev.alloc_pd();
-        let (mut a, sqa) = side::<E, C, R>(&mut dev, pd, &o);
-        let (mut b, sqb) = side::<E, C, R>(&mut dev, pd, &o);
+        let (mut a, sqa) = side::<E, C, R, Q>(&mut dev, pd, &o);
+        let (mut b, sqb) = side::<E, C, R, Q>(&mut dev, pd, &o);
         let (slots, mtu) = (16, 1024);
         let lb = link_bytes(slots, mtu);
         let links = DmaBuf::new(2 * lb * o.endpoints);
