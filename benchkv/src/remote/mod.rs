@@ -39,8 +39,12 @@ use crate::msg::{Request, Response};
 /// Why a transport did not take a call or reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendError {
-    /// No room now (ring full, no credit, too many calls): poll, then retry.
+    /// No room now (send queue full, too many calls): poll, then retry.
     Busy,
+    /// No room in the peer's ring or no credit from it (copyrpc's `RingFull`,
+    /// `InsufficientCredit`): as [`SendError::Busy`], counted apart because a ring sized
+    /// for the load (`--rpc-ring auto`) should never give it.
+    NoCredit,
     /// Never going to work (the endpoint failed, the payload cannot fit). The daemon
     /// answers the request with `Status::Unreachable`.
     Failed(String),

@@ -15,6 +15,7 @@
 
 pub mod echo;
 mod parts;
+pub mod sizing;
 mod wiring;
 
 pub use parts::{EndpointParts, NodeParts};
