@@ -175,11 +175,13 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         opts.verbs.device = cfg.device.clone();
         opts.verbs.port = cfg.port;
         opts.verbs.gid_index = cfg.gid_index;
-        // What this rank registers: both rings of every endpoint, its SQ and the
-        // context's queues (an estimate: RLIMIT_MEMLOCK is checked against it at open).
+        // What this rank registers: both rings of every endpoint, its SQ (128 KiB) and
+        // its share of the send CQ (sized for a flush of every SQ: 128 KiB), and the
+        // context's other queues (an estimate: RLIMIT_MEMLOCK is checked against it at
+        // open).
         let peers = u64::from(ranks.saturating_sub(1));
         opts.verbs.pinned_bytes =
-            peers * (2 * cfg.copyrpc_ring.bytes() as u64 + (256 << 10)) + (16 << 20);
+            peers * (2 * cfg.copyrpc_ring.bytes() as u64 + (320 << 10)) + (16 << 20);
         let (fabric, _) =
             fabric::open(cfg.fabric, &opts).map_err(|e| format!("--fabric {}: {e}", cfg.fabric))?;
         let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of, cfg.copyrpc_ring)?;

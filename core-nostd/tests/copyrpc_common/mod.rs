@@ -12,7 +12,8 @@ mod dma;
 pub use dma::{pattern, DmaBuf};
 
 use copyrpc_core::copyrpc::{
-    CallError, Context, EndpointConfig, EndpointId, EndpointMem, Error, Queues, Region,
+    send_cq_entries, CallError, Context, EndpointConfig, EndpointId, EndpointMem, Error, Queues,
+    Region,
 };
 use mlx5_raw::sim::{
     format_link, link_bytes, Access, CqMem, Device, DeviceConfig, LinkConfig, LinkDesc, MrKeys, Pd,
@@ -38,6 +39,9 @@ pub struct Opts {
     pub budget: u32,
     /// Nanoseconds per step.
     pub tick: u64,
+    /// Entries of each side's send CQ; `None`: the host's sizing,
+    /// [`send_cq_entries`](copyrpc_core::copyrpc::send_cq_entries).
+    pub send_cqes: Option<u32>,
 }
 
 impl Opts {
@@ -58,6 +62,7 @@ impl Opts {
             },
             budget: 32,
             tick: 1_000,
+            send_cqes: None,
         }
     }
 }
@@ -74,6 +79,8 @@ pub struct Side<const E: usize, const C: usize, const R: usize> {
     pub scratch_off: usize,
     /// The recv CQ's number, to watch completions arrive (`Dev::cq_info`).
     pub recv_cqn: u32,
+    /// The send CQ's number (`Dev::cq_info`: its overrun flag).
+    pub send_cqn: u32,
     _queues: Vec<DmaBuf>,
 }
 
@@ -97,9 +104,9 @@ fn side<const E: usize, const C: usize, const R: usize, const Q: usize>(
 ) -> (Side<E, C, R>, Vec<mlx5_raw::SqDesc>) {
     let per_ep = 2 * o.ring + 64;
     let data = DmaBuf::new(o.endpoints * per_ep + SCRATCH);
-    let cqe_send = (o.endpoints as u32 * o.sq_wqe_cnt)
-        .next_power_of_two()
-        .max(64);
+    let cqe_send = o
+        .send_cqes
+        .unwrap_or(send_cq_entries(o.endpoints as u32, o.sq_wqe_cnt));
     let cqe_recv = (o.srq_wqe_cnt * 2).next_power_of_two();
     let scq = DmaBuf::new(cqe_send as usize * 64);
     let rcq = DmaBuf::new(cqe_recv as usize * 64);
@@ -177,6 +184,7 @@ fn side<const E: usize, const C: usize, const R: usize, const Q: usize>(
             keys,
             scratch_off: o.endpoints * per_ep,
             recv_cqn: rcqd.cqn,
+            send_cqn: scqd.cqn,
             data,
             _queues: vec![scq, rcq, srq, sqs, dbrecs],
         };

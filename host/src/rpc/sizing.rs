@@ -104,6 +104,18 @@ mod tests {
         assert!(parse_ring("1g").unwrap_err().contains("unit"));
     }
 
+    /// The send CQ holds the flush of every SQ block: 512 WRs of 4 blocks (220 B inline)
+    /// per SQ, 64 peers → 128 Ki entries (issue 21: 8 192 entries shared by ~60 SQs of
+    /// 2 048 blocks could overrun).
+    #[test]
+    fn send_cq_covers_every_sq_block() {
+        let cfg = super::super::RpcConfig::for_ring(16 << 10);
+        assert_eq!(cfg.sq_wqebbs(), 2048);
+        assert_eq!(cfg.send_cq_entries(64), 131_072);
+        assert_eq!(cfg.send_cq_entries(1), 4096, "never below cqes");
+        assert_eq!(cfg.send_cq_entries(3), 8192);
+    }
+
     /// benchkv's shape: 24 B requests, 16 B responses, so 96 B of credit a call.
     #[test]
     fn auto_holds_the_calls_it_was_asked_for() {
