@@ -43,6 +43,7 @@ impl Mem {
             },
             bf_size,
             qpn,
+            bf_lock: std::ptr::null(),
         }
     }
 

@@ -439,6 +439,8 @@ impl<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize>
             bf_reg,
             bf_size,
             qpn,
+            // The model's UAR page is this QP's alone.
+            bf_lock: core::ptr::null(),
         })
     }
 

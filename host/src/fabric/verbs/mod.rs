@@ -212,6 +212,23 @@ struct Ctx {
     gid: [u8; 16],
     max_qp_rd_atom: u8,
     max_qp_init_rd_atom: u8,
+    /// One lock per BlueFlame register address of this context
+    /// ([`mlx5_raw::SharedBf`]). rdma-core shares registers between QPs past the first
+    /// ones and mlx5dv does not say which, so every QP's doorbell takes its register's
+    /// lock (uncontended for a register of its own: one compare-and-swap).
+    bf_locks: std::sync::Mutex<std::collections::HashMap<usize, Arc<mlx5_raw::SharedBf>>>,
+}
+
+impl Ctx {
+    /// The lock of the BlueFlame register at `reg` (made on first use; QPs that share
+    /// the register get the same one).
+    fn bf_lock(&self, reg: *mut u8) -> Arc<mlx5_raw::SharedBf> {
+        let mut map = self
+            .bf_locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(map.entry(reg.addr()).or_default())
+    }
 }
 
 // SAFETY: libibverbs objects may be used from any thread, and its verbs are thread-safe
@@ -504,6 +521,7 @@ impl Opening {
             gid: unsafe { gid.raw },
             max_qp_rd_atom: clamp(dattr.max_qp_rd_atom),
             max_qp_init_rd_atom: clamp(dattr.max_qp_init_rd_atom),
+            bf_locks: std::sync::Mutex::default(),
         };
         // Ownership moved into `ctx`: disarm our drop.
         self.armed = false;
