@@ -97,10 +97,10 @@ pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
 /// skips only a flush that would do nothing (or a probe the next sweep catches), and an
 /// idle poll is two CQ checks and two compares.
 ///
-/// Sized for every index an [`EndpointId`] can hold (8 KiB), whatever `EPS`: a table
-/// sized by `EPS / 64` needs a const expression stable Rust does not have, and with the
-/// full range the masks below keep every access free of a bounds check (the hot path's
-/// instruction count is that of the 256-endpoint table this replaced).
+/// Sized for [`MAX_ENDPOINTS`] (128 B), whatever `EPS`: a table sized by `EPS / 64`
+/// needs a const expression stable Rust does not have, and with a power-of-two bound the
+/// masks below keep every access free of a bounds check (the hot path's instruction
+/// count is that of the 256-endpoint table this replaced).
 #[derive(Debug)]
 pub(crate) struct Dirty([u64; DIRTY_WORDS]);
 
@@ -127,9 +127,12 @@ impl Dirty {
     }
 }
 
-/// The most endpoints a context can hold: every index an [`EndpointId`] (16 bits) names.
-/// Below that, the limit is the memory the caller gives (`EPS` request tables inline).
-pub const MAX_ENDPOINTS: usize = 1 << 16;
+/// The most endpoints one context can hold. A fixed bound because two per-endpoint
+/// tables are sized by it rather than by `EPS` (see [`Dirty`]): at 1 024 they add 4 KiB
+/// to every context, which the C ABI's fixed context size (`COPYRPC_CTX_BYTES`) still
+/// holds; the full `EndpointId` range would add 264 KiB to a 16-endpoint context. More
+/// peers take more contexts (benchkv: one per 64 peers).
+pub const MAX_ENDPOINTS: usize = 1 << 10;
 
 // SAFETY: the context exclusively owns its driver objects (each `Send`) and its access
 // to the registered regions (constructor contracts), none tied to a thread; moving it

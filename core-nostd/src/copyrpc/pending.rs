@@ -22,7 +22,7 @@ impl FreeId {
 }
 
 /// Entries of `Pending::per_ep`: one per possible endpoint index.
-const PER_EP: usize = 1 << 16;
+const PER_EP: usize = super::MAX_ENDPOINTS;
 
 /// `N` slots with an intrusive free list; insert, remove and lookup are O(1).
 #[derive(Debug)]
@@ -33,8 +33,8 @@ pub(crate) struct Pending<U, const N: usize> {
     free_head: u32,
     len: usize,
     /// Pending calls per endpoint index (for the liveness probe and fail-all), for
-    /// every index a `u16` can hold (256 KiB, zeroed at init, touched only where
-    /// endpoints exist), so indexing by an endpoint needs no bounds check.
+    /// every index a context can have ([`MAX_ENDPOINTS`](super::MAX_ENDPOINTS), 4 KiB),
+    /// indexed under a mask so that no access needs a bounds check.
     per_ep: [u32; PER_EP],
 }
 
@@ -89,7 +89,7 @@ impl<U, const N: usize> Pending<U, N> {
     }
 
     pub(crate) fn on_ep(&self, ep: u16) -> u32 {
-        self.per_ep[usize::from(ep)]
+        self.per_ep[usize::from(ep) & (PER_EP - 1)]
     }
 
     /// Stores `user_data`; hands it back when full.
@@ -118,7 +118,7 @@ impl<U, const N: usize> Pending<U, N> {
         *slot = Some(Slot { ep, user_data });
         self.free_head = self.next_free[id as usize];
         self.len += 1;
-        self.per_ep[usize::from(ep)] += 1;
+        self.per_ep[usize::from(ep) & (PER_EP - 1)] += 1;
         id
     }
 
@@ -133,7 +133,7 @@ impl<U, const N: usize> Pending<U, N> {
         self.next_free[id as usize] = self.free_head;
         self.free_head = id;
         self.len -= 1;
-        self.per_ep[usize::from(ep)] -= 1;
+        self.per_ep[usize::from(ep) & (PER_EP - 1)] -= 1;
         Some(s.user_data)
     }
 
