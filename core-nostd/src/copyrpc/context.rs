@@ -128,7 +128,7 @@ impl Dirty {
 }
 
 /// The most endpoints one context can hold. A fixed bound because two per-endpoint
-/// tables are sized by it rather than by `EPS` (see [`Dirty`]): at 1 024 they add 4 KiB
+/// tables are sized by it rather than by `EPS` (the dirty set and the pending counts): at 1 024 they add 4 KiB
 /// to every context, which the C ABI's fixed context size (`COPYRPC_CTX_BYTES`) still
 /// holds; the full `EndpointId` range would add 264 KiB to a 16-endpoint context. More
 /// peers take more contexts (benchkv: one per 64 peers).
