@@ -182,6 +182,10 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         let peers = u64::from(ranks.saturating_sub(1));
         opts.verbs.pinned_bytes =
             peers * (2 * cfg.copyrpc_ring.bytes() as u64 + (320 << 10)) + (16 << 20);
+        // The sim fabric carves the same objects from one region (virtual size; only
+        // touched pages count): at least its default, and room for what this rank pins.
+        let pinned = usize::try_from(opts.verbs.pinned_bytes).unwrap_or(usize::MAX);
+        opts.sim.region_bytes = opts.sim.region_bytes.max(pinned.saturating_add(64 << 20));
         let (fabric, _) =
             fabric::open(cfg.fabric, &opts).map_err(|e| format!("--fabric {}: {e}", cfg.fabric))?;
         let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of, cfg.copyrpc_ring)?;
