@@ -31,7 +31,7 @@ case "${1:-scale}" in
 scale)
     for np in 2 8 16 32 64; do
         start=$(date +%s.%N)
-        $B --world "virtual:$np" -K 2 -C 8 --queue-depth 32 --duration 10ms --output json 2>/dev/null \
+        $B --world "virtual:$np" -K 2 -C 8 --queue-depth 32 --duration 10ms --rpc-ring 16k --output json 2>/dev/null \
             | summary "NP=$np K=2 C=8 QD=32 10ms"
         echo "  wall $(echo "$(date +%s.%N) - $start" | bc) s"
     done
@@ -43,7 +43,7 @@ seed001)
     for poll in 1000 5000; do
         for np in 2 4 8 16 32; do
             for pb in off 16 adaptive; do
-                $B --world "virtual:$np" -C 46 --queue-depth 32 --duration 5ms --copyrpc-ring 256k \
+                $B --world "virtual:$np" -C 46 --queue-depth 32 --duration 5ms --rpc-ring 256k \
                     --poll-budget "$pb" --cost "item_ns=40,jitter=0.3,poll_ns=$poll" --nic wqe_ns=7000 \
                     --output json 2>/dev/null | summary "poll_ns=$poll NP=$np poll-budget=$pb"
             done
@@ -53,7 +53,7 @@ seed001)
     mkdir -p docs/figures
     for v in "8 off 1000 collapse-np8" "16 off 1000 hold-np16" "8 16 5000 rescue-np8"; do
         set -- $v
-        $B --world "virtual:$1" -C 46 --queue-depth 32 --duration 5ms --copyrpc-ring 256k \
+        $B --world "virtual:$1" -C 46 --queue-depth 32 --duration 5ms --rpc-ring 256k \
             --poll-budget "$2" --cost "item_ns=40,jitter=0.3,poll_ns=$3" --nic wqe_ns=7000 \
             --sample-every 25us --plot "docs/figures/seed001-$4.svg" >/dev/null 2>&1
     done
@@ -62,13 +62,13 @@ dvm)
     for np in 16 32; do
         for k in 1 2 4; do
             for be in delegation meta; do
-                $B --world "virtual:$np" --backend "$be" -K "$k" -C 8 --queue-depth 32 --duration 3ms \
+                $B --world "virtual:$np" --backend "$be" -K "$k" -C 8 --queue-depth 32 --duration 3ms --rpc-ring 16k \
                     --cost item_ns=40 --output json 2>/dev/null | summary "NP=$np K=$k $be"
             done
         done
     done
     for be in delegation meta; do
-        $B --world virtual:2 --backend "$be" -K 2 -C 4 --queue-depth 4 --duration 5ms \
+        $B --world virtual:2 --backend "$be" -K 2 -C 4 --queue-depth 4 --duration 5ms --rpc-ring 16k \
             --cost item_ns=40 --output json 2>/dev/null | summary "seed 000 §10 shape: NP=2 K=2 C=4 QD=4 $be"
     done
     ;;

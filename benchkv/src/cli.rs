@@ -159,10 +159,12 @@ pub struct Cli {
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "TIME")]
     pub setup_timeout: Duration,
 
-    /// copyrpc ring per endpoint and direction between ranks: `16k` (the default: ~40
-    /// calls in flight per peer) or `256k` (~700 per peer; 8 MiB of tables per daemon).
-    #[arg(long, value_enum, default_value_t = RingArg::Small, value_name = "16k|256k")]
-    pub copyrpc_ring: RingArg,
+    /// copyrpc ring per endpoint and direction between ranks: `auto` (the default: the
+    /// smallest ring at which all C × QD requests of this rank in flight to one peer
+    /// never wait for ring credit, 16 KiB..4 MiB) or bytes with a unit (`64k`, `1MiB`),
+    /// a power of two from 4 KiB to 4 MiB. A 16 KiB ring holds ~42 calls per peer.
+    #[arg(long, default_value = "auto", value_parser = parse_rpc_ring, value_name = "auto|BYTES")]
+    pub rpc_ring: RpcRingArg,
 
     /// Where the ranks run: `threads` (the default: this process is one rank, mpirun
     /// starts the others) or `virtual:N`: N ranks, each with its K daemons and C clients,
@@ -195,15 +197,13 @@ pub struct Cli {
     pub sample_every: Option<Duration>,
 }
 
-/// `--copyrpc-ring`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum RingArg {
-    /// 16 KiB.
-    #[value(name = "16k")]
-    Small,
-    /// 256 KiB.
-    #[value(name = "256k")]
-    Large,
+/// `--rpc-ring`: `None` for `auto` (a newtype, as [`GidIndexArg`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RpcRingArg(pub Option<usize>);
+
+/// `auto` or a ring size (see `copyrpc_host::rpc::sizing::parse_ring`).
+pub fn parse_rpc_ring(s: &str) -> Result<RpcRingArg, String> {
+    copyrpc_host::rpc::sizing::parse_ring(s).map(RpcRingArg)
 }
 
 /// `--backend`.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use copyrpc_host::fabric::FabricKind;
 
 use crate::cli::{
-    BackendArg, Cli, DistributionArg, FabricArg, Fault, OutputArg, PinArg, PollBudget, RingArg,
+    BackendArg, Cli, DistributionArg, FabricArg, Fault, OutputArg, PinArg, PollBudget,
 };
 use crate::remote::RingSize;
 use crate::vworld::{CostModel, Fault as VFault, NicProfile, VirtualSpec, MAX_RANKS};
@@ -97,8 +97,10 @@ pub struct Config {
     pub fault: Option<Fault>,
     /// `--world virtual:N`; `None` for threads.
     pub world: Option<VirtualSpec>,
-    /// `--copyrpc-ring`.
+    /// `--rpc-ring`, resolved: the ring of every copyrpc endpoint.
     pub copyrpc_ring: RingSize,
+    /// Whether `copyrpc_ring` was chosen by `--rpc-ring auto`.
+    pub rpc_ring_auto: bool,
     /// `--port`.
     pub port: u8,
     /// `--gid-index` (`None`: auto).
@@ -313,10 +315,12 @@ impl Config {
             world,
             port: cli.port,
             gid_index: cli.gid_index.0,
-            copyrpc_ring: match cli.copyrpc_ring {
-                RingArg::Small => RingSize::Small,
-                RingArg::Large => RingSize::Large,
+            copyrpc_ring: match cli.rpc_ring.0 {
+                // Every client of this rank may have all its requests out to one peer.
+                None => RingSize::for_calls(cli.clients as u64 * u64::from(cli.queue_depth)),
+                Some(bytes) => RingSize::new(bytes).map_err(|e| format!("--rpc-ring: {e}"))?,
             },
+            rpc_ring_auto: cli.rpc_ring.0.is_none(),
         })
     }
 

@@ -38,6 +38,9 @@ pub struct DaemonMetrics {
     pub flux_full: u64,
     /// Times a transport call or reply was refused for room and parked.
     pub remote_busy: u64,
+    /// Of those, calls refused because the peer's ring or credit was short (the ring
+    /// is too small for the calls in flight: see `--rpc-ring`).
+    pub remote_no_credit: u64,
     /// Answers that could not be delivered (the client left, or the transport failed).
     pub reply_failures: u64,
     /// Requests still held (parked or awaiting an answer) when the daemon stopped.

@@ -107,7 +107,7 @@ pub fn table(r: &Report) -> String {
     if let Some(m) = &r.metrics {
         let _ = writeln!(
             o,
-            "\n{:>4} {:>6} {:>12} {:>6} {:>10} {:>9} {:>9} {:>44} {:>8} {:>13} {:>9} {:>9}",
+            "\n{:>4} {:>6} {:>12} {:>6} {:>10} {:>9} {:>9} {:>44} {:>8} {:>13} {:>9} {:>9} {:>9}",
             "rank",
             "daemon",
             "loops",
@@ -119,7 +119,8 @@ pub fn table(r: &Report) -> String {
             "cqe avg",
             "outst mean/max",
             "flux full",
-            "rem busy"
+            "rem busy",
+            "no credit"
         );
         for (rank, ds) in m.iter().enumerate() {
             for (d, x) in ds.iter().enumerate() {
@@ -131,7 +132,7 @@ pub fn table(r: &Report) -> String {
                 let cqe = x.cqe_batches.map(|c| c.to_string()).join(" ");
                 let _ = writeln!(
                     o,
-                    "{rank:>4} {d:>6} {:>12} {idle:>6.1} {:>10} {:>9} {:>9} {cqe:>44} {:>8.2} {:>13} {:>9} {:>9}",
+                    "{rank:>4} {d:>6} {:>12} {idle:>6.1} {:>10} {:>9} {:>9} {cqe:>44} {:>8.2} {:>13} {:>9} {:>9} {:>9}",
                     x.loops,
                     x.served,
                     x.forwarded,
@@ -139,7 +140,8 @@ pub fn table(r: &Report) -> String {
                     x.cqe_batch_mean(),
                     format!("{:.1}/{}", x.outstanding_mean(), x.outstanding_max),
                     x.flux_full,
-                    x.remote_busy
+                    x.remote_busy,
+                    x.remote_no_credit
                 );
             }
         }
@@ -197,6 +199,7 @@ fn metrics_json(rank: usize, daemon: usize, m: &DaemonMetrics) -> Value {
         "outstanding_max": m.outstanding_max,
         "flux_full": m.flux_full,
         "remote_busy": m.remote_busy,
+        "remote_no_credit": m.remote_no_credit,
         "reply_failures": m.reply_failures,
         "pending_at_stop": m.pending_at_stop,
         "poll_budget": m.budget_u,

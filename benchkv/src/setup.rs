@@ -216,6 +216,8 @@ pub fn describe(
         ("poll_budget", budget),
         ("take_per_turn", take),
         ("copyrpc_ring_bytes", json!(cfg.copyrpc_ring.bytes())),
+        ("rpc_ring_auto", json!(cfg.rpc_ring_auto)),
+        ("rpc_ring_calls_per_peer", json!(cfg.copyrpc_ring.calls())),
         ("seed", json!(cfg.seed)),
         ("verify", json!(cfg.verify)),
         ("fabric", json!(fabric)),

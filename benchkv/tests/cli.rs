@@ -383,7 +383,7 @@ fn every_flag_with_bad_values_is_a_clear_error_never_a_panic() {
         ("--take-per-turn", &["0", "-1", HUGE, "abc", ""]),
         ("--port", &["0", "-1", "256", "abc", ""]),
         ("--gid-index", &["-1", "256", "v2", ""]),
-        ("--copyrpc-ring", &["", "1m", "16", "abc"]),
+        ("--rpc-ring", &["", "3k", "16", "abc", "8m", "1g", "-4k"]),
         ("--backend", &["", "rdma", "0"]),
         ("--fabric", &["", "ib", "0"]),
         ("--distribution", &["", "normal"]),
@@ -482,6 +482,9 @@ fn help_lists_every_flag() {
         "--drain-timeout",
         "--setup-timeout",
         "--pattern-len",
+        "--rpc-ring",
+        "--gid-index",
+        "--port",
     ] {
         assert!(h.contains(f), "--help lacks {f}");
     }

@@ -97,7 +97,7 @@ fn two_ranks_with_large_copyrpc_rings_verify() {
             "2",
             "--queue-depth",
             "64",
-            "--copyrpc-ring",
+            "--rpc-ring",
             "256k",
         ],
     );
@@ -105,6 +105,54 @@ fn two_ranks_with_large_copyrpc_rings_verify() {
     check(&l, 2);
     let setup = l.iter().find(|x| x["type"] == "setup").unwrap();
     assert_eq!(setup["copyrpc_ring_bytes"], 256 << 10);
+}
+
+/// Issue 21: at `--queue-depth 256` the default `--rpc-ring auto` sizes the rings so no
+/// call ever waits for the peer's ring credit; the old fixed 16 KiB ring, given
+/// explicitly, does (so the count is live).
+#[test]
+fn two_ranks_queue_depth_256_auto_ring_never_waits_for_credit() {
+    let no_credit = |l: &[Value]| -> u64 {
+        let m: Vec<_> = l.iter().filter(|x| x["type"] == "metrics").collect();
+        assert!(!m.is_empty(), "metrics lines with --metrics");
+        m.iter()
+            .map(|d| {
+                d["remote_no_credit"]
+                    .as_u64()
+                    .expect("remote_no_credit in metrics")
+            })
+            .sum()
+    };
+    let args = |ring: &'static str| {
+        let mut a = vec![
+            "--queue-depth",
+            "256",
+            "--metrics",
+            "--verify",
+            "--duration",
+            "500ms",
+        ];
+        if !ring.is_empty() {
+            a.extend(["--rpc-ring", ring]);
+        }
+        a
+    };
+    let auto = lines(&mpirun(2, &args("")));
+    check(&auto, 2);
+    let setup = auto.iter().find(|x| x["type"] == "setup").unwrap();
+    assert_eq!(setup["rpc_ring_auto"], true);
+    assert_eq!(
+        setup["copyrpc_ring_bytes"],
+        128 << 10,
+        "256 calls × 384 B → 128 KiB"
+    );
+    assert_eq!(no_credit(&auto), 0, "auto rings waited for credit");
+    let small = lines(&mpirun(2, &args("16k")));
+    check(&small, 2);
+    assert!(
+        no_credit(&small) > 0,
+        "16 KiB rings never waited for credit"
+    );
 }
 
 #[test]

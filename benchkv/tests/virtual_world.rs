@@ -100,11 +100,15 @@ fn two_and_eight_ranks_answer_and_verify_every_request_with_both_backends() {
 
 #[test]
 fn large_copyrpc_rings_answer_everything_and_hold_more_calls_per_peer() {
-    let small = verified_run(2, "delegation", &["-C", "8", "--queue-depth", "32"]);
+    let small = verified_run(
+        2,
+        "delegation",
+        &["-C", "8", "--queue-depth", "32", "--rpc-ring", "16k"],
+    );
     let large = verified_run(
         2,
         "delegation",
-        &["-C", "8", "--queue-depth", "32", "--copyrpc-ring", "256k"],
+        &["-C", "8", "--queue-depth", "32", "--rpc-ring", "256k"],
     );
     assert_eq!(of_type(&large, "setup")[0]["copyrpc_ring_bytes"], 256 << 10);
     // 8 clients x QD 32 = 256 requests, about half for the peer: more than a 16 KiB ring's
@@ -118,6 +122,22 @@ fn large_copyrpc_rings_answer_everything_and_hold_more_calls_per_peer() {
     };
     assert!(busy(&small) > 0, "the 16 KiB ring never filled");
     assert_eq!(busy(&large), 0, "the 256 KiB ring filled");
+    let no_credit = |lines: &[Value]| -> u64 {
+        of_type(lines, "metrics")
+            .iter()
+            .map(|m| m["remote_no_credit"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(
+        no_credit(&small) > 0,
+        "the 16 KiB ring's refusals were for credit"
+    );
+    // The default, `auto`: 256 calls to one peer need 96 KiB of credit → 128 KiB rings.
+    let auto = verified_run(2, "delegation", &["-C", "8", "--queue-depth", "32"]);
+    let setup = &of_type(&auto, "setup")[0];
+    assert_eq!(setup["copyrpc_ring_bytes"], 128 << 10);
+    assert_eq!(setup["rpc_ring_auto"], true);
+    assert_eq!(no_credit(&auto), 0, "auto rings waited for credit");
 }
 
 #[test]
@@ -354,7 +374,7 @@ fn seed_001_bistability_a_cold_start_collapses_at_four_ranks_and_holds_at_two() 
             "32",
             "--duration",
             "3ms",
-            "--copyrpc-ring",
+            "--rpc-ring",
             "256k",
             "--cost",
             "item_ns=40,jitter=0.3",

@@ -9,13 +9,13 @@ use copyrpc_common::{big_stack, pattern, serve_echo, Opts, Pair, Rng};
 
 /// Sends `per_ep` calls on every endpoint (at most `window` outstanding per endpoint),
 /// echoes them on `b`, and checks every response against its request.
-fn echo<const E: usize, const C: usize, const R: usize>(
+fn echo<const E: usize, const C: usize, const R: usize, const Q: usize>(
     o: Opts,
     per_ep: usize,
     window: usize,
     size: impl Fn(usize) -> usize,
-) -> Pair<E, C, R> {
-    let mut p: Pair<E, C, R> = Pair::new(o);
+) -> Pair<E, C, R, Q> {
+    let mut p: Pair<E, C, R, Q> = Pair::new(o);
     let n = o.endpoints;
     let mut sent = vec![0usize; n];
     let mut outstanding = vec![0usize; n];
@@ -91,7 +91,7 @@ fn one_endpoint_every_size_to_4096() {
             .chain((0..40).map(|i| i * 101 % 4097))
             .collect();
         let n = sizes.len();
-        let p = echo::<1, 64, 1024>(o, n, 4, |k| sizes[k]);
+        let p = echo::<1, 64, 1024, 130>(o, n, 4, |k| sizes[k]);
         assert_eq!(p.a.ctx.stats().endpoints_failed, 0);
         // Both the inline and the inline-head + SGE paths ran: sizes on both sides of
         // the 220-byte batch threshold went out, and every byte came back above.
@@ -103,7 +103,7 @@ fn one_endpoint_every_size_to_4096() {
 fn padding_boundaries_20_and_21() {
     big_stack(|| {
         let o = Opts::new(1, 4096);
-        let p = echo::<1, 64, 128>(o, 200, 8, |k| [0, 20, 21, 52, 53, 1][k % 6]);
+        let p = echo::<1, 64, 128, 130>(o, 200, 8, |k| [0, 20, 21, 52, 53, 1][k % 6]);
         // 20 B pads to 32 and 21 B to 64: the run only passes if both parse back.
         assert_eq!(p.b.ctx.stats().stray_responses, 0);
         // B's replies wrapped its send ring (flushes through the general path), yet B,
@@ -123,7 +123,7 @@ fn padding_boundaries_20_and_21() {
 fn eight_endpoints() {
     big_stack(|| {
         let o = Opts::new(8, 4096);
-        echo::<8, 256, 128>(o, 300, 8, |k| k * 37 % 300);
+        echo::<8, 256, 128, 130>(o, 300, 8, |k| k * 37 % 300);
     });
 }
 
@@ -131,8 +131,24 @@ fn eight_endpoints() {
 fn sixty_four_endpoints() {
     big_stack(|| {
         let o = Opts::new(64, 4096);
-        let p = echo::<64, 4096, 128>(o, 40, 4, |k| k * 13 % 200);
+        let p = echo::<64, 4096, 128, 130>(o, 40, 4, |k| k * 13 % 200);
         assert_eq!(p.a.ctx.stats().endpoints_failed, 0);
+    });
+}
+
+/// 1 024 endpoints in one context (issue 21: a daemon serving 1 024 peer ranks), each
+/// calling and answered, on a device of 2 050 QPs.
+#[test]
+fn a_thousand_and_twenty_four_endpoints() {
+    big_stack(|| {
+        let mut o = Opts::new(1024, 4096);
+        // Small SQs keep the rig's send CQ (endpoints × SQ WQEs) at 16 Ki entries.
+        o.sq_wqe_cnt = 16;
+        let p = echo::<1024, 4096, 128, 2050>(o, 3, 2, |k| k * 13 % 120);
+        assert_eq!(p.a.ctx.stats().endpoints_failed, 0);
+        assert_eq!(p.b.ctx.stats().endpoints_failed, 0);
+        // Every endpoint carried its calls: the last index is as alive as the first.
+        assert!(p.a.ctx.stats().batches_posted >= 1024);
     });
 }
 

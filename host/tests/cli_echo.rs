@@ -52,16 +52,11 @@ fn item5_every_bad_value_of_every_echo_flag_is_a_clear_error_not_a_panic() {
         ),
         (
             "--max-payload",
-            &[
-                "-1",
-                U64_MAX,
-                "4033",
-                "4200",
-                "1000000000000",
-                HUGE,
-                "1k",
-                "",
-            ],
+            &["-1", U64_MAX, "1000000000000", HUGE, "1k", ""],
+        ),
+        (
+            "--rpc-ring",
+            &["3k", "2k", "512k", "8m", "1g", "abc", "", "-16k"],
         ),
         (
             "--deadline-s",
@@ -82,12 +77,23 @@ fn item5_every_bad_value_of_every_echo_flag_is_a_clear_error_not_a_panic() {
     table.push((vec!["-x", "1"], "-x"));
     table.push((vec!["--calls", "5", "stray"], "stray"));
     table.push((vec!["--fabric", "sim", "--device", "mlx5_0"], "--device"));
+    // Above what 16 KiB rings carry, with 16 KiB rings (auto would grow the ring).
+    for v in ["4033", "4200"] {
+        table.push((
+            vec!["--rpc-ring", "16k", "--max-payload", v],
+            "--max-payload",
+        ));
+        table.push((
+            vec!["--max-payload", v, "--rpc-ring", "16k"],
+            "--max-payload",
+        ));
+    }
     for (args, needle) in &table {
         let out = run(None, ECHO, args);
         assert_refused(&out, args, needle);
     }
     // The range is in the message, so the user sees what would be accepted.
-    let out = run(None, ECHO, &["--max-payload", U64_MAX]);
+    let out = run(None, ECHO, &["--max-payload", U64_MAX, "--rpc-ring", "16k"]);
     assert!(
         text(&out.stderr).contains("0..=4032"),
         "{}",
@@ -100,7 +106,7 @@ fn item5_help_is_not_an_error() {
     let out = run(None, ECHO, &["--help"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("--max-payload"));
-    for flag in ["--device", "--port", "--gid-index"] {
+    for flag in ["--device", "--port", "--gid-index", "--rpc-ring"] {
         assert!(text(&out.stdout).contains(flag), "{flag} not in --help");
     }
 }
@@ -119,7 +125,14 @@ fn item5_the_mpi_selftest_refuses_arguments_it_does_not_take() {
 /// before it starts, well within a deadline it was given generously.
 #[test]
 fn item2_a_max_payload_the_rings_cannot_carry_fails_at_once_naming_the_limit() {
-    let args = ["--max-payload", "4200", "--deadline-s", "60"];
+    let args = [
+        "--max-payload",
+        "4200",
+        "--rpc-ring",
+        "16k",
+        "--deadline-s",
+        "60",
+    ];
     let out = run(Some(2), ECHO, &args);
     assert!(!out.status.success(), "{args:?} succeeded");
     let err = text(&out.stderr);
@@ -135,6 +148,8 @@ fn item2_a_max_payload_the_rings_cannot_carry_fails_at_once_naming_the_limit() {
 #[test]
 fn the_largest_accepted_max_payload_echoes() {
     let args = [
+        "--rpc-ring",
+        "16k",
         "--max-payload",
         "4032",
         "--calls",

@@ -28,6 +28,12 @@ pub struct SqDesc {
     pub bf_size: u32,
     /// QP number (24 bits), written into every ctrl segment.
     pub qpn: u32,
+    /// Null when `bf_reg` is this QP's own register; else the one [`SharedBf`] of every
+    /// QP whose `bf_reg` is this register (rdma-core's shared BlueFlame registers): the
+    /// doorbell then serialises its register write and shares the register's half.
+    ///
+    /// [`SharedBf`]: crate::SharedBf
+    pub bf_lock: *const crate::SharedBf,
 }
 
 /// A completion queue (`struct mlx5dv_cq`).

@@ -75,6 +75,7 @@
 #![warn(missing_docs)]
 
 pub mod barrier;
+pub mod bf;
 pub mod cq;
 pub mod desc;
 pub mod layout;
@@ -83,6 +84,7 @@ pub mod sim;
 pub mod sq;
 pub mod srq;
 
+pub use bf::SharedBf;
 pub use cq::{Cq, CqInitError, CqeRef};
 pub use desc::{CqDesc, SqDesc, SrqDesc};
 pub use sq::{

@@ -309,8 +309,39 @@ impl Mmio {
         };
     }
 
+    /// Copies a 64-byte block to `off` with one 64-byte store: NEON `ld1`/`st1` of four
+    /// 16-byte registers, as rdma-core's `mmio_memcpy_x64` does on Arm, so the
+    /// write-combining buffer sees the chunk whole.
+    ///
+    /// Panics if `off` is not 8-aligned or `off + 64` exceeds the window.
+    #[cfg(target_arch = "aarch64")]
+    pub(crate) fn write_block64(&mut self, off: usize, block: &[u8; 64]) {
+        assert!(
+            off.is_multiple_of(8) && off + 64 <= self.len,
+            "BlueFlame write outside the window"
+        );
+        // SAFETY: `off + 64` is in the window (checked), which `new`'s contract makes
+        // valid for writes; `block` is 64 readable bytes. The asm reads only `block`,
+        // writes only the 64 register bytes, and clobbers only v0–v3 (declared); an asm
+        // block is never elided or merged, so the store is as volatile as `write8`'s.
+        unsafe {
+            core::arch::asm!(
+                "ld1 {{v0.16b, v1.16b, v2.16b, v3.16b}}, [{src}]",
+                "st1 {{v0.16b, v1.16b, v2.16b, v3.16b}}, [{dst}]",
+                src = in(reg) block.as_ptr(),
+                dst = in(reg) self.base.as_ptr().add(off),
+                out("v0") _,
+                out("v1") _,
+                out("v2") _,
+                out("v3") _,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+
     /// Copies a 64-byte block to `off` as eight ascending 8-byte volatile stores
-    /// (`mmio_memcpy_x64`).
+    /// (`mmio_memcpy_x64` on x86: the write-combining buffer gathers them).
+    #[cfg(not(target_arch = "aarch64"))]
     pub(crate) fn write_block64(&mut self, off: usize, block: &[u8; 64]) {
         for (i, chunk) in block.chunks_exact(8).enumerate() {
             let mut b = [0u8; 8];

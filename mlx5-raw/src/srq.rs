@@ -14,9 +14,11 @@
 //! time safe: the last posted WQE always links to a slot the software still owns.
 //!
 //! copyrpc receives only RDMA WRITE with immediate, which scatters nothing, so every
-//! WQE gets one zero-length data segment (then the `MLX5_INVALID_LKEY` terminator when
-//! the stride leaves room for more). Those segments are the same for every post, so
-//! they are written once, when the queue is taken over, and a post only moves the free
+//! WQE is a receive with an empty scatter list: its first data segment is the
+//! `MLX5_INVALID_LKEY` terminator `{0, 0x100, 0}`, which is what rdma-core's
+//! `mlx5_post_srq_recv` writes for a work request of no SGEs (the terminator goes in
+//! the first unused entry when there is one, and with no SGEs that is entry 0). That
+//! segment is the same for every post, so it is written once, when the queue is taken over, and a post only moves the free
 //! list. That relies on the device never writing a receive WQE: the HCA reads WQEs and
 //! reports completions in CQEs only (rdma-core's SRQ code likewise never reads back a
 //! posted WQE's scatter list, and `mlx5_free_srq_wqe` rewrites only the link).
@@ -111,8 +113,12 @@ unsafe impl Send for Srq {}
 impl Srq {
     /// Takes over a fresh SRQ and links its free list as rdma-core's
     /// `mlx5_alloc_srq_buf` does (`next[i] = i + 1`, `next[tail] = 0`), which leaves a
-    /// verbs-created SRQ unchanged and initialises a zeroed one. Receive WQEs get one
-    /// zero-length data segment with `lkey`.
+    /// verbs-created SRQ unchanged and initialises a zeroed one. Receive WQEs get the
+    /// empty scatter list (the terminator alone; module docs).
+    ///
+    /// `_lkey` is no longer written (before issue 21 each WQE began with a zero-length
+    /// segment in this key, which rdma-core never writes); it stays in the signature so
+    /// the callers and the C ABI's `srq_lkey` are unchanged until the next ABI break.
     ///
     /// # Safety
     ///
@@ -124,7 +130,7 @@ impl Srq {
     ///   `Srq` writes it;
     /// * nothing has been posted to the SRQ yet (its doorbell record is 0), and nothing
     ///   else posts to it (`ibv_post_srq_recv` would desynchronise the free list).
-    pub unsafe fn new(desc: &SrqDesc, lkey: u32) -> Result<Self, SrqInitError> {
+    pub unsafe fn new(desc: &SrqDesc, _lkey: u32) -> Result<Self, SrqInitError> {
         let (Some(buf), Some(dbrec)) = (NonNull::new(desc.buf), NonNull::new(desc.dbrec)) else {
             return Err(SrqInitError::NullPointer);
         };
@@ -174,10 +180,7 @@ impl Srq {
             };
             srq.set_next(i as u16, next);
             let off = srq.wqe_off(i as u16) + DATA_OFF;
-            srq.ring.write(off, DataSeg::new(0, lkey, 0).as_bytes());
-            if srq.max_gs > 1 {
-                srq.ring.write(off + 16, DataSeg::TERMINATOR.as_bytes());
-            }
+            srq.ring.write(off, DataSeg::TERMINATOR.as_bytes());
         }
         Ok(srq)
     }

@@ -193,9 +193,15 @@ fn constants_match_mlx5dv_h() {
         );
     }
     let fixed = [
-        ("MLX5_WQE_CTRL_CQ_UPDATE", u64::from(FmCeSe::CQ_UPDATE.0)),
-        ("MLX5_WQE_CTRL_SOLICITED", u64::from(FmCeSe::SOLICITED.0)),
-        ("MLX5_WQE_CTRL_FENCE", u64::from(FmCeSe::FENCE.0)),
+        (
+            "MLX5_WQE_CTRL_CQ_UPDATE",
+            u64::from(FmCeSe::CQ_UPDATE.bits()),
+        ),
+        (
+            "MLX5_WQE_CTRL_SOLICITED",
+            u64::from(FmCeSe::SOLICITED.bits()),
+        ),
+        ("MLX5_WQE_CTRL_FENCE", u64::from(FmCeSe::FENCE.bits())),
         ("MLX5_SEND_WQE_BB", layout::SEND_WQE_BB as u64),
         ("MLX5_INLINE_SEG", u64::from(layout::INLINE_SEG)),
         ("MLX5_INVALID_LKEY", u64::from(layout::INVALID_LKEY)),

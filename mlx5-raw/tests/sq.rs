@@ -43,6 +43,7 @@ impl Mem {
             },
             bf_size,
             qpn,
+            bf_lock: std::ptr::null(),
         }
     }
 
@@ -614,9 +615,9 @@ fn signal_every_n_exactly() {
     // Every 4th counted from the last signaled one; the explicit one at 5 restarts the count.
     assert_eq!(signaled, [3, 5, 9, 13, 17]);
     for i in 0..20u16 {
-        let fm = FmCeSe(mem.ctrl(u64::from(i)).fm_ce_se);
+        let fm = FmCeSe::from_bits_retain(mem.ctrl(u64::from(i)).fm_ce_se);
         assert_eq!(fm.is_signaled(), signaled.contains(&i), "WQE {i}");
-        assert_eq!(fm.0 & !FmCeSe::CE_MASK, 0);
+        assert_eq!(fm.bits() & !FmCeSe::CE_MASK, 0);
     }
 }
 

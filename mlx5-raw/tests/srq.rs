@@ -100,20 +100,22 @@ fn init_links_a_zeroed_buffer_like_rdma_core() {
 }
 
 #[test]
-fn every_wqe_holds_one_zero_length_segment_and_terminator_from_the_start() {
+fn every_wqe_holds_the_empty_scatter_list_terminator_from_the_start() {
     for (stride, max_gs) in [(32u32, 1u32), (64, 3)] {
         let mem = SrqMem::new(4, stride);
         let mut srq = mem.srq(0xabcd);
         assert_eq!(srq.max_gs(), max_gs);
         let check = |i: u16| {
-            assert_eq!(mem.data(i, 0), DataSeg::new(0, 0xabcd, 0));
+            // rdma-core's mlx5_post_srq_recv with num_sge = 0: entry 0 is the
+            // terminator, byte count 0, lkey MLX5_INVALID_LKEY (0x100, big-endian),
+            // address 0; the lkey given to `Srq::new` appears nowhere.
+            assert_eq!(mem.data(i, 0), DataSeg::new(0, INVALID_LKEY, 0));
             assert_eq!(
                 mem.buf.read(i as usize * stride as usize + 16, 16),
-                common::hex("00 00 00 00 00 00 ab cd 00 00 00 00 00 00 00 00")
+                common::hex("00 00 00 00 00 00 01 00 00 00 00 00 00 00 00 00")
             );
             if max_gs > 1 {
-                assert_eq!(mem.data(i, 1), DataSeg::new(0, INVALID_LKEY, 0));
-                assert_eq!(mem.data(i, 2), DataSeg::new(0, 0, 0), "only one terminator");
+                assert_eq!(mem.data(i, 1), DataSeg::new(0, 0, 0), "only one terminator");
             }
         };
         // Written when the queue is taken over (the device never writes them), so a

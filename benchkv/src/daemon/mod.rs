@@ -604,6 +604,11 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                 self.m.remote_busy += 1;
                 false
             }
+            Err(SendError::NoCredit) => {
+                self.m.remote_busy += 1;
+                self.m.remote_no_credit += 1;
+                false
+            }
             Err(SendError::Failed(_)) => {
                 self.answer(idx, Response::new(Status::Unreachable, 0));
                 true
@@ -645,7 +650,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         };
         match remote.reply(inc, &resp) {
             Ok(()) => None,
-            Err((inc, SendError::Busy)) => {
+            Err((inc, SendError::Busy | SendError::NoCredit)) => {
                 self.m.remote_busy += 1;
                 Some((inc, resp))
             }

@@ -11,95 +11,173 @@
 
 use std::sync::Arc;
 
-use copyrpc_core::copyrpc::RecvHandle;
+use copyrpc_core::copyrpc::{Error, RecvHandle};
 use copyrpc_host::exchange::Collectives;
 use copyrpc_host::fabric::Fabric;
-use copyrpc_host::rpc::{PeerRecord, RpcConfig, RpcNode};
+use copyrpc_host::rpc::{sizing, PeerRecord, RpcConfig, RpcNode};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use super::SendError;
 use crate::msg::{Request, Response, Status};
 
-/// Endpoints per context: remote ranks one daemon serves.
+/// Endpoints per context. A daemon serving more remote ranks holds several contexts
+/// (one per 64 peers), so no endpoint limit is set here: the rings' memory is the limit.
 pub const EPS: usize = 64;
-/// Calls in flight per context, over all its endpoints, with [`RingSize::Small`].
-pub const CALLS: usize = 4096;
-/// Requests held per endpoint: ring bytes / 32, with [`RingSize::Small`].
-pub const REQS: usize = 512;
-/// Ring bytes per endpoint and direction with [`RingSize::Small`].
-pub const RING_BYTES: usize = REQS * 32;
-/// [`RingSize::Large`]'s calls in flight per context.
-const LARGE_CALLS: usize = 16_384;
-/// [`RingSize::Large`]'s requests held per endpoint.
-const LARGE_REQS: usize = 8192;
 
-/// The copyrpc ring of every endpoint (`--copyrpc-ring`). The context's tables are sized
-/// at compile time by the ring, so each size is its own type.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RingSize {
-    /// 16 KiB per direction: about 40 calls of benchkv in flight per peer; 4096 per
-    /// daemon.
-    #[default]
-    Small,
-    /// 256 KiB per direction: about 700 calls per peer, 16 384 per daemon (seed 002's
-    /// rings are 1 MiB, seed 001's 4 MiB); 8 MiB of tables per daemon.
-    Large,
-}
+/// The ring of every endpoint, bytes per direction (`--rpc-ring`): a power of two in
+/// [`sizing::RING_MIN`]`..=`[`sizing::RING_MAX`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingSize(usize);
 
 impl RingSize {
+    /// `bytes` if the contexts can take it.
+    pub fn new(bytes: usize) -> Result<Self, String> {
+        if bytes.is_power_of_two() && (sizing::RING_MIN..=sizing::RING_MAX).contains(&bytes) {
+            Ok(Self(bytes))
+        } else {
+            Err(format!(
+                "a copyrpc ring of {bytes} B: must be a power of two from {} KiB to {} MiB",
+                sizing::RING_MIN >> 10,
+                sizing::RING_MAX >> 20
+            ))
+        }
+    }
+
+    /// `auto`: the ring at which `calls` benchkv requests in flight to one peer never
+    /// wait for ring credit.
+    pub fn for_calls(calls: u64) -> Self {
+        Self(sizing::ring_for_calls(calls, REQUEST_BYTES, RESPONSE_BYTES))
+    }
+
     /// Bytes per endpoint and direction.
     pub const fn bytes(self) -> usize {
-        match self {
-            Self::Small => RING_BYTES,
-            Self::Large => LARGE_REQS * 32,
-        }
+        self.0
+    }
+
+    /// benchkv calls a ring of this size holds in flight to one peer without waiting.
+    pub fn calls(self) -> u64 {
+        sizing::calls_for_ring(self.0, REQUEST_BYTES, RESPONSE_BYTES)
     }
 }
 
-/// A daemon's copyrpc context with its endpoints, of either ring size.
-#[derive(Debug)]
-pub enum Node {
-    /// [`RingSize::Small`].
-    Small(Box<RpcNode<u64, EPS, CALLS, REQS>>),
-    /// [`RingSize::Large`].
-    Large(Box<RpcNode<u64, EPS, LARGE_CALLS, LARGE_REQS>>),
+impl Default for RingSize {
+    fn default() -> Self {
+        Self(sizing::AUTO_MIN)
+    }
 }
 
-/// Runs `$body` with `$n` bound to the node, whichever its size (the context methods
-/// are generic over the sizes, so each arm is its own instance).
-macro_rules! with_node {
-    ($node:expr, $n:ident => $body:expr) => {
-        match $node {
-            Node::Small($n) => $body,
-            Node::Large($n) => $body,
+/// A benchkv request's bytes on the wire (its payload).
+const REQUEST_BYTES: u32 = std::mem::size_of::<Request>() as u32;
+/// A benchkv response's bytes: each call's response allowance.
+const RESPONSE_BYTES: u32 = std::mem::size_of::<Response>() as u32;
+
+/// Defines [`Node`], one variant per request-table class: a context's request table
+/// (`REQS` entries per endpoint, at least ring / 32) and pending-call table (`CALLS`) are
+/// inline and sized at compile time, while the ring itself is a run-time size. So a few
+/// classes cover every ring, each the smallest table for rings up to its bound, and a
+/// context never carries a table 256 times larger than its ring needs (4 MiB tables for
+/// 16 KiB rings, 64 endpoints: 320 MiB of address space).
+macro_rules! node_classes {
+    ($($(#[$doc:meta])* $name:ident: ring <= $ring:expr, calls $calls:expr;)*) => {
+        /// One copyrpc context (up to [`EPS`] endpoints) of a daemon, in the class its
+        /// ring needs.
+        #[derive(Debug)]
+        pub enum Node {
+            $($(#[$doc])* $name(Box<RpcNode<u64, EPS, { $calls }, { $ring / 32 }>>),)*
+        }
+
+        impl Node {
+            /// A context for `peers` on `fabric`, of the smallest class that holds the
+            /// ring of `cfg`.
+            fn build(
+                fabric: Arc<Fabric>,
+                rank: usize,
+                ranks: usize,
+                peers: &[usize],
+                cfg: &RpcConfig,
+            ) -> Result<Self, String> {
+                let e = |e: copyrpc_host::error::Error| e.to_string();
+                $(if cfg.ring_bytes <= $ring {
+                    return Ok(Node::$name(Box::new(
+                        RpcNode::for_peers(fabric, rank, ranks, peers, cfg).map_err(e)?,
+                    )));
+                })*
+                Err(format!(
+                    "no copyrpc context class holds a ring of {} B (at most {} MiB)",
+                    cfg.ring_bytes,
+                    sizing::RING_MAX >> 20
+                ))
+            }
         }
     };
 }
 
-/// A daemon's copyrpc endpoints.
+/// Runs `$body` with `$n` bound to the node, whichever its class (the context methods
+/// are generic over the sizes, so each arm is its own instance).
+macro_rules! with_node {
+    ($node:expr, $n:ident => $body:expr) => {
+        match $node {
+            Node::Upto16k($n) => $body,
+            Node::Upto256k($n) => $body,
+            Node::Upto1m($n) => $body,
+            Node::Upto4m($n) => $body,
+        }
+    };
+}
+
+node_classes! {
+    /// Rings up to 16 KiB (512 requests an endpoint, 4 096 calls a context).
+    Upto16k: ring <= 16 << 10, calls 4096;
+    /// Up to 256 KiB (8 Ki requests an endpoint, 16 Ki calls).
+    Upto256k: ring <= 256 << 10, calls 16_384;
+    /// Up to 1 MiB (32 Ki requests, 64 Ki calls): seed 002's default ring.
+    Upto1m: ring <= 1 << 20, calls 65_536;
+    /// Up to 4 MiB (128 Ki requests, 64 Ki calls): seed 001's ring.
+    Upto4m: ring <= 4 << 20, calls 65_536;
+}
+
+/// A daemon's copyrpc endpoints: its contexts and which one holds each remote rank.
 #[derive(Debug)]
 pub struct CopyrpcRemote {
-    node: Node,
+    nodes: Vec<Node>,
+    /// `route[rank]`: the index in `nodes` of the context with the endpoint to `rank`,
+    /// or `u32::MAX`.
+    route: Vec<u32>,
+    /// The context `recv` looks at first (round robin, so no context starves).
+    next_recv: usize,
 }
 
 /// A request received over copyrpc, answered once through [`CopyrpcRemote::reply`].
 #[derive(Debug)]
 pub struct CopyrpcIncoming {
+    node: usize,
     handle: RecvHandle,
 }
 
 impl CopyrpcRemote {
+    fn node_of(&mut self, rank: u32) -> Option<&mut Node> {
+        let i = *self.route.get(rank as usize)?;
+        self.nodes.get_mut(i as usize)
+    }
+
     /// See [`super::Remote::call`].
     pub fn call(&mut self, rank: u32, req: &Request, token: u64) -> Result<(), SendError> {
-        with_node!(&mut self.node, n => {
+        let Some(node) = self.node_of(rank) else {
+            return Err(SendError::Failed(format!(
+                "no copyrpc endpoint to rank {rank} in this daemon"
+            )));
+        };
+        with_node!(node, n => {
             let Some(ep) = n.endpoint(rank as usize) else {
                 return Err(SendError::Failed(format!(
                     "no copyrpc endpoint to rank {rank} in this daemon"
                 )));
             };
-            let allowance = std::mem::size_of::<Response>() as u32;
-            match n.ctx().call_with_allowance(ep, req.as_bytes(), allowance, token) {
+            match n.ctx().call_with_allowance(ep, req.as_bytes(), RESPONSE_BYTES, token) {
                 Ok(_) => Ok(()),
+                Err(e) if matches!(e.error, Error::RingFull | Error::InsufficientCredit) => {
+                    Err(SendError::NoCredit)
+                }
                 Err(e) if e.error.is_retryable() => Err(SendError::Busy),
                 Err(e) => Err(SendError::Failed(format!(
                     "copyrpc call to rank {rank}: {}",
@@ -112,7 +190,7 @@ impl CopyrpcRemote {
     /// The QP number of this daemon's endpoint to `rank`, if it holds one (the virtual
     /// world cuts links by QP).
     pub fn qpn_to(&mut self, rank: u32) -> Option<u32> {
-        with_node!(&mut self.node, n => {
+        with_node!(self.node_of(rank)?, n => {
             let ep = n.endpoint(rank as usize)?;
             n.ctx().qpn(ep).ok()
         })
@@ -120,29 +198,43 @@ impl CopyrpcRemote {
 
     /// See [`super::Remote::poll`].
     pub fn poll(&mut self, on_response: &mut dyn FnMut(u64, Response)) -> usize {
-        with_node!(&mut self.node, n => n.ctx().poll(|token, r| {
-            let resp = match r {
-                Ok(bytes) => Response::read_from_bytes(bytes)
-                    .unwrap_or_else(|_| Response::new(Status::Unreachable, 0)),
-                Err(_) => Response::new(Status::Unreachable, 0),
-            };
-            on_response(token, resp);
-        }))
+        let mut done = 0;
+        for node in &mut self.nodes {
+            done += with_node!(node, n => n.ctx().poll(|token, r| {
+                let resp = match r {
+                    Ok(bytes) => Response::read_from_bytes(bytes)
+                        .unwrap_or_else(|_| Response::new(Status::Unreachable, 0)),
+                    Err(_) => Response::new(Status::Unreachable, 0),
+                };
+                on_response(token, resp);
+            }));
+        }
+        done
     }
 
     /// See [`super::Remote::recv`]. A request whose bytes are not a `Request` is handed
     /// out as one with an unknown op, which the owner answers with `BadOp`.
     pub fn recv(&mut self) -> Option<(CopyrpcIncoming, Request)> {
-        with_node!(&mut self.node, n => {
-            let ctx = n.ctx();
-            let handle = ctx.recv()?;
-            let req = Request::read_from_bytes(handle.data(ctx)).unwrap_or_else(|_| {
-                let mut bad = Request::new_zeroed();
-                bad.op = u32::MAX;
-                bad
+        let count = self.nodes.len();
+        for k in 0..count {
+            let i = (self.next_recv + k) % count;
+            let got = with_node!(&mut self.nodes[i], n => {
+                let ctx = n.ctx();
+                ctx.recv().map(|handle| {
+                    let req = Request::read_from_bytes(handle.data(ctx)).unwrap_or_else(|_| {
+                        let mut bad = Request::new_zeroed();
+                        bad.op = u32::MAX;
+                        bad
+                    });
+                    (handle, req)
+                })
             });
-            Some((CopyrpcIncoming { handle }, req))
-        })
+            if let Some((handle, req)) = got {
+                self.next_recv = (i + 1) % count;
+                return Some((CopyrpcIncoming { node: i, handle }, req));
+            }
+        }
+        None
     }
 
     /// See [`super::Remote::reply`]. copyrpc replies never wait for room (the caller's
@@ -153,13 +245,15 @@ impl CopyrpcRemote {
         incoming: CopyrpcIncoming,
         resp: &Response,
     ) -> Result<(), (CopyrpcIncoming, SendError)> {
-        let r = with_node!(&mut self.node, n => incoming.handle.reply(n.ctx(), resp.as_bytes()));
+        let node = incoming.node;
+        let r =
+            with_node!(&mut self.nodes[node], n => incoming.handle.reply(n.ctx(), resp.as_bytes()));
         match r {
             Ok(()) => Ok(()),
             Err(e) => match e.handle {
                 None => Ok(()),
                 Some(handle) => Err((
-                    CopyrpcIncoming { handle },
+                    CopyrpcIncoming { node, handle },
                     SendError::Failed(format!("copyrpc reply: {}", e.error)),
                 )),
             },
@@ -167,9 +261,9 @@ impl CopyrpcRemote {
     }
 }
 
-/// Builds the copyrpc transports of this rank: for each daemon, a context with an
-/// endpoint to every remote rank in `peers_of[daemon]` (empty: `None`), all on one
-/// fabric, brought up with one all-to-all of endpoint records and a barrier.
+/// Builds the copyrpc transports of this rank: for each daemon, a context per
+/// [`EPS`] remote ranks in `peers_of[daemon]` (none: `None`), all on one fabric,
+/// brought up with one all-to-all of endpoint records and a barrier.
 pub fn connect_all(
     fabric: Fabric,
     x: &impl Collectives,
@@ -186,63 +280,102 @@ pub fn connect_all(
     Ok(remotes)
 }
 
-/// The first step of [`connect_all`], without the exchange: one node per daemon that
-/// holds endpoints, on the fabric `fabric_of(daemon)` gives (the threaded run gives all
-/// one fabric; the virtual world gives each daemon a device of its own).
+/// One daemon's contexts, before the exchange: each with the peers it serves.
+#[derive(Debug)]
+pub struct DaemonNodes {
+    nodes: Vec<(Node, Vec<usize>)>,
+}
+
+/// The first step of [`connect_all`], without the exchange: for each daemon, its
+/// contexts (one per [`EPS`] peers; none without peers), on the fabric
+/// `fabric_of(daemon)` gives (the threaded run gives all one fabric; the virtual world
+/// gives each daemon a device of its own).
 pub fn build_nodes(
     mut fabric_of: impl FnMut(usize) -> Arc<Fabric>,
     rank: usize,
     ranks: usize,
     peers_of: &[Vec<usize>],
     ring: RingSize,
-) -> Result<Vec<Option<Node>>, String> {
+) -> Result<Vec<DaemonNodes>, String> {
     let cfg = RpcConfig::for_ring(ring.bytes());
     // Each context is built in place on the heap, so this thread's stack size does not
     // matter.
-    let mut nodes = Vec::with_capacity(peers_of.len());
+    let mut out = Vec::with_capacity(peers_of.len());
     for (d, peers) in peers_of.iter().enumerate() {
-        nodes.push(if peers.is_empty() {
-            None
-        } else {
+        let mut nodes = Vec::new();
+        if !peers.is_empty() {
             let f = fabric_of(d);
-            let e = |e: copyrpc_host::error::Error| e.to_string();
-            Some(match ring {
-                RingSize::Small => Node::Small(Box::new(
-                    RpcNode::for_peers(f, rank, ranks, peers, &cfg).map_err(e)?,
-                )),
-                RingSize::Large => Node::Large(Box::new(
-                    RpcNode::for_peers(f, rank, ranks, peers, &cfg).map_err(e)?,
-                )),
-            })
-        });
+            for chunk in peers.chunks(EPS) {
+                let node = build_on_big_stack(Arc::clone(&f), rank, ranks, chunk, &cfg)?;
+                nodes.push((node, chunk.to_vec()));
+            }
+        }
+        out.push(DaemonNodes { nodes });
     }
-    Ok(nodes)
+    Ok(out)
+}
+
+/// [`Node::build`] on a thread of its own whose stack holds an endpoint's request table:
+/// the core builds each endpoint (its table inline, 40 B × ring / 32: 5 MiB for 4 MiB
+/// rings) on the caller's stack before moving it into the context, and a debug build
+/// copies it more than once, which overflows an 8 MiB main thread.
+fn build_on_big_stack(
+    fabric: Arc<Fabric>,
+    rank: usize,
+    ranks: usize,
+    peers: &[usize],
+    cfg: &RpcConfig,
+) -> Result<Node, String> {
+    let stack = 16 * 40 * (cfg.ring_bytes / 32) + (8 << 20);
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("copyrpc-setup".into())
+            .stack_size(stack)
+            .spawn_scoped(s, || Node::build(fabric, rank, ranks, peers, cfg))
+            .map_err(|e| format!("a thread to build a copyrpc context: {e}"))?
+            .join()
+            .map_err(|_| "building a copyrpc context panicked".to_string())?
+    })
 }
 
 /// This rank's endpoint records, indexed by the peer rank they are for (what the
 /// all-to-all sends).
-pub fn records(nodes: &[Option<Node>], ranks: usize) -> Result<Vec<PeerRecord>, String> {
+pub fn records(daemons: &[DaemonNodes], ranks: usize) -> Result<Vec<PeerRecord>, String> {
     let mut table = vec![PeerRecord::new_zeroed(); ranks];
-    for n in nodes.iter().flatten() {
+    for (n, _) in daemons.iter().flat_map(|d| &d.nodes) {
         with_node!(n, n => n.fill_records(&mut table)).map_err(|e| e.to_string())?;
     }
     Ok(table)
 }
 
-/// The last step: connects every node to the records `got` (indexed by the sending rank).
+/// The last step: connects every context to the records `got` (indexed by the sending
+/// rank).
 pub fn finish(
-    nodes: Vec<Option<Node>>,
+    daemons: Vec<DaemonNodes>,
     got: &[PeerRecord],
 ) -> Result<Vec<Option<CopyrpcRemote>>, String> {
-    let mut out = Vec::with_capacity(nodes.len());
-    for n in nodes {
-        out.push(match n {
-            Some(mut node) => {
-                with_node!(&mut node, n => n.connect(got)).map_err(|e| e.to_string())?;
-                Some(CopyrpcRemote { node })
+    let mut out = Vec::with_capacity(daemons.len());
+    for d in daemons {
+        if d.nodes.is_empty() {
+            out.push(None);
+            continue;
+        }
+        let mut route = vec![u32::MAX; got.len()];
+        let mut nodes = Vec::with_capacity(d.nodes.len());
+        for (i, (mut node, peers)) in d.nodes.into_iter().enumerate() {
+            with_node!(&mut node, n => n.connect(got)).map_err(|e| e.to_string())?;
+            for p in peers {
+                if let Some(r) = route.get_mut(p) {
+                    *r = i as u32;
+                }
             }
-            None => None,
-        });
+            nodes.push(node);
+        }
+        out.push(Some(CopyrpcRemote {
+            nodes,
+            route,
+            next_recv: 0,
+        }));
     }
     Ok(out)
 }

@@ -39,8 +39,12 @@ use crate::msg::{Request, Response};
 /// Why a transport did not take a call or reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendError {
-    /// No room now (ring full, no credit, too many calls): poll, then retry.
+    /// No room now (send queue full, too many calls): poll, then retry.
     Busy,
+    /// No room in the peer's ring or no credit from it (copyrpc's `RingFull`,
+    /// `InsufficientCredit`): as [`SendError::Busy`], counted apart because a ring sized
+    /// for the load (`--rpc-ring auto`) should never give it.
+    NoCredit,
     /// Never going to work (the endpoint failed, the payload cannot fit). The daemon
     /// answers the request with `Status::Unreachable`.
     Failed(String),
@@ -171,11 +175,17 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         opts.verbs.device = cfg.device.clone();
         opts.verbs.port = cfg.port;
         opts.verbs.gid_index = cfg.gid_index;
-        // What this rank registers: both rings of every endpoint, its SQ and the
-        // context's queues (an estimate: RLIMIT_MEMLOCK is checked against it at open).
+        // What this rank registers: both rings of every endpoint, its SQ (128 KiB) and
+        // its share of the send CQ (sized for a flush of every SQ: 128 KiB), and the
+        // context's other queues (an estimate: RLIMIT_MEMLOCK is checked against it at
+        // open).
         let peers = u64::from(ranks.saturating_sub(1));
         opts.verbs.pinned_bytes =
-            peers * (2 * cfg.copyrpc_ring.bytes() as u64 + (256 << 10)) + (16 << 20);
+            peers * (2 * cfg.copyrpc_ring.bytes() as u64 + (320 << 10)) + (16 << 20);
+        // The sim fabric carves the same objects from one region (virtual size; only
+        // touched pages count): at least its default, and room for what this rank pins.
+        let pinned = usize::try_from(opts.verbs.pinned_bytes).unwrap_or(usize::MAX);
+        opts.sim.region_bytes = opts.sim.region_bytes.max(pinned.saturating_add(64 << 20));
         let (fabric, _) =
             fabric::open(cfg.fabric, &opts).map_err(|e| format!("--fabric {}: {e}", cfg.fabric))?;
         let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of, cfg.copyrpc_ring)?;

@@ -45,3 +45,34 @@ impl EndpointConfig {
         }
     }
 }
+
+/// Entries the send CQ shared by `endpoints` QPs, each with a send queue of `sq_wqebbs`
+/// 64-byte blocks, needs so that all of them failing at once cannot overrun it: a QP
+/// moving to error completes every outstanding WQE with a flush CQE, signaled or not
+/// (mlx5; the device model's `FlushMode::EveryWqe`), and a WQE takes at least one
+/// block. Normal running needs far less (one signaled WQE in `signal_interval`), so this
+/// bound is the whole requirement. A power of two (what a CQ takes), at least 64;
+/// saturates at 2^31.
+pub const fn send_cq_entries(endpoints: u32, sq_wqebbs: u32) -> u32 {
+    let need = (endpoints as u64) * (sq_wqebbs as u64);
+    let need = if need < 64 { 64 } else { need };
+    if need >= 1 << 31 {
+        1 << 31
+    } else {
+        (need as u32).next_power_of_two()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::send_cq_entries;
+
+    #[test]
+    fn send_cq_holds_every_block_of_every_sq() {
+        assert_eq!(send_cq_entries(64, 2048), 131_072);
+        assert_eq!(send_cq_entries(3, 100), 512);
+        assert_eq!(send_cq_entries(1, 1), 64);
+        assert_eq!(send_cq_entries(0, 0), 64);
+        assert_eq!(send_cq_entries(u32::MAX, u32::MAX), 1 << 31);
+    }
+}

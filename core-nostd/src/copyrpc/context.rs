@@ -50,7 +50,7 @@ pub struct EndpointMem {
 /// A copyrpc context; see the [module docs](super).
 ///
 /// `U` is the per-call user data, handed back exactly once: with the response, or with
-/// an error. `EPS` endpoints (≤ 256), `CALLS` pending calls across all endpoints,
+/// an error. `EPS` endpoints (≤ [`MAX_ENDPOINTS`]), `CALLS` pending calls across all endpoints,
 /// `REQS` received requests held per endpoint (a power of two, at least the recv ring
 /// size / 32).
 #[derive(Debug)]
@@ -79,7 +79,7 @@ pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
     pub(crate) stats: Stats,
 }
 
-/// The endpoints a poll must visit: one bit per endpoint index (≤ 256).
+/// The endpoints a poll must visit: one bit per endpoint index.
 ///
 /// Invariant: an endpoint whose bit is clear is one whose last flush found nothing due
 /// (no queued range, no open batch, no READ wanted or due, no credit batch wanted), or
@@ -96,30 +96,43 @@ pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
 /// endpoint with pending calls every `probe_sweep` polls. So skipping a clear endpoint
 /// skips only a flush that would do nothing (or a probe the next sweep catches), and an
 /// idle poll is two CQ checks and two compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Dirty([u64; 4]);
+///
+/// Sized for [`MAX_ENDPOINTS`] (128 B), whatever `EPS`: a table sized by `EPS / 64`
+/// needs a const expression stable Rust does not have, and with a power-of-two bound the
+/// masks below keep every access free of a bounds check (the hot path's instruction
+/// count is that of the 256-endpoint table this replaced).
+#[derive(Debug)]
+pub(crate) struct Dirty([u64; DIRTY_WORDS]);
+
+/// Words of [`Dirty`]: one bit per possible endpoint index.
+const DIRTY_WORDS: usize = MAX_ENDPOINTS / 64;
 
 impl Dirty {
-    pub(crate) const NONE: Self = Self([0; 4]);
-
     /// Turns what an endpoint method said about endpoint `ep` into its bit.
     #[inline(always)]
     pub(crate) fn note(&mut self, ep: u16, flush: Flush) {
         if flush == Flush::Needed {
-            self.0[usize::from(ep >> 6) & 3] |= 1 << (ep & 63);
+            self.0[usize::from(ep >> 6) & (DIRTY_WORDS - 1)] |= 1 << (ep & 63);
         }
     }
 
     #[inline]
     pub(crate) fn clear(&mut self, ep: usize) {
-        self.0[(ep >> 6) & 3] &= !(1 << (ep & 63));
+        self.0[(ep >> 6) & (DIRTY_WORDS - 1)] &= !(1 << (ep & 63));
     }
 
     #[inline]
     pub(crate) fn word(&self, w: usize) -> u64 {
-        self.0[w & 3]
+        self.0[w & (DIRTY_WORDS - 1)]
     }
 }
+
+/// The most endpoints one context can hold. A fixed bound because two per-endpoint
+/// tables are sized by it rather than by `EPS` (the dirty set and the pending counts): at 1 024 they add 4 KiB
+/// to every context, which the C ABI's fixed context size (`COPYRPC_CTX_BYTES`) still
+/// holds; the full `EndpointId` range would add 264 KiB to a 16-endpoint context. More
+/// peers take more contexts (benchkv: one per 64 peers).
+pub const MAX_ENDPOINTS: usize = 1 << 10;
 
 // SAFETY: the context exclusively owns its driver objects (each `Send`) and its access
 // to the registered regions (constructor contracts), none tied to a thread; moving it
@@ -162,7 +175,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         slot: &'s mut MaybeUninit<Self>,
         queues: &Queues,
     ) -> Result<&'s mut Self, Error> {
-        if EPS > 256 || EPS == 0 || CALLS == 0 || !REQS.is_power_of_two() {
+        if EPS > MAX_ENDPOINTS || EPS == 0 || CALLS == 0 || !REQS.is_power_of_two() {
             return Err(Error::BadTableSize);
         }
         // Every step that can fail comes before the first write into `slot`.
@@ -213,7 +226,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             Pending::init_at(&raw mut (*p).pending);
             (&raw mut (*p).rq_head).write(Link::NONE);
             (&raw mut (*p).rq_tail).write(Link::NONE);
-            (&raw mut (*p).dirty).write(Dirty::NONE);
+            (&raw mut (*p).dirty)
+                .cast::<u64>()
+                .write_bytes(0, DIRTY_WORDS);
             (&raw mut (*p).polls).write(0);
             (&raw mut (*p).probe_sweep).write(u64::MAX);
             (&raw mut (*p).next_sweep).write(u64::MAX);

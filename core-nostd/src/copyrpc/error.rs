@@ -40,7 +40,8 @@ pub enum Error {
     TooManyEndpoints,
     /// The send queue has no room for the operation; poll and retry.
     SqFull,
-    /// The context's table sizes are out of range: `EPS` must be in 1 ..= 256, `CALLS`
+    /// The context's table sizes are out of range: `EPS` must be in 1 ..= 1 024
+    /// ([`MAX_ENDPOINTS`](super::MAX_ENDPOINTS)), `CALLS`
     /// at least 1, `REQS` a power of two.
     BadTableSize,
     /// The driver rejected the SRQ description (null, misaligned, stride, WQE count,
@@ -117,7 +118,7 @@ impl fmt::Display for Error {
             Self::TooManyEndpoints => "endpoint table full",
             Self::SqFull => "send queue full",
             Self::BadTableSize => {
-                "context table sizes out of range (EPS 1..=256, CALLS >= 1, REQS a power of two)"
+                "context table sizes out of range (EPS 1..=1024, CALLS >= 1, REQS a power of two)"
             }
             Self::BadSrq => "SRQ description rejected by the driver",
             Self::BadSendCq => "send CQ description rejected by the driver",

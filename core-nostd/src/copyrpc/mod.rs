@@ -84,8 +84,8 @@ mod serve;
 mod stats;
 mod tx;
 
-pub use config::EndpointConfig;
-pub use context::{Context, CreditSnapshot, EndpointId, EndpointMem, Queues};
+pub use config::{send_cq_entries, EndpointConfig};
+pub use context::{Context, CreditSnapshot, EndpointId, EndpointMem, Queues, MAX_ENDPOINTS};
 pub use error::{CallError, Error, FailureCause, ReplyError, Side};
 pub use handle::RecvHandle;
 pub use info::EndpointInfo;

@@ -21,6 +21,9 @@ impl FreeId {
     }
 }
 
+/// Entries of `Pending::per_ep`: one per possible endpoint index.
+const PER_EP: usize = super::MAX_ENDPOINTS;
+
 /// `N` slots with an intrusive free list; insert, remove and lookup are O(1).
 #[derive(Debug)]
 pub(crate) struct Pending<U, const N: usize> {
@@ -29,8 +32,10 @@ pub(crate) struct Pending<U, const N: usize> {
     next_free: [u32; N],
     free_head: u32,
     len: usize,
-    /// Pending calls per endpoint index (for the liveness probe and fail-all).
-    per_ep: [u32; 256],
+    /// Pending calls per endpoint index (for the liveness probe and fail-all), for
+    /// every index a context can have ([`MAX_ENDPOINTS`](super::MAX_ENDPOINTS), 4 KiB),
+    /// indexed under a mask so that no access needs a bounds check.
+    per_ep: [u32; PER_EP],
 }
 
 impl<U, const N: usize> Pending<U, N> {
@@ -75,7 +80,7 @@ impl<U, const N: usize> Pending<U, N> {
             }
             (&raw mut (*p).free_head).write(0);
             (&raw mut (*p).len).write(0);
-            (&raw mut (*p).per_ep).write([0; 256]);
+            (&raw mut (*p).per_ep).cast::<u32>().write_bytes(0, PER_EP);
         }
     }
 
@@ -84,7 +89,7 @@ impl<U, const N: usize> Pending<U, N> {
     }
 
     pub(crate) fn on_ep(&self, ep: u16) -> u32 {
-        self.per_ep[usize::from(ep) & 255]
+        self.per_ep[usize::from(ep) & (PER_EP - 1)]
     }
 
     /// Stores `user_data`; hands it back when full.
@@ -113,7 +118,7 @@ impl<U, const N: usize> Pending<U, N> {
         *slot = Some(Slot { ep, user_data });
         self.free_head = self.next_free[id as usize];
         self.len += 1;
-        self.per_ep[usize::from(ep) & 255] += 1;
+        self.per_ep[usize::from(ep) & (PER_EP - 1)] += 1;
         id
     }
 
@@ -128,7 +133,7 @@ impl<U, const N: usize> Pending<U, N> {
         self.next_free[id as usize] = self.free_head;
         self.free_head = id;
         self.len -= 1;
-        self.per_ep[usize::from(ep) & 255] -= 1;
+        self.per_ep[usize::from(ep) & (PER_EP - 1)] -= 1;
         Some(s.user_data)
     }
 

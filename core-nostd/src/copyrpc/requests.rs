@@ -37,7 +37,8 @@ impl Tag {
 pub(crate) struct Link(u64);
 
 impl Link {
-    /// No link (an endpoint index ≥ 2^16 cannot exist: `EPS` ≤ 256).
+    /// No link (an endpoint index ≥ 2^16 cannot exist: `EPS` ≤ 2^16,
+    /// and a real link has bits 48.. clear).
     pub(crate) const NONE: Self = Self(u64::MAX);
 
     #[inline]

@@ -12,15 +12,16 @@ mod dma;
 pub use dma::{pattern, DmaBuf};
 
 use copyrpc_core::copyrpc::{
-    CallError, Context, EndpointConfig, EndpointId, EndpointMem, Error, Queues, Region,
+    send_cq_entries, CallError, Context, EndpointConfig, EndpointId, EndpointMem, Error, Queues,
+    Region,
 };
 use mlx5_raw::sim::{
     format_link, link_bytes, Access, CqMem, Device, DeviceConfig, LinkConfig, LinkDesc, MrKeys, Pd,
     QpAttr, SqMem, SrqMem,
 };
 
-/// Room for 64 endpoints a side.
-pub type Dev = Device<130, 4, 2, 8>;
+/// Room for `Q / 2` endpoints a side (64 by default).
+pub type Dev<const Q: usize = 130> = Device<Q, 4, 2, 8>;
 
 /// Rig settings.
 #[derive(Clone, Copy)]
@@ -44,6 +45,9 @@ pub struct Opts {
     /// Whether `Pair::new` connects the contexts' endpoints (the QPs are connected
     /// either way): false for tests of `Context::connect` itself.
     pub connect: bool,
+    /// Entries of each side's send CQ; `None`: the host's sizing,
+    /// [`send_cq_entries`](copyrpc_core::copyrpc::send_cq_entries).
+    pub send_cqes: Option<u32>,
 }
 
 impl Opts {
@@ -68,6 +72,7 @@ impl Opts {
             budget: 32,
             tick: 1_000,
             connect: true,
+            send_cqes: None,
         }
     }
 }
@@ -84,6 +89,8 @@ pub struct Side<const E: usize, const C: usize, const R: usize> {
     pub scratch_off: usize,
     /// The recv CQ's number, to watch completions arrive (`Dev::cq_info`).
     pub recv_cqn: u32,
+    /// The send CQ's number (`Dev::cq_info`: its overrun flag).
+    pub send_cqn: u32,
     _queues: Vec<DmaBuf>,
 }
 
@@ -100,16 +107,16 @@ impl<const E: usize, const C: usize, const R: usize> Side<E, C, R> {
 
 pub const SCRATCH: usize = 8192;
 
-fn side<const E: usize, const C: usize, const R: usize>(
-    dev: &mut Dev,
+fn side<const E: usize, const C: usize, const R: usize, const Q: usize>(
+    dev: &mut Dev<Q>,
     pd: Pd,
     o: &Opts,
 ) -> (Side<E, C, R>, Vec<mlx5_raw::SqDesc>) {
     let per_ep = 2 * o.ring + 64;
     let data = DmaBuf::new(o.endpoints * per_ep + SCRATCH);
-    let cqe_send = (o.endpoints as u32 * o.sq_wqe_cnt)
-        .next_power_of_two()
-        .max(64);
+    let cqe_send = o
+        .send_cqes
+        .unwrap_or(send_cq_entries(o.endpoints as u32, o.sq_wqe_cnt));
     let cqe_recv = (o.srq_wqe_cnt * 2).next_power_of_two();
     let scq = DmaBuf::new(cqe_send as usize * 64);
     let rcq = DmaBuf::new(cqe_recv as usize * 64);
@@ -187,6 +194,7 @@ fn side<const E: usize, const C: usize, const R: usize>(
             keys,
             scratch_off: o.endpoints * per_ep,
             recv_cqn: rcqd.cqn,
+            send_cqn: scqd.cqn,
             data,
             _queues: vec![scq, rcq, srq, sqs, dbrecs],
         };
@@ -205,9 +213,9 @@ fn region(data: &DmaBuf, keys: MrKeys, off: usize, len: usize) -> Region {
 }
 
 /// Two contexts, `a` (usually the caller) and `b`, with endpoint `i` of one connected to
-/// endpoint `i` of the other.
-pub struct Pair<const E: usize, const C: usize, const R: usize> {
-    pub dev: Box<Dev>,
+/// endpoint `i` of the other, on a device of `Q` QPs.
+pub struct Pair<const E: usize, const C: usize, const R: usize, const Q: usize = 130> {
+    pub dev: Box<Dev<Q>>,
     /// The protection domain of both sides, for tests that register more memory.
     pub pd: Pd,
     pub a: Side<E, C, R>,
@@ -218,15 +226,15 @@ pub struct Pair<const E: usize, const C: usize, const R: usize> {
     _links: DmaBuf,
 }
 
-impl<const E: usize, const C: usize, const R: usize> Pair<E, C, R> {
+impl<const E: usize, const C: usize, const R: usize, const Q: usize> Pair<E, C, R, Q> {
     pub fn new(o: Opts) -> Self {
-        let mut dev = Box::new(Dev::new(DeviceConfig {
+        let mut dev = Box::new(Dev::<Q>::new(DeviceConfig {
             budget: o.budget,
             ..DeviceConfig::DEFAULT
         }));
         let pd = dev.alloc_pd();
-        let (mut a, sqa) = side::<E, C, R>(&mut dev, pd, &o);
-        let (mut b, sqb) = side::<E, C, R>(&mut dev, pd, &o);
+        let (mut a, sqa) = side::<E, C, R, Q>(&mut dev, pd, &o);
+        let (mut b, sqb) = side::<E, C, R, Q>(&mut dev, pd, &o);
         let (slots, mtu) = (o.link_slots, o.mtu);
         let lb = link_bytes(slots, mtu);
         let links = DmaBuf::new(2 * lb * o.endpoints);

@@ -1,5 +1,5 @@
 //! `mpirun -np N copyrpc-echo [--fabric auto|sim|verbs] [--device NAME] [--port N]
-//! [--gid-index auto|N] [--calls N] [--max-payload B] [--deadline-s S]`
+//! [--gid-index auto|N] [--calls N] [--max-payload B] [--rpc-ring auto|BYTES] [--deadline-s S]`
 //!
 //! Every rank echoes with every other over copyrpc (see `copyrpc_host::rpc::echo`) and
 //! prints one line: `rank r/n: <counts>: ok`, or `rank r/n: FAIL <why>` and a non-zero exit.
@@ -15,10 +15,14 @@ use std::time::Duration;
 
 use copyrpc_host::exchange::MpiExchange;
 use copyrpc_host::fabric::{self, FabricKind, FabricOptions};
-use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE};
+use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING};
+use copyrpc_host::rpc::{sizing, RpcConfig};
 
 const USAGE: &str = "usage: copyrpc-echo [--fabric auto|sim|verbs] [--device NAME] [--port N] \
-     [--gid-index auto|N] [--calls N] [--max-payload BYTES] [--deadline-s S]";
+     [--gid-index auto|N] [--calls N] [--max-payload BYTES] [--rpc-ring auto|BYTES] \
+     [--deadline-s S]\n  --rpc-ring: each endpoint's ring per direction, a power of two from 4k to 256k, \
+     or auto (the default: the smallest ring at which the echo's 16 calls in flight per \
+     peer never wait for credit)";
 
 /// What the command line asks for: a run, or the usage text.
 enum Parsed {
@@ -47,6 +51,8 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     let mut cfg = EchoConfig::default();
     let mut opts = FabricOptions::default();
     let mut args = args.into_iter();
+    // Checked after the loop: the payload limit depends on the ring.
+    let (mut ring, mut max_payload) = (None, None);
     while let Some(a) = args.next() {
         let mut value = |name: &str| {
             args.next()
@@ -89,18 +95,20 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
                 cfg.calls_per_peer = u32::try_from(n).map_err(|e| format!("--calls: {e}"))?;
             }
             "--max-payload" => {
-                let limit = cfg.max_payload_limit();
-                let why = format!(
-                    " (the largest payload and response allowance {} KiB rings carry)",
-                    cfg.rpc.ring_bytes >> 10
-                );
-                let n = number(
-                    "--max-payload",
-                    &value("--max-payload")?,
-                    0..=limit as u64,
-                    &why,
-                )?;
-                cfg.max_payload = usize::try_from(n).map_err(|e| format!("--max-payload: {e}"))?;
+                let n = number("--max-payload", &value("--max-payload")?, 0..=u64::MAX, "")?;
+                max_payload = Some(usize::try_from(n).map_err(|e| format!("--max-payload: {e}"))?);
+            }
+            "--rpc-ring" => {
+                let r = sizing::parse_ring(&value("--rpc-ring")?)
+                    .map_err(|e| format!("--rpc-ring {e}"))?;
+                if let Some(b) = r.filter(|&b| b > MAX_RING) {
+                    return Err(format!(
+                        "--rpc-ring {} KiB is above the echo's largest ring, {} KiB",
+                        b >> 10,
+                        MAX_RING >> 10
+                    ));
+                }
+                ring = Some(r);
             }
             "--deadline-s" => {
                 let n = number(
@@ -114,6 +122,22 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
             "-h" | "--help" => return Ok(Parsed::Help),
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
+    }
+    if let Some(p) = max_payload {
+        cfg.max_payload = p;
+    }
+    match ring.flatten() {
+        None => cfg.auto_ring(),
+        Some(b) => cfg.rpc = RpcConfig::for_ring(b),
+    }
+    let limit = cfg.max_payload_limit();
+    if cfg.max_payload > limit {
+        return Err(format!(
+            "--max-payload {} is out of range: expected 0..={limit}, the largest payload and \
+             response allowance {} KiB rings carry (--rpc-ring sets the ring)",
+            cfg.max_payload,
+            cfg.rpc.ring_bytes >> 10
+        ));
     }
     // The flags are each in range; this catches any combination the library refuses.
     cfg.validate().map_err(|e| format!("{e}"))?;

@@ -20,11 +20,17 @@ use crate::fabric::Fabric;
 use super::{RpcConfig, RpcNode};
 
 /// Endpoints per context (peers of one rank).
-const EPS: usize = 16;
+const EPS: usize = 64;
 /// Pending calls of one rank, over all peers.
 const CALLS: usize = 512;
-/// Requests held per endpoint: the recv ring (16 KiB) / 32.
-const REQS: usize = 512;
+/// Request tables per endpoint (ring / 32) for rings up to 16 KiB and up to
+/// [`MAX_RING`]: two context types, so the common small ring does not carry a table
+/// 16 times larger than it needs.
+const SMALL_REQS: usize = 512;
+const LARGE_REQS: usize = MAX_RING / 32;
+/// The largest ring (`--rpc-ring`) the echo takes: its endpoints are built on the
+/// caller's stack (an 8 Ki-entry table, 320 KiB), so any thread can run it.
+pub const MAX_RING: usize = 256 << 10;
 
 /// The longest deadline an echo accepts: a week, far below where `Instant` arithmetic
 /// could overflow.
@@ -58,6 +64,15 @@ impl Default for EchoConfig {
 }
 
 impl EchoConfig {
+    /// `--rpc-ring auto`: the ring at which `window` calls of `max_payload` in flight to
+    /// one peer never wait for credit, at most [`MAX_RING`]. Set `window` and
+    /// `max_payload` first.
+    pub fn auto_ring(&mut self) {
+        let p = u32::try_from(self.max_payload).unwrap_or(u32::MAX);
+        let ring = super::sizing::ring_for_calls(u64::from(self.window), p, p).min(MAX_RING);
+        self.rpc = RpcConfig::for_ring(ring);
+    }
+
     /// The largest `max_payload` the rings can carry: every call asks for a response
     /// as long as its request, so it is the smaller of the largest response allowance
     /// the peer's credit can ever cover and the largest request always writable beside
@@ -76,6 +91,14 @@ impl EchoConfig {
     pub fn validate(&self) -> Result<()> {
         let limit = self.max_payload_limit();
         let bad = |reason: String| Err(Error::RpcConfig { reason });
+        let ring = self.rpc.ring_bytes;
+        if !ring.is_power_of_two() || !(super::sizing::RING_MIN..=MAX_RING).contains(&ring) {
+            return bad(format!(
+                "echo ring (--rpc-ring) {ring} B is not a power of two from {} KiB to {} KiB",
+                super::sizing::RING_MIN >> 10,
+                MAX_RING >> 10
+            ));
+        }
         if self.max_payload > limit {
             return bad(format!(
                 "echo max_payload {} is above {limit}, the largest payload and response \
@@ -156,6 +179,19 @@ fn fill(src: usize, k: u32, out: &mut [u8]) {
 /// Runs the echo on this rank. Every rank of `x` must call it with the same `cfg`.
 pub fn run(x: &impl Collectives, fabric: Fabric, cfg: &EchoConfig) -> Result<EchoReport> {
     cfg.validate()?;
+    if cfg.rpc.ring_bytes / 32 <= SMALL_REQS {
+        run_sized::<SMALL_REQS>(x, fabric, cfg)
+    } else {
+        run_sized::<LARGE_REQS>(x, fabric, cfg)
+    }
+}
+
+/// [`run`] with a request table of `REQS` entries per endpoint.
+fn run_sized<const REQS: usize>(
+    x: &impl Collectives,
+    fabric: Fabric,
+    cfg: &EchoConfig,
+) -> Result<EchoReport> {
     let (rank, ranks) = (x.rank(), x.size());
     let fail = |what: String| Error::Echo { rank, what };
     let mut node = RpcNode::<(usize, u32), EPS, CALLS, REQS>::establish(fabric, x, &cfg.rpc)?;

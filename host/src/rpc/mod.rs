@@ -15,6 +15,7 @@
 
 pub mod echo;
 mod parts;
+pub mod sizing;
 mod wiring;
 
 pub use parts::{EndpointParts, NodeParts};
@@ -22,7 +23,7 @@ pub use parts::{EndpointParts, NodeParts};
 use std::sync::Arc;
 
 use copyrpc_core::copyrpc::{
-    Context, EndpointConfig, EndpointId, EndpointInfo, EndpointMem, Region,
+    send_cq_entries, Context, EndpointConfig, EndpointId, EndpointInfo, EndpointMem, Region,
 };
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
@@ -42,7 +43,8 @@ pub struct RpcConfig {
     pub ring_bytes: usize,
     /// SRQ WQEs (zero-length: one per incoming batch in flight).
     pub srq_wqes: u32,
-    /// Entries of each CQ.
+    /// Entries of the recv CQ, and the least of the send CQ, which is sized for the
+    /// flush of every send queue ([`RpcConfig::send_cq_entries`]).
     pub cqes: u32,
     /// Send WQEs per QP.
     pub sq_wrs: u32,
@@ -60,6 +62,30 @@ impl RpcConfig {
             sq_wrs: 512,
             endpoint: EndpointConfig::for_ring(ring_bytes as u64),
         }
+    }
+}
+
+impl RpcConfig {
+    /// 64-byte blocks of each endpoint's send queue as the fabrics build it: `sq_wrs`
+    /// WQEs of the largest batch WQE (control and address segments, 220 B inline:
+    /// 4 blocks), rounded up to a power of two. The verbs provider may round
+    /// differently; [`RpcNode`] checks the queues it got against the send CQ.
+    pub fn sq_wqebbs(&self) -> u32 {
+        let wqe = 32 + (4 + self.endpoint.max_inline).next_multiple_of(16).max(16);
+        self.sq_wrs
+            .max(1)
+            .saturating_mul(wqe.div_ceil(64))
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 31)
+    }
+
+    /// Entries of the send CQ of a node with `peers` endpoints: at least `cqes`, and
+    /// room for every block of every send queue, so that all of them failing at once
+    /// (each flushing every outstanding WQE with a CQE) cannot overrun it
+    /// ([`send_cq_entries`]).
+    pub fn send_cq_entries(&self, peers: usize) -> u32 {
+        let peers = u32::try_from(peers).unwrap_or(u32::MAX);
+        self.cqes.max(send_cq_entries(peers, self.sq_wqebbs()))
     }
 }
 
@@ -170,7 +196,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
         Wired<F>: Send,
     {
         let f = F::of(&fabric).unwrap_or_else(|| unreachable!("dispatched on the fabric kind"));
-        let (queues, shared) = f.shared(cfg)?;
+        let peer_count = wanted.iter().filter(|&&w| w).count();
+        let (queues, shared) = f.shared(cfg, cfg.send_cq_entries(peer_count))?;
         // Built in place on the heap: the context can be MiBs (`Context::init`).
         let mut slot = Box::<Context<U, EPS, CALLS, REQS>>::new_uninit();
         // SAFETY: the queues were just created on this fabric for this context alone;
@@ -182,6 +209,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
         let mut peers = Vec::with_capacity(wanted.len());
         let mut eps = Vec::with_capacity(wanted.len());
         let mut by_endpoint = vec![usize::MAX; EPS];
+        // Blocks of every send queue so far: each may flush into the send CQ at once.
+        let mut sq_blocks = 0u64;
         for (peer, &want) in wanted.iter().enumerate() {
             if !want {
                 peers.push(None);
@@ -194,6 +223,19 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
                 &format!("copyrpc-peer-{peer}"),
                 2 * cfg.ring_bytes + CONTROL_BYTES,
             )?;
+            sq_blocks += u64::from(sq.wqe_cnt);
+            if sq_blocks > u64::from(queues.send_cq.cqe_cnt) {
+                return Err(Error::RpcConfig {
+                    reason: format!(
+                        "the send CQ's {} entries cannot hold the flush of {sq_blocks} send-queue \
+                         blocks (the fabric made SQs of {} blocks, {} expected): all endpoints \
+                         failing at once would overrun it",
+                        queues.send_cq.cqe_cnt,
+                        sq.wqe_cnt,
+                        cfg.sq_wqebbs()
+                    ),
+                });
+            }
             let m = F::mr_parts(&mr);
             let mem = split(m.base, m.lkey, m.rkey, cfg.ring_bytes);
             // SAFETY: `sq` describes a fresh QP on the context's queues, `mem` a fresh

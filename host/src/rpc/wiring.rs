@@ -35,8 +35,9 @@ pub(crate) trait NodeFabric: Debug + Sized + 'static {
 
     /// This fabric inside the enum, if it is this kind.
     fn of(f: &Fabric) -> Option<&Self>;
-    /// Creates the SRQ and the two CQs every endpoint of the node shares.
-    fn shared(&self, cfg: &RpcConfig) -> Result<(Queues, Self::Shared)>;
+    /// Creates the SRQ and the two CQs every endpoint of the node shares, the send CQ
+    /// of `send_cqes` entries.
+    fn shared(&self, cfg: &RpcConfig, send_cqes: u32) -> Result<(Queues, Self::Shared)>;
     /// A QP on the shared queues, and a region of `len` bytes registered for RDMA.
     fn endpoint(
         &self,
@@ -67,8 +68,8 @@ impl NodeFabric for sim::SimFabric {
         }
     }
 
-    fn shared(&self, cfg: &RpcConfig) -> Result<(Queues, Self::Shared)> {
-        let send_cq = self.create_cq(cfg.cqes)?;
+    fn shared(&self, cfg: &RpcConfig, send_cqes: u32) -> Result<(Queues, Self::Shared)> {
+        let send_cq = self.create_cq(send_cqes)?;
         let recv_cq = self.create_cq(cfg.cqes.max(cfg.srq_wqes))?;
         let srq = self.create_srq(cfg.srq_wqes, 1)?;
         let lkey_mr = self.alloc_mr("srq-lkey", 64, mlx5_raw::sim::Access::ALL)?;
@@ -134,8 +135,8 @@ impl NodeFabric for verbs::Device {
         }
     }
 
-    fn shared(&self, cfg: &RpcConfig) -> Result<(Queues, Self::Shared)> {
-        let send_cq = self.create_cq(cfg.cqes)?;
+    fn shared(&self, cfg: &RpcConfig, send_cqes: u32) -> Result<(Queues, Self::Shared)> {
+        let send_cq = self.create_cq(send_cqes)?;
         let recv_cq = self.create_cq(cfg.cqes.max(cfg.srq_wqes))?;
         let srq = self.create_srq(cfg.srq_wqes, 1)?;
         let lkey_mr = self.alloc_mr("srq-lkey", 4096, verbs::Access::LOCAL_WRITE)?;
@@ -253,7 +254,9 @@ where
     Wired<F>: Send,
 {
     let f = F::of(&fabric).unwrap_or_else(|| unreachable!("dispatched on the fabric kind"));
-    let (queues, shared) = f.shared(cfg)?;
+    // The endpoint count is not known here: the send CQ is `cfg.cqes` (the C ABI's
+    // caller sizes it; `RpcConfig::send_cq_entries` says what a mass flush needs).
+    let (queues, shared) = f.shared(cfg, cfg.cqes)?;
     let wired = Wired::<F> {
         eps: Vec::new(),
         shared,

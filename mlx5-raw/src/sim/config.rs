@@ -4,35 +4,26 @@ use core::fmt;
 
 use crate::layout::Syndrome;
 
-/// Access rights of a memory region (`IBV_ACCESS_*`), and the remote operations a QP
-/// accepts. Combine with `|`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Access(pub u32);
-
-impl Access {
-    /// No access beyond local read.
-    pub const NONE: Self = Self(0);
-    /// The device may write the region for local operations (READ responses, receive
-    /// scatter). `IBV_ACCESS_LOCAL_WRITE`.
-    pub const LOCAL_WRITE: Self = Self(1);
-    /// Remote RDMA WRITE / WRITE_IMM may target it. `IBV_ACCESS_REMOTE_WRITE`.
-    pub const REMOTE_WRITE: Self = Self(2);
-    /// Remote RDMA READ may read it. `IBV_ACCESS_REMOTE_READ`.
-    pub const REMOTE_READ: Self = Self(4);
-    /// Everything the model knows.
-    pub const ALL: Self = Self(7);
-
-    /// Whether every bit of `other` is set.
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
+bitflags::bitflags! {
+    /// Access rights of a memory region (`IBV_ACCESS_*`), and the remote operations a
+    /// QP accepts. Combine with `|`; a `bitflags` set.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct Access: u32 {
+        /// The device may write the region for local operations (READ responses,
+        /// receive scatter). `IBV_ACCESS_LOCAL_WRITE`.
+        const LOCAL_WRITE = 1;
+        /// Remote RDMA WRITE / WRITE_IMM may target it. `IBV_ACCESS_REMOTE_WRITE`.
+        const REMOTE_WRITE = 2;
+        /// Remote RDMA READ may read it. `IBV_ACCESS_REMOTE_READ`.
+        const REMOTE_READ = 4;
+        /// Everything the model knows.
+        const ALL = 7;
     }
 }
 
-impl core::ops::BitOr for Access {
-    type Output = Self;
-    fn bitor(self, rhs: Self) -> Self {
-        Self(self.0 | rhs.0)
-    }
+impl Access {
+    /// No access beyond local read.
+    pub const NONE: Self = Self::empty();
 }
 
 /// A protection domain.
@@ -151,7 +142,7 @@ impl QpAttr {
             send_cq,
             recv_cq,
             srq,
-            access: Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0),
+            access: Access::REMOTE_WRITE.union(Access::REMOTE_READ),
             min_rnr_timer: 1,
             rnr_retry: 7,
             retry_cnt: 7,

@@ -131,6 +131,10 @@ pub struct SrqInfo {
 pub struct Device<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize> {
     cfg: DeviceConfig,
     qps: [Option<Qp>; QPS],
+    /// One past the highest QP slot ever used: `step` walks `qps[..qp_end]`, so a
+    /// device with room for thousands of QPs and a few in use steps as fast as a small
+    /// one (slots are taken lowest first).
+    qp_end: usize,
     cqs: [Option<SimCq>; CQS],
     srqs: [Option<SimSrq>; SRQS],
     mrs: [Option<Mr>; MRS],
@@ -166,6 +170,7 @@ impl<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize>
         Self {
             cfg,
             qps: [const { None }; QPS],
+            qp_end: 0,
             cqs: [const { None }; CQS],
             srqs: [const { None }; SRQS],
             mrs: [const { None }; MRS],
@@ -385,6 +390,7 @@ impl<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize>
         if qpn > QPN_MASK {
             return Err(SimError::TableFull);
         }
+        self.qp_end = self.qp_end.max(slot + 1);
         // SAFETY: the caller guarantees both ranges are valid SQ memory (`# Safety`).
         let (sq, db) = unsafe { (Raw::new(buf, mem.wqe_cnt as usize * 64), Raw::new(dbrec, 8)) };
         // Relaxed: the QP is not shared yet (as in `SimCq::new`).
@@ -433,6 +439,8 @@ impl<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize>
             bf_reg,
             bf_size,
             qpn,
+            // The model's UAR page is this QP's alone.
+            bf_lock: core::ptr::null(),
         })
     }
 
@@ -538,7 +546,7 @@ impl<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize>
             cfg: &self.cfg,
             ctx,
         };
-        for qp in self.qps.iter_mut().flatten() {
+        for qp in self.qps[..self.qp_end].iter_mut().flatten() {
             qp.step(&mut env);
         }
         env.ctx.stats

@@ -334,7 +334,7 @@ impl Qp {
             } else {
                 1
             };
-            let signaled = FmCeSe(ctrl.fm_ce_se).is_signaled();
+            let signaled = FmCeSe::from_bits_retain(ctrl.fm_ce_se).is_signaled();
             self.flush_wqe(self.fetch, ctrl.opcode(), signaled, env);
             self.fetch = self.fetch.wrapping_add(bbs as u16);
             self.una = self.fetch;

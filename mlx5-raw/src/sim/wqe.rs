@@ -54,12 +54,12 @@ pub(crate) struct Wqe {
 impl Wqe {
     /// CE ≥ 2: a CQE on success.
     pub(crate) const fn signaled(&self) -> bool {
-        FmCeSe(self.fm_ce_se).is_signaled()
+        FmCeSe::from_bits_retain(self.fm_ce_se).is_signaled()
     }
 
     /// SE bit.
     pub(crate) const fn solicited(&self) -> bool {
-        FmCeSe(self.fm_ce_se).contains(FmCeSe::SOLICITED)
+        FmCeSe::from_bits_retain(self.fm_ce_se).contains(FmCeSe::SOLICITED)
     }
 
     pub(crate) fn segs(&self) -> &[Seg] {

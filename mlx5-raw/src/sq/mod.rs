@@ -55,6 +55,7 @@ use core::ptr::NonNull;
 use zerocopy::IntoBytes;
 
 use crate::barrier;
+use crate::bf::SharedBf;
 use crate::desc::SqDesc;
 use crate::layout::{
     Completion, CqeOpcode, CtrlSeg, DataSeg, FmCeSe, InlineSegHdr, RaddrSeg, SendOpcode, QPN_MASK,
@@ -185,8 +186,11 @@ pub struct Sq {
     /// when the device only watches the doorbell record.
     bf: Option<Mmio>,
     bf_size: u32,
-    /// 0 or `bf_size`: which of the two BlueFlame buffers the next doorbell uses.
+    /// 0 or `bf_size`: which of the two BlueFlame buffers the next doorbell uses (a
+    /// register of this QP's own; a shared one keeps it in `bf_lock`).
     bf_offset: u32,
+    /// The lock and half of a register shared with other QPs (`SqDesc::bf_lock`).
+    bf_lock: Option<NonNull<SharedBf>>,
     qpn: u32,
     /// Ring size in WQEBBs, a power of two ≤ 65 536.
     wqe_cnt: u32,
@@ -203,7 +207,8 @@ pub struct Sq {
 
 // SAFETY: `Sq` exclusively owns its queue memory, doorbell word and register window
 // (constructor contract), none of which is tied to a thread; moving it to another thread
-// moves that ownership. It is not `Sync`: all mutation goes through `&mut self`.
+// moves that ownership. A shared register's `SharedBf` is only used through `&` and is
+// `Sync` (a spin lock), so QPs on other threads may use it at the same time. It is not `Sync`: all mutation goes through `&mut self`.
 unsafe impl Send for Sq {}
 
 impl Sq {
@@ -218,9 +223,10 @@ impl Sq {
     /// * `desc.dbrec` points at the QP's two-word doorbell record, valid for atomic
     ///   accesses; only this `Sq` writes `[SND_DBR]`, and the device only reads it;
     /// * `desc.bf_reg` is null, or the QP's BlueFlame/doorbell register, valid for
-    ///   volatile 8-byte writes of `2 * bf_size` bytes (8 bytes if `bf_size == 0`), and not
-    ///   used by any other QP or thread concurrently (rdma-core's shared-bfreg lock is not
-    ///   taken here);
+    ///   volatile 8-byte writes of `2 * bf_size` bytes (8 bytes if `bf_size == 0`); if
+    ///   other QPs (of any thread) write the same register, `desc.bf_lock` points at one
+    ///   [`SharedBf`] that every one of them was given, valid for as long as any of them
+    ///   lives; else it is null and nothing else writes the register;
     /// * `desc.qpn` is the QP's number and the QP is not posted to by anything else
     ///   (`ibv_post_send` on the same QP would desynchronise the counters);
     /// * no WQE has been posted to the QP yet (the doorbell record's SQ word is 0).
@@ -279,6 +285,7 @@ impl Sq {
             bf,
             bf_size: desc.bf_size,
             bf_offset: 0,
+            bf_lock: NonNull::new(desc.bf_lock.cast_mut()),
             qpn: desc.qpn,
             wqe_cnt: desc.wqe_cnt,
             cfg,
@@ -634,6 +641,26 @@ impl Sq {
     /// the BlueFlame copy of a lone WQE or the 8-byte doorbell.
     #[inline(never)]
     fn ring_register(&mut self, last: (u64, u8), count: u32) {
+        match self.bf_lock {
+            None => {
+                self.write_register(self.bf_offset as usize, last, count);
+                // 7. Alternate BlueFlame buffers (a no-op when bf_size is 0).
+                self.bf_offset ^= self.bf_size;
+            }
+            Some(shared) => {
+                // SAFETY: `new`'s contract: the `SharedBf` outlives every QP given it; it
+                // is only ever used through `&` (it is `Sync`).
+                let shared = unsafe { shared.as_ref() };
+                // Steps 4–7 under the register's lock, on the register's half
+                // (`SharedBf`).
+                shared.with_half(self.bf_size, |half| self.write_register(half, last, count));
+            }
+        }
+    }
+
+    /// Steps 4–6 on the register half at `off`.
+    #[inline(always)]
+    fn write_register(&mut self, off: usize, last: (u64, u8), count: u32) {
         let Some(bf) = self.bf.as_mut() else {
             return;
         };
@@ -641,7 +668,6 @@ impl Sq {
         barrier::wc_start();
         // 5. BlueFlame for a lone WQE that fits one buffer, else the 8-byte doorbell.
         let (last_pos, last_ds) = last;
-        let off = self.bf_offset as usize;
         let wqe_bytes = usize::from(last_ds) * SEND_WQE_DS;
         if count == 1 && self.bf_size != 0 && wqe_bytes <= self.bf_size as usize {
             let bbs = wqe_bytes.div_ceil(SEND_WQE_BB);
@@ -658,9 +684,7 @@ impl Sq {
                 .read_array((last_pos as usize & (self.wqe_cnt as usize - 1)) * SEND_WQE_BB);
             bf.write8(off, first8);
         }
-        // 6. Flush the write-combining buffer.
+        // 6. Flush the write-combining buffer (before a shared register's unlock).
         barrier::wc_flush();
-        // 7. Alternate BlueFlame buffers (a no-op when bf_size is 0).
-        self.bf_offset ^= self.bf_size;
     }
 }

@@ -167,34 +167,22 @@ impl Default for VerbsOptions {
     }
 }
 
-/// Memory-region access rights (`ibv_access_flags`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Access(u32);
-
-impl Access {
-    /// The NIC may write the region (needed for any receive or READ target, and implied
-    /// by the remote-write right).
-    pub const LOCAL_WRITE: Self = Self(ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0);
-    /// Peers may RDMA-WRITE into the region.
-    pub const REMOTE_WRITE: Self = Self(ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0);
-    /// Peers may RDMA-READ the region.
-    pub const REMOTE_READ: Self = Self(ibv_access_flags::IBV_ACCESS_REMOTE_READ.0);
-    /// The NIC may reorder its PCIe writes to the region (faster on some hosts; only for
-    /// regions whose readers do not rely on write order).
-    pub const RELAXED_ORDERING: Self = Self(ibv_access_flags::IBV_ACCESS_RELAXED_ORDERING.0);
-    /// `LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ`: what copyrpc's rings need.
-    pub const RDMA: Self = Self(Self::LOCAL_WRITE.0 | Self::REMOTE_WRITE.0 | Self::REMOTE_READ.0);
-
-    /// The raw flag bits.
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
-}
-
-impl std::ops::BitOr for Access {
-    type Output = Self;
-    fn bitor(self, rhs: Self) -> Self {
-        Self(self.0 | rhs.0)
+bitflags::bitflags! {
+    /// Memory-region access rights (`ibv_access_flags`); a `bitflags` set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Access: u32 {
+        /// The NIC may write the region (needed for any receive or READ target, and
+        /// implied by the remote-write right).
+        const LOCAL_WRITE = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        /// Peers may RDMA-WRITE into the region.
+        const REMOTE_WRITE = ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        /// Peers may RDMA-READ the region.
+        const REMOTE_READ = ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+        /// The NIC may reorder its PCIe writes to the region (faster on some hosts;
+        /// only for regions whose readers do not rely on write order).
+        const RELAXED_ORDERING = ibv_access_flags::IBV_ACCESS_RELAXED_ORDERING.0;
+        /// `LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ`: what copyrpc's rings need.
+        const RDMA = Self::LOCAL_WRITE.bits() | Self::REMOTE_WRITE.bits() | Self::REMOTE_READ.bits();
     }
 }
 
@@ -212,6 +200,23 @@ struct Ctx {
     gid: [u8; 16],
     max_qp_rd_atom: u8,
     max_qp_init_rd_atom: u8,
+    /// One lock per BlueFlame register address of this context
+    /// ([`mlx5_raw::SharedBf`]). rdma-core shares registers between QPs past the first
+    /// ones and mlx5dv does not say which, so every QP's doorbell takes its register's
+    /// lock (uncontended for a register of its own: one compare-and-swap).
+    bf_locks: std::sync::Mutex<std::collections::HashMap<usize, Arc<mlx5_raw::SharedBf>>>,
+}
+
+impl Ctx {
+    /// The lock of the BlueFlame register at `reg` (made on first use; QPs that share
+    /// the register get the same one).
+    fn bf_lock(&self, reg: *mut u8) -> Arc<mlx5_raw::SharedBf> {
+        let mut map = self
+            .bf_locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(map.entry(reg.addr()).or_default())
+    }
 }
 
 // SAFETY: libibverbs objects may be used from any thread, and its verbs are thread-safe
@@ -504,6 +509,7 @@ impl Opening {
             gid: unsafe { gid.raw },
             max_qp_rd_atom: clamp(dattr.max_qp_rd_atom),
             max_qp_init_rd_atom: clamp(dattr.max_qp_init_rd_atom),
+            bf_locks: std::sync::Mutex::default(),
         };
         // Ownership moved into `ctx`: disarm our drop.
         self.armed = false;

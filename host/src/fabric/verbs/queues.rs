@@ -257,6 +257,9 @@ pub struct Qp {
     _send_cq: Cq,
     _recv_cq: Cq,
     _srq: Option<Srq>,
+    /// The lock `desc.bf_lock` points at (kept alive with the QP; every QP on the same
+    /// register holds the same one).
+    _bf_lock: Option<Arc<mlx5_raw::SharedBf>>,
     ctx: Arc<Ctx>,
 }
 
@@ -445,11 +448,13 @@ impl Device {
                 bf_reg: ptr::null_mut(),
                 bf_size: 0,
                 qpn,
+                bf_lock: ptr::null(),
             },
             psn: random_psn(qpn),
             _send_cq: opts.send_cq.clone(),
             _recv_cq: opts.recv_cq.clone(),
             _srq: opts.srq.cloned(),
+            _bf_lock: None,
             ctx: ctx.clone(),
         };
         // SAFETY: all-zero is valid for this out-struct; comp_mask 0 asks for no extras.
@@ -469,15 +474,19 @@ impl Device {
                 format!("sq wqe_cnt {} stride {}", out.sq.wqe_cnt, out.sq.stride),
             ));
         }
+        let bf_reg: *mut u8 = out.bf.reg.cast();
+        let lock = (!bf_reg.is_null()).then(|| ctx.bf_lock(bf_reg));
         this.desc = SqDesc {
             buf: out.sq.buf.cast(),
             wqe_cnt: out.sq.wqe_cnt,
             stride: out.sq.stride,
             dbrec: out.dbrec,
-            bf_reg: out.bf.reg.cast(),
+            bf_reg,
             bf_size: out.bf.size,
             qpn,
+            bf_lock: lock.as_ref().map_or(ptr::null(), Arc::as_ptr),
         };
+        this._bf_lock = lock;
         Ok(this)
     }
 }
