@@ -23,13 +23,32 @@ pub fn resolve_fabric(cfg: &Config) -> Result<String, String> {
     opts.verbs.device = cfg.device.clone();
     let sel = fabric::select(cfg.fabric, &opts).map_err(|e| format!("--fabric: {e}"))?;
     if sel.kind == FabricKind::Verbs {
+        // The least any multi-rank run registers (one peer), against RLIMIT_MEMLOCK:
+        // named here, before MPI, with or without a device (the open checks the full
+        // figure for the world's size).
+        let least = crate::remote::pinned_bytes(cfg, 1);
+        let memlock = verbs::check_memlock(least, verbs::memlock_limit())
+            .err()
+            .map(|limit| {
+                format!(
+                    "a run registers at least {least} bytes (16 MiB of queues and two \
+                     {}-byte rings per peer) but RLIMIT_MEMLOCK is {limit} bytes; raise it \
+                     (`ulimit -l unlimited`, or memlock in /etc/security/limits.conf; under \
+                     mpirun the launching daemon's limit applies) or use --fabric sim",
+                    cfg.copyrpc_ring.bytes()
+                )
+            });
         match verbs::probe().map_err(|e| format!("--fabric verbs: {e}"))? {
             verbs::Probe::NoDevice { detail } => {
                 return Err(format!(
-                    "--fabric verbs: no RDMA device ({detail}); use --fabric sim or auto"
+                    "--fabric verbs: no RDMA device ({detail}); use --fabric sim or auto{}",
+                    memlock.map(|m| format!(". Also: {m}")).unwrap_or_default()
                 ))
             }
             verbs::Probe::Devices(devs) => {
+                if let Some(m) = memlock {
+                    return Err(format!("--fabric verbs: {m}"));
+                }
                 if let Some(name) = &cfg.device {
                     if !devs.iter().any(|d| &d.name == name) {
                         return Err(format!(

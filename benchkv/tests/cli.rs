@@ -522,7 +522,25 @@ fn verbs_without_a_device_is_a_usage_error() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("--fabric verbs") && err.contains("--fabric sim"),
+        err.contains("--fabric verbs: no RDMA device") && err.contains("--fabric sim"),
+        "{err}"
+    );
+}
+
+#[test]
+fn verbs_with_a_low_memlock_limit_names_the_limit() {
+    // `prlimit` (util-linux) lowers RLIMIT_MEMLOCK for the one process, as a user's
+    // shell or a cluster's limits.conf would; the refusal names it whether or not there
+    // is a device (here there is none, and that is named too).
+    let out = Command::new("prlimit")
+        .args(["--memlock=65536:65536", env!("CARGO_BIN_EXE_benchkv")])
+        .args(["--pin", "off", "--fabric", "verbs", "--duration", "100ms"])
+        .output()
+        .expect("prlimit runs (util-linux)");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("RLIMIT_MEMLOCK is 65536 bytes") && err.contains("ulimit -l"),
         "{err}"
     );
 }

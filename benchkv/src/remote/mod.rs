@@ -140,6 +140,13 @@ impl Remote for AnyRemote {
     }
 }
 
+/// What a rank with `peers` peers registers, an estimate: both rings of every endpoint,
+/// its SQ (128 KiB) and its share of the send CQ (sized for a flush of every SQ: 128
+/// KiB), and the context's other queues (16 MiB).
+pub fn pinned_bytes(cfg: &Config, peers: u32) -> u64 {
+    u64::from(peers) * (2 * cfg.copyrpc_ring.bytes() as u64 + (320 << 10)) + (16 << 20)
+}
+
 /// The daemon that holds rank `rank`'s endpoint (seed 000 §1.4).
 pub fn endpoint_daemon(backend: Backend, rank: u32, daemons: usize) -> usize {
     match backend {
@@ -175,13 +182,8 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         opts.verbs.device = cfg.device.clone();
         opts.verbs.port = cfg.port;
         opts.verbs.gid_index = cfg.gid_index;
-        // What this rank registers: both rings of every endpoint, its SQ (128 KiB) and
-        // its share of the send CQ (sized for a flush of every SQ: 128 KiB), and the
-        // context's other queues (an estimate: RLIMIT_MEMLOCK is checked against it at
-        // open).
-        let peers = u64::from(ranks.saturating_sub(1));
-        opts.verbs.pinned_bytes =
-            peers * (2 * cfg.copyrpc_ring.bytes() as u64 + (320 << 10)) + (16 << 20);
+        // RLIMIT_MEMLOCK is checked against this at open.
+        opts.verbs.pinned_bytes = pinned_bytes(cfg, ranks.saturating_sub(1));
         // The sim fabric carves the same objects from one region (virtual size; only
         // touched pages count): at least its default, and room for what this rank pins.
         let pinned = usize::try_from(opts.verbs.pinned_bytes).unwrap_or(usize::MAX);

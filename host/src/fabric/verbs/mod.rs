@@ -393,7 +393,7 @@ impl Device {
 }
 
 /// The soft `RLIMIT_MEMLOCK` in bytes (`None`: unlimited or unreadable).
-fn memlock_limit() -> Option<u64> {
+pub fn memlock_limit() -> Option<u64> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
