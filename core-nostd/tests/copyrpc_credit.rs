@@ -414,3 +414,87 @@ fn item2_the_invariant_bounds_the_allowance_when_the_cap_does_not() {
         );
     });
 }
+
+/// A caller that stops calling has nothing to carry the credit return for the replies it
+/// consumed: once they are a quarter of its recv ring, it must send a batch of metadata
+/// alone to return them, or the responder's view of that ring stays full. (The reply
+/// credit cap is raised above the quarter of the ring the first credit is, so that the
+/// replies of one round of calls can reach it.)
+#[test]
+fn a_caller_that_stops_calling_returns_the_replies_it_consumed_in_a_credit_only_batch() {
+    big_stack(|| {
+        const RING: u64 = 4096;
+        let mut o = Opts::new(1, RING as usize);
+        o.cfg.max_resp_reservation = RING * 3 / 8;
+        let mut p: P = Pair::new(o);
+        let ea = p.a.eps[0];
+        let mut k = 0u64;
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            assert!(
+                rounds <= 20,
+                "the caller's credit never covered a quarter ring"
+            );
+            // As many 192-byte replies as the credit covers; their bytes are what the
+            // caller's recv ring takes.
+            let first = k;
+            while p.a.ctx.call_with_allowance(ea, b"x", 192, k).is_ok() {
+                k += 1;
+            }
+            assert!(k > first, "round {rounds}: no credit at all");
+            p.a.ctx.poll(|_, _| unreachable!("nothing answered yet"));
+            let posted = snap(&p).0;
+            assert_eq!(
+                posted.recv_notified, posted.recv_consumer,
+                "the calls' batch returned everything consumed before it"
+            );
+            let mut got = 0;
+            for _ in 0..5_000 {
+                p.a.ctx.poll(|_, r| {
+                    assert_eq!(r.unwrap(), [7u8; 192]);
+                    got += 1;
+                });
+                p.b.ctx.poll(|_, _| unreachable!("b never calls"));
+                while let Some(h) = p.b.ctx.recv() {
+                    h.reply_with(&mut p.b.ctx, 192, |_, out| out.fill(7))
+                        .unwrap();
+                }
+                p.step();
+                if got == k - first {
+                    break;
+                }
+            }
+            assert_eq!(
+                got,
+                k - first,
+                "round {rounds}: replies missing\n{}",
+                p.dump()
+            );
+            // Let any credit-only batch land.
+            for _ in 0..200 {
+                p.a.ctx.poll(|_, _| unreachable!());
+                p.b.ctx.poll(|_, _| unreachable!());
+                p.step();
+            }
+            let (a, b) = snap(&p);
+            let consumed = a.recv_consumer - posted.recv_notified;
+            if consumed < RING / 4 {
+                // Below the quarter no return is due yet: the next round's calls carry it.
+                continue;
+            }
+            assert_eq!(
+                a.recv_notified,
+                a.recv_consumer,
+                "round {rounds}: {consumed} B of replies consumed after the last call \
+                 (a quarter ring is {}) were never returned; {} credit-only batches",
+                RING / 4,
+                p.a.ctx.stats().credit_batches
+            );
+            assert!(p.a.ctx.stats().credit_batches > 0);
+            assert_eq!(b.remote_consumer, a.recv_consumer, "b saw the return");
+            assert_conserved(&p);
+            break;
+        }
+    });
+}
