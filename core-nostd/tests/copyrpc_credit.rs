@@ -498,3 +498,81 @@ fn a_caller_that_stops_calling_returns_the_replies_it_consumed_in_a_credit_only_
         }
     });
 }
+
+/// A grant under two blocks is not worth a batch of its own: when the invariant leaves
+/// the receiver of held calls less than that to give (its own call, held by the caller,
+/// fills its send ring to within 32 B of the reservation's bound, while its reservation
+/// is still under the cap), it sends no credit-only batch however short the caller runs
+/// (it asks for READs instead, in case its view of the caller's consumer is stale; here
+/// it is not).
+#[test]
+fn a_grant_smaller_than_two_blocks_is_not_sent_in_a_batch_of_its_own() {
+    big_stack(|| {
+        const RING: u64 = 4096;
+        let mut o = Opts::new(1, RING as usize);
+        o.cfg.max_resp_reservation = RING * 3 / 8;
+        let mut p: P = Pair::new(o);
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        let gap = |p: &P| {
+            let b = snap(p).1;
+            RING - b.in_flight - 2 * b.resp_reservation
+        };
+        let (mut held_a, mut held_b) = (Vec::new(), Vec::new());
+        let round = |p: &mut P, held_a: &mut Vec<_>, held_b: &mut Vec<_>| {
+            p.a.ctx.poll(|_, _| unreachable!("nothing is answered"));
+            p.b.ctx.poll(|_, _| unreachable!("nothing is answered"));
+            while let Some(h) = p.a.ctx.recv() {
+                held_a.push(h);
+            }
+            while let Some(h) = p.b.ctx.recv() {
+                held_b.push(h);
+            }
+            p.step();
+        };
+        // One call of b's, held by a, in its first batch (1440 B with metadata and
+        // header) leaves b's invariant 608 B short of its bound; the batch grants a
+        // half of that, aligned down (288 B: the cap is not reached), and 32 B remain.
+        let before = snap(&p).1.resp_reservation;
+        p.b.ctx.call_with_allowance(eb, &[5u8; 1376], 8, 0).unwrap();
+        for _ in 0..50 {
+            round(&mut p, &mut held_a, &mut held_b);
+        }
+        assert_eq!(held_a.len(), 1);
+        let b0 = snap(&p).1;
+        assert_eq!(
+            b0.resp_reservation,
+            before + 288,
+            "the call's batch granted 288 B"
+        );
+        let margin = gap(&p);
+        assert!(margin < 128, "b's ring filled to {margin} B of the bound");
+        // a calls until b's held calls leave it short of credit.
+        let mut calls = 0;
+        while p.a.ctx.call_with_allowance(ea, b"x", 100, calls).is_ok() {
+            calls += 1;
+        }
+        for _ in 0..300 {
+            round(&mut p, &mut held_a, &mut held_b);
+        }
+        let (a, b) = snap(&p);
+        assert_eq!(held_b.len() as u64, calls, "b holds every call of a");
+        assert!(
+            a.peer_credit_balance < b.resp_reservation / 2,
+            "a is short of credit ({} of {})",
+            a.peer_credit_balance,
+            b.resp_reservation
+        );
+        assert_eq!(
+            p.b.ctx.stats().credit_batches,
+            0,
+            "b sent batches of metadata alone, granting {} B in all",
+            b.resp_reservation - b0.resp_reservation
+        );
+        // (a's calls returned what b's batches' metadata took; still under two blocks.)
+        assert!(
+            gap(&p) < 128,
+            "b's ring stayed near the bound: {} B",
+            gap(&p)
+        );
+    });
+}
