@@ -576,3 +576,107 @@ fn a_grant_smaller_than_two_blocks_is_not_sent_in_a_batch_of_its_own() {
         );
     });
 }
+
+/// A credit return that is due when the send ring has no room for even a batch of
+/// metadata (the caller's own call, held by the responder, pins the consumer) makes the
+/// caller ask for the peer's consumer with a READ at once, not only at the next idle
+/// probe: the READ is the only way room can show up before another message arrives.
+#[test]
+fn a_credit_return_with_no_ring_room_asks_for_the_peers_consumer() {
+    big_stack(|| {
+        const RING: u64 = 4096;
+        let mut o = Opts::new(1, RING as usize);
+        o.cfg.max_resp_reservation = RING * 3 / 8;
+        let mut p: P = Pair::new(o);
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        let (mut held_a, mut held_b) = (Vec::new(), Vec::new());
+        let mut got = 0u64;
+        // b answers one-byte calls with 192 B when told to; it holds the rest.
+        let round =
+            |p: &mut P, held_a: &mut Vec<_>, held_b: &mut Vec<_>, answer: bool, got: &mut u64| {
+                p.a.ctx.poll(|_, r| {
+                    assert_eq!(r.unwrap(), [7u8; 192]);
+                    *got += 1;
+                });
+                p.b.ctx.poll(|_, r| assert_eq!(r.unwrap(), b""));
+                while let Some(h) = p.a.ctx.recv() {
+                    held_a.push(h);
+                }
+                while let Some(h) = p.b.ctx.recv() {
+                    held_b.push(h);
+                }
+                if answer {
+                    for h in std::mem::take(held_b) {
+                        if h.data(&p.b.ctx).len() == 1 {
+                            h.reply_with(&mut p.b.ctx, 192, |_, out| out.fill(7))
+                                .unwrap();
+                        } else {
+                            held_b.push(h);
+                        }
+                    }
+                }
+                p.step();
+            };
+        let gap = |p: &P| {
+            let a = snap(p).0;
+            RING - a.in_flight - 2 * a.resp_reservation
+        };
+        // A round of answered calls raises a's credit to the cap.
+        let mut k = 0;
+        while p.a.ctx.call_with_allowance(ea, b"x", 192, k).is_ok() {
+            k += 1;
+        }
+        for _ in 0..50 {
+            round(&mut p, &mut held_a, &mut held_b, true, &mut got);
+        }
+        assert_eq!(got, k);
+        assert_eq!(snap(&p).0.peer_credit_balance, RING * 3 / 8);
+        // One held call and five small ones (32 B each, with a 192 B allowance) in a
+        // batch that leaves a's ring 32 B short of its bound.
+        let big = vec![9u8; (gap(&p) - 256) as usize];
+        p.a.ctx.call_with_allowance(ea, &big, 8, 100).unwrap();
+        for i in 0..5 {
+            p.a.ctx.call_with_allowance(ea, b"x", 192, 200 + i).unwrap();
+        }
+        for _ in 0..20 {
+            round(&mut p, &mut held_a, &mut held_b, false, &mut got);
+        }
+        assert_eq!(gap(&p), 32);
+        // A call of b's returns the 32 B of a's batch metadata b consumed; a's reply
+        // to it (with the grant that restores b's credit) takes that room back.
+        p.b.ctx.call_with_allowance(eb, b"z", 8, 0).unwrap();
+        for _ in 0..20 {
+            round(&mut p, &mut held_a, &mut held_b, false, &mut got);
+        }
+        assert_eq!(held_a.len(), 1);
+        held_a.pop().unwrap().reply(&mut p.a.ctx, b"").unwrap();
+        for _ in 0..20 {
+            round(&mut p, &mut held_a, &mut held_b, false, &mut got);
+        }
+        assert_eq!(gap(&p), 0, "a's ring is at its bound");
+        assert_eq!(held_b.len(), 6, "b holds the big call and the five");
+        // b answers the five: 5 × 224 B and a batch's metadata, over a quarter ring.
+        let st0 = *p.a.ctx.stats();
+        let mut rounds = 0;
+        while got < k + 5 {
+            round(&mut p, &mut held_a, &mut held_b, true, &mut got);
+            rounds += 1;
+            assert!(rounds < 100, "replies missing\n{}", p.dump());
+        }
+        for _ in 0..20 {
+            round(&mut p, &mut held_a, &mut held_b, false, &mut got);
+        }
+        let a = snap(&p).0;
+        let st = p.a.ctx.stats();
+        assert!(
+            a.recv_consumer - a.recv_notified >= RING / 4,
+            "a return is due"
+        );
+        assert_eq!(st.credit_batches, st0.credit_batches, "no room for it");
+        assert!(
+            st.reads_posted - st0.reads_posted > st.probes_posted - st0.probes_posted,
+            "a asked for b's consumer only in idle probes ({} READs)",
+            st.reads_posted - st0.reads_posted
+        );
+    });
+}
