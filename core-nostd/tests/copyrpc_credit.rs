@@ -5,6 +5,7 @@ mod copyrpc_common;
 
 use copyrpc_common::{big_stack, serve_echo, Opts, Pair};
 use copyrpc_core::copyrpc::{CreditSnapshot, Error};
+use mlx5_raw::{Remote, Sge};
 
 type P = Pair<1, 64, 128>;
 
@@ -677,6 +678,80 @@ fn a_credit_return_with_no_ring_room_asks_for_the_peers_consumer() {
             st.reads_posted - st0.reads_posted > st.probes_posted - st0.probes_posted,
             "a asked for b's consumer only in idle probes ({} READs)",
             st.reads_posted - st0.reads_posted
+        );
+    });
+}
+
+/// A READ of the peer's consumer posted behind a signaled raw WRITE is done only at its
+/// own completion, not at the WRITE's: with a link slow enough per packet that the
+/// WRITE's acknowledgement and the READ's response land in different polls, the value
+/// taken is the one the READ brought. (Batches are unsignaled; only raw operations and
+/// READs complete.)
+#[test]
+fn a_read_behind_a_raw_write_is_done_at_its_own_completion() {
+    big_stack(|| {
+        let mut o = Opts::new(1, 4096);
+        o.link.packet_ns = 4_000;
+        let mut p: P = Pair::new(o);
+        let ea = p.a.eps[0];
+        let payload = [7u8; 200];
+        let mut k = 0;
+        while p.a.ctx.call_with_allowance(ea, &payload, 0, k).is_ok() {
+            k += 1;
+        }
+        for _ in 0..300 {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.step();
+        }
+        // b answers without posting, so a's view of its consumer goes stale.
+        p.b.ctx.poll(|_, _| unreachable!());
+        let mut n = 0;
+        while let Some(h) = p.b.ctx.recv() {
+            h.reply(&mut p.b.ctx, b"").unwrap();
+            n += 1;
+        }
+        assert_eq!(n, k);
+        let stale = snap(&p).0;
+        let b_consumer = snap(&p).1.recv_consumer;
+        assert!(stale.remote_consumer < b_consumer);
+        // A refused call asks for a READ; a raw WRITE goes out before it.
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, &payload, 0, 1000)
+                .unwrap_err()
+                .error,
+            Error::RingFull
+        );
+        let to_b = Remote {
+            addr: p.b.scratch(0),
+            rkey: p.b.keys.rkey,
+        };
+        let src = [Sge {
+            addr: p.a.scratch(0),
+            len: 2000,
+            lkey: p.a.keys.lkey,
+        }];
+        // SAFETY: the gather entry lies in a's registered scratch area, which nothing
+        // changes until `raw_pending` reaches 0.
+        unsafe { p.a.ctx.post_rdma_write(ea, to_b, &src) }.unwrap();
+        let reads = p.a.ctx.stats().reads_posted;
+        p.a.ctx.poll(|_, _| unreachable!());
+        assert_eq!(p.a.ctx.stats().reads_posted, reads + 1);
+        let done = p.a.ctx.stats().reads_completed;
+        let mut steps = 0;
+        let mut write_first = false;
+        while p.a.ctx.stats().reads_completed == done {
+            p.a.ctx.poll(|_, _| unreachable!());
+            write_first |= p.a.ctx.stats().reads_completed == done && p.a.ctx.raw_pending(ea) == 0;
+            p.step();
+            steps += 1;
+            assert!(steps < 2000, "READ did not complete\n{}", p.dump());
+        }
+        assert!(!p.a.ctx.is_failed(ea), "{:?}", p.a.ctx.failure_cause(ea));
+        assert_eq!(snap(&p).0.remote_consumer, b_consumer, "the READ's value");
+        assert!(
+            write_first,
+            "the WRITE completed in an earlier poll than the READ"
         );
     });
 }
