@@ -5,6 +5,7 @@ mod copyrpc_common;
 
 use copyrpc_common::{big_stack, serve_echo, Opts, Pair};
 use copyrpc_core::copyrpc::{CreditSnapshot, Error};
+use mlx5_raw::{Remote, Sge};
 
 type P = Pair<1, 64, 128>;
 
@@ -411,6 +412,346 @@ fn item2_the_invariant_bounds_the_allowance_when_the_cap_does_not() {
                 .unwrap_err()
                 .error,
             Error::PayloadTooLarge
+        );
+    });
+}
+
+/// A caller that stops calling has nothing to carry the credit return for the replies it
+/// consumed: once they are a quarter of its recv ring, it must send a batch of metadata
+/// alone to return them, or the responder's view of that ring stays full. (The reply
+/// credit cap is raised above the quarter of the ring the first credit is, so that the
+/// replies of one round of calls can reach it.)
+#[test]
+fn a_caller_that_stops_calling_returns_the_replies_it_consumed_in_a_credit_only_batch() {
+    big_stack(|| {
+        const RING: u64 = 4096;
+        let mut o = Opts::new(1, RING as usize);
+        o.cfg.max_resp_reservation = RING * 3 / 8;
+        let mut p: P = Pair::new(o);
+        let ea = p.a.eps[0];
+        let mut k = 0u64;
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            assert!(
+                rounds <= 20,
+                "the caller's credit never covered a quarter ring"
+            );
+            // As many 192-byte replies as the credit covers; their bytes are what the
+            // caller's recv ring takes.
+            let first = k;
+            while p.a.ctx.call_with_allowance(ea, b"x", 192, k).is_ok() {
+                k += 1;
+            }
+            assert!(k > first, "round {rounds}: no credit at all");
+            p.a.ctx.poll(|_, _| unreachable!("nothing answered yet"));
+            let posted = snap(&p).0;
+            assert_eq!(
+                posted.recv_notified, posted.recv_consumer,
+                "the calls' batch returned everything consumed before it"
+            );
+            let mut got = 0;
+            for _ in 0..5_000 {
+                p.a.ctx.poll(|_, r| {
+                    assert_eq!(r.unwrap(), [7u8; 192]);
+                    got += 1;
+                });
+                p.b.ctx.poll(|_, _| unreachable!("b never calls"));
+                while let Some(h) = p.b.ctx.recv() {
+                    h.reply_with(&mut p.b.ctx, 192, |_, out| out.fill(7))
+                        .unwrap();
+                }
+                p.step();
+                if got == k - first {
+                    break;
+                }
+            }
+            assert_eq!(
+                got,
+                k - first,
+                "round {rounds}: replies missing\n{}",
+                p.dump()
+            );
+            // Let any credit-only batch land.
+            for _ in 0..200 {
+                p.a.ctx.poll(|_, _| unreachable!());
+                p.b.ctx.poll(|_, _| unreachable!());
+                p.step();
+            }
+            let (a, b) = snap(&p);
+            let consumed = a.recv_consumer - posted.recv_notified;
+            if consumed < RING / 4 {
+                // Below the quarter no return is due yet: the next round's calls carry it.
+                continue;
+            }
+            assert_eq!(
+                a.recv_notified,
+                a.recv_consumer,
+                "round {rounds}: {consumed} B of replies consumed after the last call \
+                 (a quarter ring is {}) were never returned; {} credit-only batches",
+                RING / 4,
+                p.a.ctx.stats().credit_batches
+            );
+            assert!(p.a.ctx.stats().credit_batches > 0);
+            assert_eq!(b.remote_consumer, a.recv_consumer, "b saw the return");
+            assert_conserved(&p);
+            break;
+        }
+    });
+}
+
+/// A grant under two blocks is not worth a batch of its own: when the invariant leaves
+/// the receiver of held calls less than that to give (its own call, held by the caller,
+/// fills its send ring to within 32 B of the reservation's bound, while its reservation
+/// is still under the cap), it sends no credit-only batch however short the caller runs
+/// (it asks for READs instead, in case its view of the caller's consumer is stale; here
+/// it is not).
+#[test]
+fn a_grant_smaller_than_two_blocks_is_not_sent_in_a_batch_of_its_own() {
+    big_stack(|| {
+        const RING: u64 = 4096;
+        let mut o = Opts::new(1, RING as usize);
+        o.cfg.max_resp_reservation = RING * 3 / 8;
+        let mut p: P = Pair::new(o);
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        let gap = |p: &P| {
+            let b = snap(p).1;
+            RING - b.in_flight - 2 * b.resp_reservation
+        };
+        let (mut held_a, mut held_b) = (Vec::new(), Vec::new());
+        let round = |p: &mut P, held_a: &mut Vec<_>, held_b: &mut Vec<_>| {
+            p.a.ctx.poll(|_, _| unreachable!("nothing is answered"));
+            p.b.ctx.poll(|_, _| unreachable!("nothing is answered"));
+            while let Some(h) = p.a.ctx.recv() {
+                held_a.push(h);
+            }
+            while let Some(h) = p.b.ctx.recv() {
+                held_b.push(h);
+            }
+            p.step();
+        };
+        // One call of b's, held by a, in its first batch (1440 B with metadata and
+        // header) leaves b's invariant 608 B short of its bound; the batch grants a
+        // half of that, aligned down (288 B: the cap is not reached), and 32 B remain.
+        let before = snap(&p).1.resp_reservation;
+        p.b.ctx.call_with_allowance(eb, &[5u8; 1376], 8, 0).unwrap();
+        for _ in 0..50 {
+            round(&mut p, &mut held_a, &mut held_b);
+        }
+        assert_eq!(held_a.len(), 1);
+        let b0 = snap(&p).1;
+        assert_eq!(
+            b0.resp_reservation,
+            before + 288,
+            "the call's batch granted 288 B"
+        );
+        let margin = gap(&p);
+        assert!(margin < 128, "b's ring filled to {margin} B of the bound");
+        // a calls until b's held calls leave it short of credit.
+        let mut calls = 0;
+        while p.a.ctx.call_with_allowance(ea, b"x", 100, calls).is_ok() {
+            calls += 1;
+        }
+        for _ in 0..300 {
+            round(&mut p, &mut held_a, &mut held_b);
+        }
+        let (a, b) = snap(&p);
+        assert_eq!(held_b.len() as u64, calls, "b holds every call of a");
+        assert!(
+            a.peer_credit_balance < b.resp_reservation / 2,
+            "a is short of credit ({} of {})",
+            a.peer_credit_balance,
+            b.resp_reservation
+        );
+        assert_eq!(
+            p.b.ctx.stats().credit_batches,
+            0,
+            "b sent batches of metadata alone, granting {} B in all",
+            b.resp_reservation - b0.resp_reservation
+        );
+        // (a's calls returned what b's batches' metadata took; still under two blocks.)
+        assert!(
+            gap(&p) < 128,
+            "b's ring stayed near the bound: {} B",
+            gap(&p)
+        );
+    });
+}
+
+/// A credit return that is due when the send ring has no room for even a batch of
+/// metadata (the caller's own call, held by the responder, pins the consumer) makes the
+/// caller ask for the peer's consumer with a READ at once, not only at the next idle
+/// probe: the READ is the only way room can show up before another message arrives.
+#[test]
+fn a_credit_return_with_no_ring_room_asks_for_the_peers_consumer() {
+    big_stack(|| {
+        const RING: u64 = 4096;
+        let mut o = Opts::new(1, RING as usize);
+        o.cfg.max_resp_reservation = RING * 3 / 8;
+        let mut p: P = Pair::new(o);
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        let (mut held_a, mut held_b) = (Vec::new(), Vec::new());
+        let mut got = 0u64;
+        // b answers one-byte calls with 192 B when told to; it holds the rest.
+        let round =
+            |p: &mut P, held_a: &mut Vec<_>, held_b: &mut Vec<_>, answer: bool, got: &mut u64| {
+                p.a.ctx.poll(|_, r| {
+                    assert_eq!(r.unwrap(), [7u8; 192]);
+                    *got += 1;
+                });
+                p.b.ctx.poll(|_, r| assert_eq!(r.unwrap(), b""));
+                while let Some(h) = p.a.ctx.recv() {
+                    held_a.push(h);
+                }
+                while let Some(h) = p.b.ctx.recv() {
+                    held_b.push(h);
+                }
+                if answer {
+                    for h in std::mem::take(held_b) {
+                        if h.data(&p.b.ctx).len() == 1 {
+                            h.reply_with(&mut p.b.ctx, 192, |_, out| out.fill(7))
+                                .unwrap();
+                        } else {
+                            held_b.push(h);
+                        }
+                    }
+                }
+                p.step();
+            };
+        let gap = |p: &P| {
+            let a = snap(p).0;
+            RING - a.in_flight - 2 * a.resp_reservation
+        };
+        // A round of answered calls raises a's credit to the cap.
+        let mut k = 0;
+        while p.a.ctx.call_with_allowance(ea, b"x", 192, k).is_ok() {
+            k += 1;
+        }
+        for _ in 0..50 {
+            round(&mut p, &mut held_a, &mut held_b, true, &mut got);
+        }
+        assert_eq!(got, k);
+        assert_eq!(snap(&p).0.peer_credit_balance, RING * 3 / 8);
+        // One held call and five small ones (32 B each, with a 192 B allowance) in a
+        // batch that leaves a's ring 32 B short of its bound.
+        let big = vec![9u8; (gap(&p) - 256) as usize];
+        p.a.ctx.call_with_allowance(ea, &big, 8, 100).unwrap();
+        for i in 0..5 {
+            p.a.ctx.call_with_allowance(ea, b"x", 192, 200 + i).unwrap();
+        }
+        for _ in 0..20 {
+            round(&mut p, &mut held_a, &mut held_b, false, &mut got);
+        }
+        assert_eq!(gap(&p), 32);
+        // A call of b's returns the 32 B of a's batch metadata b consumed; a's reply
+        // to it (with the grant that restores b's credit) takes that room back.
+        p.b.ctx.call_with_allowance(eb, b"z", 8, 0).unwrap();
+        for _ in 0..20 {
+            round(&mut p, &mut held_a, &mut held_b, false, &mut got);
+        }
+        assert_eq!(held_a.len(), 1);
+        held_a.pop().unwrap().reply(&mut p.a.ctx, b"").unwrap();
+        for _ in 0..20 {
+            round(&mut p, &mut held_a, &mut held_b, false, &mut got);
+        }
+        assert_eq!(gap(&p), 0, "a's ring is at its bound");
+        assert_eq!(held_b.len(), 6, "b holds the big call and the five");
+        // b answers the five: 5 × 224 B and a batch's metadata, over a quarter ring.
+        let st0 = *p.a.ctx.stats();
+        let mut rounds = 0;
+        while got < k + 5 {
+            round(&mut p, &mut held_a, &mut held_b, true, &mut got);
+            rounds += 1;
+            assert!(rounds < 100, "replies missing\n{}", p.dump());
+        }
+        for _ in 0..20 {
+            round(&mut p, &mut held_a, &mut held_b, false, &mut got);
+        }
+        let a = snap(&p).0;
+        let st = p.a.ctx.stats();
+        assert!(
+            a.recv_consumer - a.recv_notified >= RING / 4,
+            "a return is due"
+        );
+        assert_eq!(st.credit_batches, st0.credit_batches, "no room for it");
+        assert!(
+            st.reads_posted - st0.reads_posted > st.probes_posted - st0.probes_posted,
+            "a asked for b's consumer only in idle probes ({} READs)",
+            st.reads_posted - st0.reads_posted
+        );
+    });
+}
+
+/// A READ of the peer's consumer posted behind a signaled raw WRITE is done only at its
+/// own completion, not at the WRITE's: with a link slow enough per packet that the
+/// WRITE's acknowledgement and the READ's response land in different polls, the value
+/// taken is the one the READ brought. (Batches are unsignaled; only raw operations and
+/// READs complete.)
+#[test]
+fn a_read_behind_a_raw_write_is_done_at_its_own_completion() {
+    big_stack(|| {
+        let mut o = Opts::new(1, 4096);
+        o.link.packet_ns = 4_000;
+        let mut p: P = Pair::new(o);
+        let ea = p.a.eps[0];
+        let payload = [7u8; 200];
+        let mut k = 0;
+        while p.a.ctx.call_with_allowance(ea, &payload, 0, k).is_ok() {
+            k += 1;
+        }
+        for _ in 0..300 {
+            p.a.ctx.poll(|_, _| unreachable!());
+            p.step();
+        }
+        // b answers without posting, so a's view of its consumer goes stale.
+        p.b.ctx.poll(|_, _| unreachable!());
+        let mut n = 0;
+        while let Some(h) = p.b.ctx.recv() {
+            h.reply(&mut p.b.ctx, b"").unwrap();
+            n += 1;
+        }
+        assert_eq!(n, k);
+        let stale = snap(&p).0;
+        let b_consumer = snap(&p).1.recv_consumer;
+        assert!(stale.remote_consumer < b_consumer);
+        // A refused call asks for a READ; a raw WRITE goes out before it.
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, &payload, 0, 1000)
+                .unwrap_err()
+                .error,
+            Error::RingFull
+        );
+        let to_b = Remote {
+            addr: p.b.scratch(0),
+            rkey: p.b.keys.rkey,
+        };
+        let src = [Sge {
+            addr: p.a.scratch(0),
+            len: 2000,
+            lkey: p.a.keys.lkey,
+        }];
+        // SAFETY: the gather entry lies in a's registered scratch area, which nothing
+        // changes until `raw_pending` reaches 0.
+        unsafe { p.a.ctx.post_rdma_write(ea, to_b, &src) }.unwrap();
+        let reads = p.a.ctx.stats().reads_posted;
+        p.a.ctx.poll(|_, _| unreachable!());
+        assert_eq!(p.a.ctx.stats().reads_posted, reads + 1);
+        let done = p.a.ctx.stats().reads_completed;
+        let mut steps = 0;
+        let mut write_first = false;
+        while p.a.ctx.stats().reads_completed == done {
+            p.a.ctx.poll(|_, _| unreachable!());
+            write_first |= p.a.ctx.stats().reads_completed == done && p.a.ctx.raw_pending(ea) == 0;
+            p.step();
+            steps += 1;
+            assert!(steps < 2000, "READ did not complete\n{}", p.dump());
+        }
+        assert!(!p.a.ctx.is_failed(ea), "{:?}", p.a.ctx.failure_cause(ea));
+        assert_eq!(snap(&p).0.remote_consumer, b_consumer, "the READ's value");
+        assert!(
+            write_first,
+            "the WRITE completed in an earlier poll than the READ"
         );
     });
 }

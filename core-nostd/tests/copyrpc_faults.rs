@@ -9,8 +9,10 @@ mod copyrpc_common;
 
 use std::collections::HashMap;
 
-use copyrpc_common::{big_stack, pattern, Opts, Pair, Rng};
-use copyrpc_core::copyrpc::{Context, Error, RecvHandle};
+use copyrpc_common::{big_stack, pattern, serve_echo, Opts, Pair, Rng};
+use copyrpc_core::copyrpc::{Context, Error, FailureCause, RecvHandle, Side};
+use mlx5_raw::layout::FmCeSe;
+use mlx5_raw::Payload;
 
 type P = Pair<2, 64, 128>;
 type Ctx = Context<u64, 2, 64, 128>;
@@ -221,5 +223,83 @@ fn every_call_ends_exactly_once_under_a_random_fault() {
         );
         // Both outcomes really happened across the runs, and both ways of answering.
         assert!(tally.ok > 1000 && tally.failed > 100 && tally.served > 1000);
+    });
+}
+
+/// A responder-side error completion (here a SEND, which copyrpc never posts, too long
+/// for the zero-length SRQ WQE it takes) frees that SRQ WQE, once: it is posted again
+/// with the next refill, which then leaves the device's SRQ full. The endpoint fails with
+/// the error; the other keeps working.
+#[test]
+fn a_responder_error_frees_its_srq_wqe_once_and_it_is_reposted() {
+    big_stack(|| {
+        let mut o = Opts::new(2, 4096);
+        o.raw_a0 = true;
+        // Small, so a few calls bring it to its refill mark (two thirds).
+        o.srq_wqe_cnt = 16;
+        let mut p: P = Pair::new(o);
+        let (eb0, eb1) = (p.b.eps[0], p.b.eps[1]);
+        let ea1 = p.a.eps[0];
+        // What the context keeps posted when its SRQ is full.
+        let full = p.dev.srq_info(p.b.srqn).unwrap().available;
+        let mut sq = p.raw_a.take().expect("a's first QP is raw");
+        let mut batch = sq.batch();
+        batch
+            .send(Payload::inline(b"not copyrpc"), FmCeSe::CQ_UPDATE)
+            .unwrap();
+        batch.finish();
+        for _ in 0..200 {
+            p.b.ctx.poll(|_, _| unreachable!("b made no call"));
+            p.step();
+        }
+        assert!(
+            matches!(
+                p.b.ctx.failure_cause(eb0),
+                Some(FailureCause::ErrorCompletion {
+                    side: Side::Recv,
+                    ..
+                })
+            ),
+            "b's endpoint 0 failed by the responder error: {:?}",
+            p.b.ctx.failure_cause(eb0)
+        );
+        assert!(!p.b.ctx.is_failed(eb1));
+        let st = *p.b.ctx.stats();
+        assert_eq!(st.srq_freed, 1, "the SEND's SRQ WQE was freed once");
+        // Calls on the other endpoint, one at a time, until b refills its SRQ.
+        let mut refills = 0;
+        for k in 0..20u64 {
+            p.a.ctx.call(ea1, b"ping", k).unwrap();
+            let mut done = false;
+            for _ in 0..500 {
+                p.a.ctx.poll(|u, r| {
+                    assert_eq!((u, r.unwrap()), (k, &b"ping"[..]));
+                    done = true;
+                });
+                let before = p.b.ctx.stats().srq_reposted;
+                p.b.ctx.poll(|_, _| unreachable!());
+                if p.b.ctx.stats().srq_reposted > before {
+                    refills += 1;
+                    let srq = p.dev.srq_info(p.b.srqn).unwrap();
+                    assert_eq!(
+                        srq.available, full,
+                        "a refill gives back every freed WQE, the SEND's too"
+                    );
+                }
+                serve_echo(&mut p.b.ctx);
+                p.step();
+                if done {
+                    break;
+                }
+            }
+            assert!(done, "call {k} on endpoint 1 answered\n{}", p.dump());
+        }
+        assert!(refills > 0, "b refilled its SRQ");
+        let st = *p.b.ctx.stats();
+        assert_eq!(
+            st.srq_freed,
+            st.batches_received + 1,
+            "one free per completion"
+        );
     });
 }

@@ -573,3 +573,31 @@ pub struct CreditSnapshot {
     /// Requests received and not answered (or answered behind an unanswered one).
     pub unanswered_requests: u32,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test rig's device has QPs for 64 endpoints a side, so only here can an
+    /// endpoint index reach the set's second to fourth words.
+    #[test]
+    fn the_dirty_set_keeps_endpoints_past_64_in_their_own_words() {
+        let mut d = Dirty([0; DIRTY_WORDS]);
+        for ep in [0u16, 1, 64, 65, 130, 255] {
+            d.note(ep, Flush::Needed);
+        }
+        d.note(200, Flush::Covered);
+        assert_eq!(d.word(0), 0b11);
+        assert_eq!(d.word(1), 0b11, "64 and 65 are bits 0 and 1 of word 1");
+        assert_eq!(d.word(2), 1 << 2);
+        assert_eq!(d.word(3), 1 << 63, "200 was covered, not needed");
+        d.clear(65);
+        d.clear(255);
+        assert_eq!(d.word(0), 0b11, "clearing 65 leaves 1");
+        assert_eq!(d.word(1), 0b01);
+        assert_eq!(d.word(3), 0);
+        d.clear(64);
+        d.clear(130);
+        assert_eq!([d.word(0), d.word(1), d.word(2)], [0b11, 0, 0]);
+    }
+}

@@ -48,6 +48,10 @@ pub struct Opts {
     /// Entries of each side's send CQ; `None`: the host's sizing,
     /// [`send_cq_entries`](copyrpc_core::copyrpc::send_cq_entries).
     pub send_cqes: Option<u32>,
+    /// Whether `a`'s first QP is left out of its context, as a bare send queue
+    /// (`Pair::raw_a`) for operations copyrpc never posts (a SEND): for tests of how
+    /// `b` takes them.
+    pub raw_a0: bool,
 }
 
 impl Opts {
@@ -73,6 +77,7 @@ impl Opts {
             tick: 1_000,
             connect: true,
             send_cqes: None,
+            raw_a0: false,
         }
     }
 }
@@ -91,6 +96,8 @@ pub struct Side<const E: usize, const C: usize, const R: usize> {
     pub recv_cqn: u32,
     /// The send CQ's number (`Dev::cq_info`: its overrun flag).
     pub send_cqn: u32,
+    /// The SRQ's number, to see what the device holds of it (`Dev::srq_info`).
+    pub srqn: u32,
     _queues: Vec<DmaBuf>,
 }
 
@@ -195,6 +202,7 @@ fn side<const E: usize, const C: usize, const R: usize, const Q: usize>(
             scratch_off: o.endpoints * per_ep,
             recv_cqn: rcqd.cqn,
             send_cqn: scqd.cqn,
+            srqn: srqd.srqn,
             data,
             _queues: vec![scq, rcq, srq, sqs, dbrecs],
         };
@@ -215,6 +223,9 @@ fn region(data: &DmaBuf, keys: MrKeys, off: usize, len: usize) -> Region {
 /// Two contexts, `a` (usually the caller) and `b`, with endpoint `i` of one connected to
 /// endpoint `i` of the other, on a device of `Q` QPs.
 pub struct Pair<const E: usize, const C: usize, const R: usize, const Q: usize = 130> {
+    /// `a`'s first QP as a bare send queue, with `Opts::raw_a0` (`a.eps` then starts
+    /// at the second).
+    pub raw_a: Option<mlx5_raw::Sq>,
     pub dev: Box<Dev<Q>>,
     /// The protection domain of both sides, for tests that register more memory.
     pub pd: Pd,
@@ -239,6 +250,7 @@ impl<const E: usize, const C: usize, const R: usize, const Q: usize> Pair<E, C, 
         let lb = link_bytes(slots, mtu);
         let links = DmaBuf::new(2 * lb * o.endpoints);
         let per_ep = 2 * o.ring + 64;
+        let mut raw_a = None;
         for i in 0..o.endpoints {
             let ab = LinkDesc {
                 base: links.at(2 * i * lb),
@@ -255,7 +267,16 @@ impl<const E: usize, const C: usize, const R: usize, const Q: usize> Pair<E, C, 
                 dev.connect_pair(sqa[i].qpn, sqb[i].qpn, ab, ba, o.link)
                     .unwrap();
             }
-            for (s, sqd) in [(&mut a, &sqa[i]), (&mut b, &sqb[i])] {
+            let raw = o.raw_a0 && i == 0;
+            if raw {
+                // SAFETY: the QP is fresh and given to nothing else (no endpoint is made
+                // of it); its queue and doorbell memory live in side `a`, which the pair
+                // drops after `raw_a` (field order); the UAR is null (the device model).
+                let sq = unsafe { mlx5_raw::Sq::new(&sqa[i], mlx5_raw::SqConfig::COPYRPC) };
+                raw_a = Some(sq.unwrap());
+            }
+            let both = [(&mut a, &sqa[i]), (&mut b, &sqb[i])];
+            for (s, sqd) in both.into_iter().skip(usize::from(raw)) {
                 let base = i * per_ep;
                 let mem = EndpointMem {
                     send_ring: region(&s.data, s.keys, base, o.ring),
@@ -268,13 +289,15 @@ impl<const E: usize, const C: usize, const R: usize, const Q: usize> Pair<E, C, 
                 s.eps.push(ep);
             }
         }
-        for i in (0..o.endpoints).filter(|_| o.connect) {
-            let ia = a.ctx.local_info(a.eps[i]).unwrap();
+        for i in (0..o.endpoints).filter(|&i| o.connect && !(o.raw_a0 && i == 0)) {
+            let ea = a.eps[i - usize::from(o.raw_a0)];
+            let ia = a.ctx.local_info(ea).unwrap();
             let ib = b.ctx.local_info(b.eps[i]).unwrap();
-            a.ctx.connect(a.eps[i], &ib).unwrap();
+            a.ctx.connect(ea, &ib).unwrap();
             b.ctx.connect(b.eps[i], &ia).unwrap();
         }
         Self {
+            raw_a,
             dev,
             pd,
             a,
