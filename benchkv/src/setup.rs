@@ -30,24 +30,23 @@ pub fn resolve_fabric(cfg: &Config) -> Result<String, String> {
         let memlock = verbs::check_memlock(least, verbs::memlock_limit())
             .err()
             .map(|limit| {
-                format!(
-                    "a run registers at least {least} bytes (16 MiB of queues and two \
-                     {}-byte rings per peer) but RLIMIT_MEMLOCK is {limit} bytes; raise it \
-                     (`ulimit -l unlimited`, or memlock in /etc/security/limits.conf; under \
-                     mpirun the launching daemon's limit applies) or use --fabric sim",
-                    cfg.copyrpc_ring.bytes()
-                )
+                copyrpc_host::error::Error::VerbsMemlock {
+                    device: "--fabric verbs".into(),
+                    need: least,
+                    limit,
+                }
+                .to_string()
             });
         match verbs::probe().map_err(|e| format!("--fabric verbs: {e}"))? {
             verbs::Probe::NoDevice { detail } => {
                 return Err(format!(
                     "--fabric verbs: no RDMA device ({detail}); use --fabric sim or auto{}",
-                    memlock.map(|m| format!(". Also: {m}")).unwrap_or_default()
+                    memlock.map(|m| format!("\n{m}")).unwrap_or_default()
                 ))
             }
             verbs::Probe::Devices(devs) => {
                 if let Some(m) = memlock {
-                    return Err(format!("--fabric verbs: {m}"));
+                    return Err(m);
                 }
                 if let Some(name) = &cfg.device {
                     if !devs.iter().any(|d| &d.name == name) {
