@@ -66,8 +66,9 @@ spins=$(valgrind --tool=callgrind --callgrind-out-file="$f" target/release/copyr
   | sed -n 's/^spins=\([0-9]*\) .*/\1/p') \
   || { echo "copyrpc-instr idle $polls failed" >&2; exit 1; }
 [ -n "$spins" ] || { echo "copyrpc-instr idle $polls printed no spin count" >&2; exit 1; }
-# Inclusive cost of every call of echo_rig::$1, summed over its call sites (the
-# function's own line names whichever source file callgrind saw first).
-cost() { callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep -E "=> .*echo_rig::$1 \\(" | awk '{gsub(",", "", $1); s += $1} END { print s + 0 }'; }
-idle=$(( $(cost core_idle_spin) + $(cost core_poll_caller) ))
+# Inclusive cost of every call of echo_rig::$1, summed over its call sites: unlike the
+# rows' `cost`, the spin's own line names whichever inlined source file callgrind saw
+# first, so its "[binary]" line holds only part of it.
+calls_cost() { callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep -E "=> .*echo_rig::$1 \\(" | awk '{gsub(",", "", $1); s += $1} END { print s + 0 }'; }
+idle=$(( $(calls_cost core_idle_spin) + $(calls_cost core_poll_caller) ))
 echo "idle wait with a call pending (A, $spins spins on Context::idle and the polls it asks for, the wait for the call included): $(awk -v c="$idle" -v n="$spins" 'BEGIN { printf "%.1f", c / n }') instr/spin"
