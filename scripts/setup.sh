@@ -27,8 +27,9 @@ as_root() {
 pkgs=(libibverbs-dev librdmacm-dev ibverbs-providers libopenmpi-dev openmpi-bin libclang-dev pkg-config gcc)
 if [ "$run_only" -eq 0 ]; then
   # cross toolchain + qemu: the no_std core's tests also run on aarch64, and the
-  # freestanding aarch64 link check runs under qemu-aarch64
-  pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user valgrind)
+  # freestanding aarch64 link check runs under qemu-aarch64; mmdebstrap unpacks the arm64
+  # sysroot the std binaries cross-build against (scripts/aarch64-linux.sh)
+  pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user valgrind mmdebstrap)
 fi
 
 missing=()

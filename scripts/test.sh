@@ -121,6 +121,7 @@ step "no_std crates: bare-metal builds"       bare_builds
 step "freestanding link + run (x86_64, aarch64/qemu)" linker/freestanding/check.sh
 step "C library: install, examples built with pkg-config, full-size runs" scripts/c-examples.sh
 step "no_std crates' tests on aarch64 (qemu)"  aarch64_tests
+step "std binaries for aarch64 Linux: cross-build + qemu smoke run" scripts/aarch64-linux.sh
 step "loom models (core-nostd/tests/loom_*)"   loom_models
 step "bulk: 1 000 seeded fault runs of mixed patterns (release)" \
   env BULK_FAULT_RUNS=1000 cargo test --quiet --release -p copyrpc-core --test bulk_faults seeded

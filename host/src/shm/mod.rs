@@ -340,9 +340,16 @@ pub fn proc_state(pid: u32) -> Option<char> {
     proc_stat(pid).map(|(state, _)| state)
 }
 
-/// `(state, start time)` of process `pid` from `/proc/<pid>/stat` (fields 3 and 22).
+/// `(state, start time)` of process `pid` from its main thread's
+/// `/proc/<pid>/task/<pid>/stat` (fields 3 and 22).
+///
+/// On Linux that file says what `/proc/<pid>/stat` says. It is read instead because
+/// qemu-user (how the aarch64 build is smoke-tested) fakes `/proc/<own pid>/stat` from the
+/// *calling thread's* emulated state: field 3 reads `0` and field 22 is the thread's start,
+/// so a client thread would find its own process's regions stale. qemu passes the
+/// `task/` path through to the kernel.
 fn proc_stat(pid: u32) -> Option<(char, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
     // The fields after the command name, which may contain spaces or parens: field 3
     // (state) is the first, field 22 (starttime) the twentieth.
     let mut rest = s.rsplit_once(')')?.1.split_whitespace();
@@ -516,6 +523,25 @@ mod tests {
         let start = proc_stat(pid).map_or(1, |(_, s)| s);
         child.wait().unwrap();
         assert!(!ProcessId { pid, start }.alive());
+    }
+
+    #[test]
+    fn a_thread_reads_its_process_start_time_not_its_own() {
+        // Started 20 ms after the process, so a per-thread start time would differ (qemu
+        // reports one for `/proc/<own pid>/stat`; see `proc_stat`).
+        let main = ProcessId::current();
+        let seen = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            (proc_stat(my_pid()), main.alive())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen.0.map(|(_, start)| start), Some(main.start));
+        assert!(
+            seen.1,
+            "this process is alive when asked from another thread"
+        );
+        assert!(matches!(proc_state(my_pid()), Some('R' | 'S' | 'D')));
     }
 
     #[test]
