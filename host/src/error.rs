@@ -417,6 +417,17 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A thread domain or its parent domain could not be made (`step` names the verb).
+    #[error("{step}({device}) failed: no thread domain (a UAR of its own) for this context")]
+    VerbsThreadDomain {
+        /// The device name.
+        device: String,
+        /// `ibv_alloc_td` or `ibv_alloc_parent_domain`.
+        step: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// `ibv_modify_qp` to the named state.
     #[error("ibv_modify_qp({device}, qpn {qpn:#x}) to {to} failed")]
     VerbsModifyQp {

@@ -68,6 +68,36 @@ fn objects_have_drivable_descriptions() {
 
 #[test]
 #[ignore = "needs an mlx5 NIC: set COPYRPC_TEST_DEVICE"]
+fn qps_of_two_thread_domains_ring_different_blueflame_registers() {
+    let dev = device();
+    let cq = dev.create_cq(256).unwrap();
+    let srq = dev.create_srq(128, 1).unwrap();
+    let domains = [dev.thread_domain().unwrap(), dev.thread_domain().unwrap()];
+    // Past the 16 QPs that get registers of their own without a domain, so a register
+    // shared between the domains would show.
+    let mut by_domain: Vec<Vec<_>> = vec![Vec::new(), Vec::new()];
+    for i in 0..40 {
+        let td = &domains[i % 2];
+        let qp = dev
+            .create_qp(&QpOptions {
+                thread_domain: Some(td),
+                ..QpOptions::new(&cq, &cq, Some(&srq))
+            })
+            .unwrap();
+        by_domain[i % 2].push(qp);
+    }
+    let regs = |qps: &[copyrpc_host::fabric::verbs::Qp]| {
+        qps.iter()
+            .map(|q| q.sq_desc().bf_reg as usize & !0xfff)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let (a, b) = (regs(&by_domain[0]), regs(&by_domain[1]));
+    assert!(!a.is_empty() && a.iter().all(|&r| r != 0));
+    assert!(a.is_disjoint(&b), "domains share a UAR page: {a:x?} {b:x?}");
+}
+
+#[test]
+#[ignore = "needs an mlx5 NIC: set COPYRPC_TEST_DEVICE"]
 fn loopback_write_imm_through_mlx5_raw() {
     let dev = device();
     let mr = dev.alloc_mr("loopback", 4096, Access::RDMA).unwrap();

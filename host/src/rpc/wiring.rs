@@ -117,6 +117,11 @@ impl NodeFabric for sim::SimFabric {
 /// A verbs node's shared queues, owned (the QPs were created against them).
 #[derive(Debug)]
 pub(crate) struct VerbsShared {
+    /// The node's thread domain: one thread drives a copyrpc context, so its QPs get a
+    /// UAR of their own. `None` when the device could not make one (see
+    /// [`verbs::ThreadDomain`]): the QPs then sit on the device's PD and shared
+    /// registers, which `mlx5_raw::SharedBf` serialises.
+    domain: Option<verbs::ThreadDomain>,
     _lkey_mr: verbs::Mr,
     srq: verbs::Srq,
     send_cq: verbs::Cq,
@@ -147,6 +152,7 @@ impl NodeFabric for verbs::Device {
             recv_cq: recv_cq.desc(),
         };
         let shared = VerbsShared {
+            domain: self.thread_domain().ok(),
             _lkey_mr: lkey_mr,
             srq,
             send_cq,
@@ -164,6 +170,7 @@ impl NodeFabric for verbs::Device {
     ) -> Result<(Self::Qp, SqDesc, Self::Mr)> {
         let qp = self.create_qp(&verbs::QpOptions {
             max_send_wr: cfg.sq_wrs,
+            thread_domain: s.domain.as_ref(),
             ..verbs::QpOptions::new(&s.send_cq, &s.recv_cq, Some(&s.srq))
         })?;
         let mr = self.alloc_mr(name, len, verbs::Access::RDMA)?;

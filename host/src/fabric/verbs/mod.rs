@@ -20,6 +20,7 @@
 //! drop order cannot destroy a CQ under a live QP. The raw descriptions stay valid while
 //! the object they came from lives.
 
+mod domain;
 mod queues;
 
 pub mod mlx5dv;
@@ -37,6 +38,7 @@ use rdma_sys::{
 };
 
 pub use mlx5_raw::desc::{CqDesc, SqDesc, SrqDesc};
+pub use domain::ThreadDomain;
 pub use queues::{ConnectOptions, Cq, PathMtu, Qp, QpOptions, Srq};
 
 use crate::error::{Error, Result};

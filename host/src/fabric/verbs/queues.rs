@@ -17,7 +17,7 @@ use rdma_sys::{
 };
 
 use super::mlx5dv::{self, mlx5dv_cq, mlx5dv_obj, mlx5dv_qp, mlx5dv_qp_init_attr, mlx5dv_srq};
-use super::{verb_error, Ctx, Device, LINK_LAYER_ETHERNET};
+use super::{verb_error, Ctx, Device, ThreadDomain, LINK_LAYER_ETHERNET};
 use crate::error::{Error, Result};
 use crate::fabric::QpEndpoint;
 
@@ -147,6 +147,10 @@ pub struct QpOptions<'a> {
     pub max_inline_data: u32,
     /// RQ entries when there is no SRQ (ignored with one).
     pub max_recv_wr: u32,
+    /// Create the QP in this thread domain (a BlueFlame register of the domain's own;
+    /// see [`ThreadDomain`]); `None`: on the device's PD, where rdma-core may share the
+    /// register with other QPs.
+    pub thread_domain: Option<&'a ThreadDomain>,
 }
 
 impl<'a> QpOptions<'a> {
@@ -160,6 +164,7 @@ impl<'a> QpOptions<'a> {
             max_send_sge: 1,
             max_inline_data: 220,
             max_recv_wr: 0,
+            thread_domain: None,
         }
     }
 }
@@ -260,6 +265,8 @@ pub struct Qp {
     /// The lock `desc.bf_lock` points at (kept alive with the QP; every QP on the same
     /// register holds the same one).
     _bf_lock: Option<Arc<mlx5_raw::SharedBf>>,
+    /// The domain the QP was created in (its parent domain must outlive the QP).
+    _domain: Option<ThreadDomain>,
     ctx: Arc<Ctx>,
 }
 
@@ -414,7 +421,9 @@ impl Device {
         attr.comp_mask = (ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD
             | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
             .0;
-        attr.pd = ctx.pd.as_ptr();
+        attr.pd = opts
+            .thread_domain
+            .map_or(ctx.pd.as_ptr(), ThreadDomain::parent_pd);
         attr.send_ops_flags = u64::from(
             (ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE
                 | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
@@ -427,8 +436,8 @@ impl Device {
             create_flags: mlx5dv::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
             ..Default::default()
         };
-        // SAFETY: open context; the CQs, SRQ and PD are alive (we hold them); both
-        // attribute structs are initialised.
+        // SAFETY: open context; the CQs, SRQ and PD (or parent domain) are alive (we hold
+        // them); both attribute structs are initialised.
         let qp = unsafe { mlx5dv::mlx5dv_create_qp(ctx.ctx.as_ptr(), &mut attr, &mut dv) };
         let qp = NonNull::new(qp).ok_or_else(|| Error::VerbsCreateQp {
             device: ctx.name.clone(),
@@ -455,6 +464,7 @@ impl Device {
             _recv_cq: opts.recv_cq.clone(),
             _srq: opts.srq.cloned(),
             _bf_lock: None,
+            _domain: opts.thread_domain.cloned(),
             ctx: ctx.clone(),
         };
         // SAFETY: all-zero is valid for this out-struct; comp_mask 0 asks for no extras.
