@@ -89,7 +89,9 @@ impl Device {
         // SAFETY: open context; comp_mask 0 asks for nothing beyond the domain. rdma-sys
         // returns None (errno EOPNOTSUPP) when the provider has no `alloc_td`.
         let td = unsafe { ibv_alloc_td(ctx.ctx.as_ptr(), &mut td_attr) };
-        let td = td.and_then(NonNull::new).ok_or_else(|| err("ibv_alloc_td"))?;
+        let td = td
+            .and_then(NonNull::new)
+            .ok_or_else(|| err("ibv_alloc_td"))?;
         // SAFETY: all-zero is the documented "nothing set" value (no custom allocator).
         let mut pd_attr: ibv_parent_domain_init_attr = unsafe { std::mem::zeroed() };
         pd_attr.pd = ctx.pd.as_ptr();

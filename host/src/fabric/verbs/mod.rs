@@ -37,8 +37,8 @@ use rdma_sys::{
     ibv_query_gid, ibv_reg_mr,
 };
 
-pub use mlx5_raw::desc::{CqDesc, SqDesc, SrqDesc};
 pub use domain::ThreadDomain;
+pub use mlx5_raw::desc::{CqDesc, SqDesc, SrqDesc};
 pub use queues::{ConnectOptions, Cq, PathMtu, Qp, QpOptions, Srq};
 
 use crate::error::{Error, Result};
