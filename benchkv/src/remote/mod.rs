@@ -24,9 +24,7 @@
 mod copyrpc;
 mod loopback;
 
-pub use self::copyrpc::{
-    build_nodes, finish, records, CopyrpcIncoming, CopyrpcRemote, RingSize, EPS,
-};
+pub use self::copyrpc::{build_nodes, finish, records, CopyrpcIncoming, CopyrpcRemote, RingSize};
 pub use loopback::{Loopback, LoopbackIncoming};
 
 use copyrpc_host::exchange::Collectives;

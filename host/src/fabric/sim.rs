@@ -42,11 +42,16 @@ use crate::sim_engine::{EngineConfig, Idle, SimEngine};
 /// user of this fabric needs no direct dependency on the device crate.
 pub use mlx5_raw::sim::{rnr_timer_ns, LinkConfig as SimLinkConfig, StepStats};
 
-/// The device's object tables: QPs, CQs, SRQs, MRs. The sim fabric connects processes
-/// of one machine, so 64 QPs (an endpoint to each of 64 peer ranks) is ample; a QP's
-/// state is ~2.6 KiB and the device is built on the caller's stack before it is boxed,
-/// so the tables are kept well under a spawned thread's default 2 MiB stack.
-pub type SimDevice = Device<64, 8, 2, 128>;
+/// The device's object tables: QPs, CQs, SRQs, MRs. Room for an endpoint to each of
+/// 1 024 peers, which copyrpc contexts of 64 endpoints hold (a context has two CQs,
+/// an SRQ and an MR besides one MR per endpoint), so the sim fabric has no rank limit
+/// below the verbs one. A QP's state is ~2.6 KiB: the device (~2.8 MiB) is built in
+/// place on the heap ([`Device::init_in_place`]); stepping walks only the QP slots in
+/// use, so the room costs nothing per step.
+pub type SimDevice = Device<{ SIM_MAX_QPS }, 32, 16, { SIM_MAX_QPS + 128 }>;
+
+/// QPs (endpoints) one sim fabric holds.
+pub const SIM_MAX_QPS: usize = 1024;
 
 /// Bytes of a UAR page the model describes per QP (BlueFlame registers at 0x800).
 const UAR_BYTES: usize = 4096;
@@ -278,13 +283,22 @@ impl SimFabric {
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let name = format!("/{REGION_PREFIX}{pid}-{instance}");
         let region = ShmRegion::create(&name, opts.region_bytes)?;
-        // QPNs unique per machine (24 bits): a peer's CQE names our QP unambiguously in
-        // traces. pid_max is at most 2^22; the instance varies the low bits.
-        let qpn_base = (((pid & 0x3fff) << 10) | ((instance & 0x3) << 8)) | 0x1_000;
-        let dev = Box::new(SimDevice::new(DeviceConfig {
-            qpn_base: qpn_base & 0xff_ffff,
-            ..DeviceConfig::DEFAULT
-        }));
+        // QPNs in 24 bits: 10 for the slot (SIM_MAX_QPS), 2 for the instance, 12 from the
+        // pid (1..=4095, so never QP 0 or 1), which keeps a machine's devices apart in
+        // traces (a CQE only ever names its own device's QPs, so this is not needed for
+        // correctness).
+        const _: () = assert!(SIM_MAX_QPS <= 1 << 10);
+        let qpn_base = ((pid % 0xfff + 1) << 12) | ((instance & 0x3) << 10);
+        let mut dev = Box::new(std::mem::MaybeUninit::<SimDevice>::uninit());
+        SimDevice::init_in_place(
+            &mut dev,
+            DeviceConfig {
+                qpn_base,
+                ..DeviceConfig::DEFAULT
+            },
+        );
+        // SAFETY: `init_in_place` initialised the whole value.
+        let dev: Box<SimDevice> = unsafe { dev.assume_init() };
         let engine = match opts.stepping {
             Stepping::Thread => SimEngine::start(
                 dev,
