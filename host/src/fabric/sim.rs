@@ -289,7 +289,7 @@ impl SimFabric {
         // correctness).
         const _: () = assert!(SIM_MAX_QPS <= 1 << 10);
         let qpn_base = ((pid % 0xfff + 1) << 12) | ((instance & 0x3) << 10);
-        let mut dev = Box::new(std::mem::MaybeUninit::<SimDevice>::uninit());
+        let mut dev = Box::<SimDevice>::new_uninit();
         SimDevice::init_in_place(
             &mut dev,
             DeviceConfig {

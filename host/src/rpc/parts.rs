@@ -21,6 +21,8 @@ pub struct NodeParts {
     queues: Queues,
     fabric: Arc<Fabric>,
     cfg: RpcConfig,
+    /// Endpoints the send CQ has room to flush (see [`NodeParts::new`]).
+    max_endpoints: usize,
 }
 
 /// One endpoint's parts: what `Context::create_endpoint` takes, and its QP's address.
@@ -35,17 +37,22 @@ pub struct EndpointParts {
 }
 
 impl NodeParts {
-    /// Creates the SRQ and CQs of one context on `fabric`, sized by `cfg`.
-    pub fn new(fabric: Arc<Fabric>, cfg: &RpcConfig) -> Result<Self> {
+    /// Creates the SRQ and CQs of one context on `fabric`, sized by `cfg`, for up to
+    /// `max_endpoints` endpoints: the send CQ has room for every block of that many send
+    /// queues ([`RpcConfig::send_cq_entries`]), so all of them failing at once cannot
+    /// overrun it, and [`NodeParts::add_endpoint`] refuses one more.
+    pub fn new(fabric: Arc<Fabric>, cfg: &RpcConfig, max_endpoints: usize) -> Result<Self> {
+        let send_cqes = cfg.send_cq_entries(max_endpoints);
         let (queues, wiring) = match &*fabric {
-            Fabric::Sim(_) => wiring::bare::<sim::SimFabric>(Arc::clone(&fabric), cfg)?,
-            Fabric::Verbs(_) => wiring::bare::<verbs::Device>(Arc::clone(&fabric), cfg)?,
+            Fabric::Sim(_) => wiring::bare::<sim::SimFabric>(Arc::clone(&fabric), cfg, send_cqes)?,
+            Fabric::Verbs(_) => wiring::bare::<verbs::Device>(Arc::clone(&fabric), cfg, send_cqes)?,
         };
         Ok(Self {
             wiring,
             queues,
             fabric,
             cfg: *cfg,
+            max_endpoints,
         })
     }
 
@@ -57,6 +64,15 @@ impl NodeParts {
     /// A new endpoint's QP and region, with rings of `cfg.ring_bytes`.
     pub fn add_endpoint(&mut self) -> Result<EndpointParts> {
         let i = self.wiring.len();
+        if i >= self.max_endpoints {
+            return Err(Error::RpcConfig {
+                reason: format!(
+                    "this node's send CQ was sized for {} endpoints (every send queue \
+                     failing at once must fit in it); make the node for more",
+                    self.max_endpoints
+                ),
+            });
+        }
         let ring = self.cfg.ring_bytes;
         let (sq, m) = self.wiring.add(
             &self.cfg,
@@ -86,5 +102,28 @@ impl NodeParts {
     /// The fabric.
     pub fn fabric(&self) -> &Fabric {
         &self.fabric
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::{open_sim, FabricOptions};
+
+    #[test]
+    fn the_send_cq_holds_every_endpoints_flush_and_one_endpoint_more_is_refused() {
+        let fabric = Arc::new(open_sim(&FabricOptions::default()).unwrap());
+        let cfg = RpcConfig::for_ring(4096);
+        let mut parts = NodeParts::new(fabric, &cfg, 3).unwrap();
+        assert!(parts.queues().send_cq.cqe_cnt >= cfg.send_cq_entries(3));
+        assert!(cfg.send_cq_entries(3) > cfg.cqes, "sized past the default");
+        for _ in 0..3 {
+            parts.add_endpoint().unwrap();
+        }
+        let e = parts.add_endpoint().unwrap_err();
+        assert!(
+            matches!(&e, Error::RpcConfig { reason } if reason.contains("sized for 3")),
+            "{e}"
+        );
     }
 }

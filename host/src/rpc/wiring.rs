@@ -252,18 +252,19 @@ where
     }
 }
 
-/// The shared queues of a node on `fabric` (of kind `F`), with no endpoint yet.
+/// The shared queues of a node on `fabric` (of kind `F`), with no endpoint yet and a
+/// send CQ of `send_cqes` entries (`RpcConfig::send_cq_entries` of the endpoints the
+/// caller will add).
 pub(crate) fn bare<F: NodeFabric>(
     fabric: Arc<Fabric>,
     cfg: &RpcConfig,
+    send_cqes: u32,
 ) -> Result<(Queues, Box<dyn Wiring>)>
 where
     Wired<F>: Send,
 {
     let f = F::of(&fabric).unwrap_or_else(|| unreachable!("dispatched on the fabric kind"));
-    // The endpoint count is not known here: the send CQ is `cfg.cqes` (the C ABI's
-    // caller sizes it; `RpcConfig::send_cq_entries` says what a mass flush needs).
-    let (queues, shared) = f.shared(cfg, cfg.cqes)?;
+    let (queues, shared) = f.shared(cfg, send_cqes)?;
     let wired = Wired::<F> {
         eps: Vec::new(),
         shared,

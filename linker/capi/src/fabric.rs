@@ -11,7 +11,8 @@ use std::sync::Arc;
 use copyrpc_host::fabric::{self, FabricKind, FabricOptions, QpEndpoint};
 use copyrpc_host::rpc::{NodeParts, RpcConfig};
 use copyrpc_linker::ctx::{
-    copyrpc_ctx, copyrpc_ep_connect, copyrpc_ep_local_info, COPYRPC_CTX_REQUESTS,
+    copyrpc_ctx, copyrpc_ep_connect, copyrpc_ep_local_info, COPYRPC_CTX_ENDPOINTS,
+    COPYRPC_CTX_REQUESTS,
 };
 use copyrpc_linker::desc::{
     copyrpc_ep_desc, copyrpc_peer_info, copyrpc_queues, open_peer_info, write_ep, write_queues,
@@ -85,7 +86,12 @@ pub unsafe extern "C" fn copyrpc_fabric_open(
             Ok((f, _)) => f,
             Err(e) => return system(format_args!("opening the {kind} fabric: {e}")),
         };
-        match NodeParts::new(Arc::new(f), &RpcConfig::for_ring(ring)) {
+        // Room in the send CQ for every endpoint a context can hold to fail at once.
+        match NodeParts::new(
+            Arc::new(f),
+            &RpcConfig::for_ring(ring),
+            COPYRPC_CTX_ENDPOINTS,
+        ) {
             Ok(parts) => {
                 let h = Box::new(FabricHandle {
                     magic: FABRIC_MAGIC,

@@ -510,7 +510,7 @@ fn packet_flags_and_ops_are_distinct() {
 #[test]
 fn a_device_built_in_place_is_the_one_new_returns() {
     type Dev = Device<3, 2, 1, 4>;
-    let mut slot = Box::new(core::mem::MaybeUninit::<Dev>::uninit());
+    let mut slot = Box::<Dev>::new_uninit();
     let cfg = DeviceConfig::DEFAULT;
     let built = Dev::init_in_place(&mut slot, cfg);
     // Every field (Debug shows them all; Miri would flag one left unwritten when read).
