@@ -43,6 +43,9 @@ fn start(tag: &str) -> Job {
             "--verify",
         ])
         .env("BENCHKV_CHAOS_TAG", tag)
+        // Root allowed, oversubscription, shared-memory transport: what every other MPI
+        // test here runs with (`run_local`), so `cargo test` works outside scripts/test.sh.
+        .envs(copyrpc_host::exchange::launch::LOCAL_OMPI_ENV)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
