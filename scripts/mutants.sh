@@ -12,6 +12,10 @@
 #                         it finished and says so
 #   MUTANTS_TIMEOUT=60    seconds per mutant's test run (a mutant that loops is a kill)
 #   MUTANTS_JOBS=1        mutants built and tested at once
+#   MUTANTS_FAULT_SEEDS=100  copyrpc_faults' random-fault seeds in the first pass (its
+#                         default, 1 000, is most of a surviving mutant's time); every
+#                         mutant that pass misses is tested again at 1 000 seeds, so the
+#                         smaller count can only cost time, never a kill
 #
 # Each module is tested against the test targets that exercise it (the whole crate's
 # suite per mutant would take about a minute each, most of it the fault-injection test
@@ -55,6 +59,7 @@ targets() {
 # shrinking: a mutant is killed by the first failing case, and shrinking it only costs.
 export CARGO_PROFILE_DEV_DEBUG=line-tables-only CARGO_TERM_COLOR=never
 export PROPTEST_MAX_SHRINK_ITERS=1
+export FAULT_SEEDS=${MUTANTS_FAULT_SEEDS:-100}
 
 deadline=$((SECONDS + BUDGET))
 summary=()
@@ -87,6 +92,23 @@ for m in "${modules[@]}"; do
   count() { if [ -f "$dir/$1" ]; then grep -c . "$dir/$1" || true; else echo 0; fi; }
   caught=$(count caught.txt) missed=$(count missed.txt)
   timeouts=$(count timeout.txt) unviable=$(count unviable.txt)
+  # Second pass: the survivors again, with copyrpc_faults at its full seed count.
+  if [ "$missed" -gt 0 ] && [ "$FAULT_SEEDS" -lt 1000 ]; then
+    # Each survivor's name as an anchored regex (metacharacters escaped).
+    mapfile -t again < <(sed -e 's/[][\\.*+?(){}|^$]/\\&/g' -e 's/.*/--re=^&$/' "$dir/missed.txt")
+    status2=0
+    FAULT_SEEDS=1000 cargo mutants -p copyrpc-core -f "$glob" -j "$JOBS" --timeout "$TIMEOUT" \
+      --build-timeout 300 --output "$out/second" "${again[@]}" "${args[@]}" \
+      -- -- --skip deleg:: --skip ipc:: --skip flux:: || status2=$?
+    d2=$out/second/mutants.out
+    if [ -f "$d2/missed.txt" ] || [ -f "$d2/caught.txt" ]; then
+      late=$( (cat "$d2/caught.txt" "$d2/timeout.txt" 2>/dev/null || true) | grep -c . || true)
+      echo "== $m: second pass at FAULT_SEEDS=1000 caught $late of $missed (exit $status2)"
+      caught=$((caught + late))
+      missed=$((missed - late))
+      cp "$d2/missed.txt" "$dir/missed.txt" 2>/dev/null || : >"$dir/missed.txt"
+    fi
+  fi
   viable=$((caught + missed + timeouts))
   note=""
   # cargo-mutants exits 2 when mutants were missed, 3 on timeouts: both are results.

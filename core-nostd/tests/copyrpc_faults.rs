@@ -204,16 +204,15 @@ fn every_call_ends_exactly_once_under_a_random_fault() {
         let mut max_steps = 0;
         // `FAULT_SEEDS=100000 cargo test --release --test copyrpc_faults` for a long
         // campaign (docs/RELIABILITY.md); `FAULT_SEED_BASE` moves the window of seeds.
+        // Fewer than the default 1 000 only for scripts/mutants.sh's first pass (which
+        // reruns every survivor at 1 000); the floor keeps the tallies meaningful.
         let env = |k: &str, d: u64| {
             std::env::var(k)
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(d)
         };
-        let (base, seeds) = (
-            env("FAULT_SEED_BASE", 0),
-            env("FAULT_SEEDS", 1000).max(1000),
-        );
+        let (base, seeds) = (env("FAULT_SEED_BASE", 0), env("FAULT_SEEDS", 1000).max(50));
         for seed in base..base + seeds {
             max_steps = max_steps.max(run(seed, &mut tally));
         }
@@ -222,7 +221,7 @@ fn every_call_ends_exactly_once_under_a_random_fault() {
             tally.ok, tally.failed, tally.refused, tally.served
         );
         // Both outcomes really happened across the runs, and both ways of answering.
-        assert!(tally.ok > 1000 && tally.failed > 100 && tally.served > 1000);
+        assert!(tally.ok > seeds && tally.failed > seeds / 10 && tally.served > seeds);
     });
 }
 
