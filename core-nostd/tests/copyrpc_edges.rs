@@ -389,3 +389,41 @@ fn a_poll_that_posts_everything_leaves_no_endpoint_due() {
         }
     });
 }
+
+/// A flush that cannot post everything (the send queue is full) leaves its endpoint due,
+/// so `endpoints_due` tells the caller there is work and the next poll posts it, not
+/// only a later completion.
+#[test]
+fn a_flush_deferred_by_a_full_send_queue_leaves_its_endpoint_due() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts {
+            sq_wqe_cnt: 16,
+            ..Opts::new(1, RING as usize)
+        });
+        // Calls and polls with the device stopped: each poll posts a batch and none of
+        // its WQEs completes, until a flush finds no room.
+        let mut sent = 0u64;
+        while p.a.ctx.stats().flushes_deferred == 0 {
+            assert!(sent < 64, "the send queue never filled");
+            p.a.ctx
+                .call_with_allowance(p.a.eps[0], &pattern(sent, 8), 8, sent)
+                .unwrap();
+            sent += 1;
+            p.a.ctx.poll(|_, _| unreachable!("nothing answered yet"));
+        }
+        assert!(p.a.ctx.endpoints_due() > 0, "deferred work, endpoint not due");
+        // Once the device runs, everything goes out and comes back.
+        let mut got = 0u64;
+        while got < sent {
+            p.a.ctx.poll(|k, r| {
+                assert_eq!(r.unwrap(), &pattern(k, 8)[..]);
+                got += 1;
+            });
+            p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+            serve_echo(&mut p.b.ctx);
+            p.step();
+            assert!(p.steps < 10_000, "stalled\n{}", p.dump());
+        }
+        assert_eq!(p.a.ctx.endpoints_due(), 0);
+    });
+}

@@ -61,6 +61,18 @@ use core::fmt;
 
 use crate::wire::{align_down, align_up, ALIGNMENT, FLOW_METADATA_SIZE, HEADER_SIZE};
 
+/// The smaller of two values, in a `const fn` (`Ord::min` is not const). One helper
+/// for the five minimums below: its `<` against `<=` is the only place where the two
+/// cannot be told apart (equal inputs), rather than one such place per minimum.
+#[inline(always)]
+const fn min(a: u64, b: u64) -> u64 {
+    if a < b {
+        a
+    } else {
+        b
+    }
+}
+
 /// Why a credit operation was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CreditError {
@@ -137,12 +149,7 @@ pub const fn grant(
     let by_invariant =
         (remote_ring_size.saturating_sub(in_flight) / 2).saturating_sub(resp_reservation);
     let by_policy = max_resp_reservation.saturating_sub(resp_reservation);
-    let grant = if by_invariant < by_policy {
-        by_invariant
-    } else {
-        by_policy
-    };
-    align_down(grant)
+    align_down(min(by_invariant, by_policy))
 }
 
 /// The request header's allowance field: `response_allowance` bytes in 32 B blocks,
@@ -209,12 +216,7 @@ pub const fn initial_credit(max_resp_reservation: u64) -> u64 {
 /// is the peer's recv ring size. `2R <= C / 2` leaves the invariant half the ring.
 #[inline]
 pub const fn initial_resp_reservation(max_resp_reservation: u64, remote_ring_size: u64) -> u64 {
-    let quarter = remote_ring_size / 4;
-    align_down(if max_resp_reservation < quarter {
-        max_resp_reservation
-    } else {
-        quarter
-    })
+    align_down(min(max_resp_reservation, remote_ring_size / 4))
 }
 
 /// Our initial balance for requests to the peer: the peer's advertised credit clamped
@@ -240,12 +242,7 @@ pub const fn initial_peer_credit_balance(
 #[inline]
 pub const fn max_peer_credit(remote_initial_credit: u64, local_recv_ring_size: u64) -> u64 {
     let by_invariant = align_down(local_recv_ring_size.saturating_sub(FLOW_METADATA_SIZE) / 2);
-    let by_cap = align_down(remote_initial_credit);
-    if by_cap < by_invariant {
-        by_cap
-    } else {
-        by_invariant
-    }
+    min(align_down(remote_initial_credit), by_invariant)
 }
 
 /// The largest response allowance a call can ever pay for when the peer can grant at
@@ -260,11 +257,7 @@ pub const fn max_response_allowance(max_peer_credit: u64) -> Option<u32> {
     let bytes = align_down(spare);
     // Whole blocks, so every allowance up to `bytes` rounds up to at most `bytes`; from
     // 2^32 on (the blocks of `u32::MAX`) every allowance can be paid for.
-    Some(if bytes > u32::MAX as u64 {
-        u32::MAX
-    } else {
-        bytes as u32
-    })
+    Some(min(bytes, u32::MAX as u64) as u32)
 }
 
 /// The largest request payload a sender can always write eventually, holding a
@@ -274,15 +267,13 @@ pub const fn max_response_allowance(max_peer_credit: u64) -> Option<u32> {
 /// is lower, but nothing guarantees that it ever is.
 #[inline]
 pub const fn max_sure_request_payload(max_resp_reservation: u64, remote_ring_size: u64) -> u64 {
-    let by_cap = align_down(max_resp_reservation);
-    let by_invariant = align_down(remote_ring_size.saturating_sub(FLOW_METADATA_SIZE) / 2);
-    let r = if by_cap < by_invariant {
-        by_cap
-    } else {
-        by_invariant
-    };
     // 2(padded + 32) + 2R <= C  <=>  padded <= C/2 - R - 32; payload = padded - 12.
-    let padded = align_down((remote_ring_size / 2).saturating_sub(r + FLOW_METADATA_SIZE));
+    // R is at most the cap. The invariant bounds R too, by (C - 32) / 2 aligned down,
+    // but that bound needs no clamp here: at it, C/2 - R - 32 is at most 15, under one
+    // block, so the result is 0 with or without it.
+    let r = align_down(max_resp_reservation);
+    let padded =
+        align_down((remote_ring_size / 2).saturating_sub(r.saturating_add(FLOW_METADATA_SIZE)));
     padded.saturating_sub(HEADER_SIZE)
 }
 
@@ -404,6 +395,25 @@ mod tests {
         assert_eq!(max_sure_request_payload(4096, 16 << 10), 4052);
         assert!(worst_case_advance(padded(4052)) + 2 * 4096 <= 16 << 10);
         assert!(worst_case_advance(padded(4053)) + 2 * 4096 > 16 << 10);
+    }
+
+    #[test]
+    fn the_sure_payload_needs_no_clamp_of_r_at_the_invariant() {
+        // The formula with R clamped to the invariant's bound, as it was written first.
+        let clamped = |cap: u64, c: u64| {
+            let r = align_down(cap).min(align_down(c.saturating_sub(FLOW_METADATA_SIZE) / 2));
+            align_down((c / 2).saturating_sub(r + FLOW_METADATA_SIZE)).saturating_sub(HEADER_SIZE)
+        };
+        let rings = (0..=20).flat_map(|s| [(1u64 << s) - 1, 1 << s, (1 << s) + 33]);
+        for c in rings {
+            for cap in (0..=c + 96).step_by(7).chain([u64::MAX / 2, u64::MAX]) {
+                assert_eq!(
+                    max_sure_request_payload(cap, c),
+                    clamped(cap, c),
+                    "cap {cap} C {c}"
+                );
+            }
+        }
     }
 
     fn padded(len: u64) -> u64 {
