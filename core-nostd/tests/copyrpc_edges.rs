@@ -411,7 +411,10 @@ fn a_flush_deferred_by_a_full_send_queue_leaves_its_endpoint_due() {
             sent += 1;
             p.a.ctx.poll(|_, _| unreachable!("nothing answered yet"));
         }
-        assert!(p.a.ctx.endpoints_due() > 0, "deferred work, endpoint not due");
+        assert!(
+            p.a.ctx.endpoints_due() > 0,
+            "deferred work, endpoint not due"
+        );
         // Once the device runs, everything goes out and comes back.
         let mut got = 0u64;
         while got < sent {
