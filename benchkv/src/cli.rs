@@ -257,7 +257,9 @@ pub enum PinArg {
     Off,
 }
 
-/// `--inject-fault`: what the daemons break, once per [`FAULT_EVERY`] requests served.
+/// `--inject-fault`: what the daemons break: the first request each daemon serves, then
+/// one per [`FAULT_EVERY`] (from the first, so a short run on a loaded machine still
+/// breaks one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Fault {
     /// Answer a GET with another key's value.

@@ -448,7 +448,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         let mut resp = self.p.store.handle(req);
         if self.p.fault == Some(Fault::CorruptGet)
             && req.op == OP_GET
-            && self.m.served.is_multiple_of(FAULT_EVERY)
+            && (self.m.served - 1).is_multiple_of(FAULT_EVERY)
         {
             // Another key's tag: what a misrouted request would read.
             resp.value = value_for(req.key.wrapping_add(1), 0);
@@ -458,7 +458,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
 
     /// True when `--inject-fault drop-request` says to lose this request.
     fn drop_this(&self) -> bool {
-        self.p.fault == Some(Fault::DropRequest) && (self.m.served + 1).is_multiple_of(FAULT_EVERY)
+        self.p.fault == Some(Fault::DropRequest) && self.m.served.is_multiple_of(FAULT_EVERY)
     }
 
     /// Sends request `idx` one hop toward where it is served.
