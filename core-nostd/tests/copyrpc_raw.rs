@@ -4,6 +4,7 @@
 mod copyrpc_common;
 
 use copyrpc_common::{big_stack, pattern, serve_echo, Opts, Pair};
+use copyrpc_core::copyrpc::Error;
 use mlx5_raw::{Remote, Sge};
 
 type P = Pair<1, 64, 128>;
@@ -103,5 +104,40 @@ fn raw_operations_on_a_failed_qp_count_as_failed() {
         run_until_raw_done(&mut p);
         assert_eq!(p.a.ctx.raw_completed(ea), (1, 1));
         assert!(p.a.ctx.is_failed(ea));
+    });
+}
+
+/// An endpoint tracks at most 64 raw operations in flight; the 65th is refused as
+/// `SqFull` (before anything is posted), not posted untracked.
+#[test]
+fn a_raw_operation_past_the_sixty_four_in_flight_is_refused() {
+    big_stack(|| {
+        // A send queue with room for many more than 64, so the limit is the endpoint's.
+        let mut p: P = Pair::new(Opts {
+            sq_wqe_cnt: 1024,
+            ..Opts::new(1, 4096)
+        });
+        let ea = p.a.eps[0];
+        let to_b = Remote {
+            addr: p.b.scratch(0),
+            rkey: p.b.keys.rkey,
+        };
+        let src = [Sge {
+            addr: p.a.scratch(0),
+            len: 8,
+            lkey: p.a.keys.lkey,
+        }];
+        for k in 0..64 {
+            // SAFETY: the gather entry lies in a's registered scratch area, which the
+            // test never writes.
+            unsafe { p.a.ctx.post_rdma_write(ea, to_b, &src) }
+                .unwrap_or_else(|e| panic!("raw write {k}: {e:?}"));
+        }
+        // SAFETY: as above.
+        let e = unsafe { p.a.ctx.post_rdma_write(ea, to_b, &src) }.unwrap_err();
+        assert_eq!(e, Error::SqFull);
+        assert_eq!(p.a.ctx.raw_pending(ea), 64);
+        run_until_raw_done(&mut p);
+        assert_eq!(p.a.ctx.raw_completed(ea), (64, 0));
     });
 }
