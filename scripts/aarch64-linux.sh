@@ -46,7 +46,8 @@ if [ "$(cat "$sr/.copyrpc-packages" 2>/dev/null)" != "$suite $pkgs" ]; then
   echo "building the arm64 sysroot in $sr ($suite from $mirror)"
   rm -rf "$sr"
   mkdir -p "$(dirname "$sr")"
-  mmdebstrap --quiet --arch=arm64 --variant=extract --include="$pkgs" \
+  # chrootless: unpacking needs no chroot, so no root or user namespaces either.
+  mmdebstrap --quiet --mode=chrootless --arch=arm64 --variant=extract --include="$pkgs" \
     "$suite" "$sr" "$mirror"
   echo "$suite $pkgs" >"$sr/.copyrpc-packages"
 fi
