@@ -8,13 +8,14 @@
 //! with the bandwidth: `rank 0/2: put 10485760 B x 3: 812.4 MiB/s ok`. Each rank ends
 //! with `rank r/2: ... ok`, or `rank r/2: FAIL <why>` and a non-zero exit.
 
+mod common;
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use copyrpc_core::bulk::{Client, Link, Pattern, Request, Server};
 use copyrpc_core::ops::OpError;
 use copyrpc_host::bulk::{BufferPool, PoolBuf};
-use copyrpc_host::exchange::MpiExchange;
 use copyrpc_host::fabric::{self, FabricKind, FabricOptions};
 use copyrpc_host::rpc::{RpcConfig, RpcNode};
 
@@ -365,12 +366,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let x = match MpiExchange::init() {
+    let x = match common::init_mpi() {
         Ok(x) => x,
-        Err(err) => {
-            println!("rank ?/?: FAIL MPI init: {err}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let (r, n) = (x.rank(), x.size());
     let max = a.sizes.iter().copied().max().unwrap_or(1);

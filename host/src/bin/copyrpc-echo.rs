@@ -9,11 +9,12 @@
 //! Every flag is checked before MPI starts: a bad value is one line on stderr naming
 //! the flag and its valid range, and exit status 2.
 
+mod common;
+
 use std::ops::RangeInclusive;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use copyrpc_host::exchange::MpiExchange;
 use copyrpc_host::fabric::{self, FabricKind, FabricOptions};
 use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING};
 use copyrpc_host::rpc::{sizing, RpcConfig};
@@ -159,12 +160,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let x = match MpiExchange::init() {
+    let x = match common::init_mpi() {
         Ok(x) => x,
-        Err(err) => {
-            println!("rank ?/?: FAIL MPI init: {err}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let (r, n) = (x.rank(), x.size());
     let result = fabric::open(kind, &opts)

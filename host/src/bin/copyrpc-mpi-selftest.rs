@@ -10,6 +10,8 @@
 //! Any other argument is refused (status 2) before MPI starts, rather than ignored, so a
 //! mistyped flag cannot pass for a configured run.
 
+mod common;
+
 use std::process::ExitCode;
 
 use copyrpc_host::error::Error;
@@ -123,12 +125,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let x = match MpiExchange::init() {
+    let x = match common::init_mpi() {
         Ok(x) => x,
-        Err(err) => {
-            println!("rank ?/?: FAIL MPI init: {err}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     if let Some(ms) = timeout {
         x.set_timeout(std::time::Duration::from_millis(ms));
