@@ -1,0 +1,167 @@
+//! What the data path does besides delivering answers, pinned where no answer would
+//! show it: when the SRQ is refilled, which bytes a message's padding carries, how many
+//! READs of the peer's consumer are in flight, and what an unknown QP's completions
+//! count as.
+
+mod copyrpc_common;
+
+use copyrpc_common::{big_stack, pattern, serve_echo, Opts, Pair};
+use copyrpc_core::copyrpc::Error;
+
+const RING: usize = 4096;
+
+/// Stale bytes left in a send ring: any of them reaching a recv ring was sent.
+const STALE: u8 = 0xa5;
+
+/// The SRQ is refilled in batches, not per completion: the first refill comes with the
+/// completion that takes the posted count below two thirds of the SRQ, and gives back
+/// every WQE taken so far. (Per completion would cost a doorbell per batch received;
+/// later would risk running the SRQ dry under a burst.)
+#[test]
+fn the_srq_is_refilled_once_a_third_of_it_is_used_and_then_to_the_full() {
+    for srq in [64u32, 256] {
+        big_stack(move || {
+            let mut p: Pair<1, 64, 128> = Pair::new(Opts {
+                srq_wqe_cnt: srq,
+                ..Opts::new(1, RING)
+            });
+            // The SRQ's free list keeps one WQE as its tail: the rest is posted at start.
+            let full = p.dev.srq_info(p.b.srqn).unwrap().available;
+            assert_eq!(u32::from(full), srq - 1);
+            // The smallest k with (full - k) * 3 < full * 2. `full` (63, 255) is a
+            // multiple of 3, so a refill at exactly two thirds would come one sooner.
+            let first_refill_at = u64::from(full / 3 + 1);
+            let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+            let mut refilled_at = None;
+            for k in 0..first_refill_at + 4 {
+                p.a.ctx.call(ea, b"srq", k).unwrap();
+                let mut done = false;
+                while !done {
+                    p.a.ctx.poll(|u, r| {
+                        assert_eq!((u, r.unwrap()), (k, &b"srq"[..]));
+                        done = true;
+                    });
+                    let before = *p.b.ctx.stats();
+                    // One batch per poll, so the refill's poll names its completion.
+                    p.b.ctx
+                        .poll_bounded(1, |_, _| unreachable!("b makes no calls"));
+                    let after = *p.b.ctx.stats();
+                    assert!(after.srq_freed - before.srq_freed <= 1);
+                    if after.srq_reposted > before.srq_reposted {
+                        assert_eq!(refilled_at, None, "one refill in this run");
+                        refilled_at = Some(after.srq_freed);
+                        assert_eq!(
+                            after.srq_reposted, after.srq_freed,
+                            "the refill gives back every WQE taken"
+                        );
+                        assert_eq!(p.dev.srq_info(p.b.srqn).unwrap().available, full);
+                    } else if refilled_at.is_none() {
+                        assert_eq!(after.srq_reposted, 0);
+                    }
+                    serve_echo(&mut p.b.ctx);
+                    p.step();
+                    assert!(p.steps < 100_000, "call {k} stalled\n{}", p.dump());
+                }
+            }
+            assert_eq!(
+                refilled_at,
+                Some(first_refill_at),
+                "SRQ of {srq}: refilled after the completion that left fewer than two \
+                 thirds posted"
+            );
+            assert!(!p.b.ctx.is_failed(eb));
+        });
+    }
+}
+
+/// A message's padding is zeroed before it is sent, in calls and in replies: a ring's
+/// old bytes never travel. (The receiver skips padding, so no answer shows it; a peer
+/// that dumps or checksums what it received would.)
+#[test]
+fn padding_carries_zeros_not_the_ring_s_old_bytes() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, RING));
+        // Each side's endpoint 0: send ring at 0, recv ring at RING (`Pair`'s layout).
+        p.a.data.write(0, &[STALE; RING]);
+        p.b.data.write(0, &[STALE; RING]);
+        let ea = p.a.eps[0];
+        // Every length modulo the 32-byte alignment, staying within one lap.
+        let mut sent = 0u64;
+        let mut got = 0u64;
+        for len in 1..=33usize {
+            p.a.ctx
+                .call(ea, &pattern(len as u64, len), len as u64)
+                .unwrap();
+            sent += 1;
+            while got < sent {
+                p.a.ctx.poll(|u, r| {
+                    assert_eq!(r.unwrap(), &pattern(u, u as usize)[..]);
+                    got += 1;
+                });
+                p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+                serve_echo(&mut p.b.ctx);
+                p.step();
+                assert!(p.steps < 100_000, "call {len} stalled\n{}", p.dump());
+            }
+        }
+        assert_eq!(p.a.ctx.stats().wraps + p.b.ctx.stats().wraps, 0, "one lap");
+        for (side, recv) in [
+            ("b", p.b.data.read(RING, RING)),
+            ("a", p.a.data.read(RING, RING)),
+        ] {
+            assert!(
+                recv.iter().any(|&b| b != 0),
+                "{side}'s recv ring got traffic"
+            );
+            let stale = recv.iter().filter(|&&b| b == STALE).count();
+            // A pattern byte may equal STALE: allow exactly those.
+            let expected = (1..=33u64)
+                .map(|len| {
+                    pattern(len, len as usize)
+                        .iter()
+                        .filter(|&&b| b == STALE)
+                        .count()
+                })
+                .sum::<usize>();
+            assert_eq!(stale, expected, "{side} received stale ring bytes");
+        }
+    });
+}
+
+/// However often a READ of the peer's consumer is wanted, one is in flight at a time:
+/// a caller refused for ring room on every poll does not post a READ per poll.
+#[test]
+fn one_read_of_the_consumer_is_in_flight_at_a_time() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, RING));
+        let ea = p.a.eps[0];
+        let mut refused = 0;
+        // b never polls: its consumer stays at 0, so the ring fills and stays full, and
+        // every refused call wants another READ.
+        for k in 0..400u64 {
+            match p.a.ctx.call_with_allowance(ea, &[7; 200], 0, k) {
+                Ok(_) => {}
+                Err(e) => {
+                    assert_eq!(e.error, Error::RingFull, "call {k}");
+                    refused += 1;
+                }
+            }
+            p.a.ctx.poll(|_, _| unreachable!("b never answers"));
+            let st = p.a.ctx.stats();
+            assert!(
+                st.reads_posted <= st.reads_completed + 1,
+                "after call {k}: {} READs posted, {} completed",
+                st.reads_posted,
+                st.reads_completed
+            );
+            p.step();
+        }
+        let st = p.a.ctx.stats();
+        assert!(refused > 300, "the ring stayed full ({refused} refusals)");
+        assert!(
+            st.reads_completed > 10,
+            "READs went out and came back: {st:?}"
+        );
+        assert!(!p.a.ctx.is_failed(ea));
+    });
+}
