@@ -6,7 +6,13 @@
 mod copyrpc_common;
 
 use copyrpc_common::{big_stack, pattern, serve_echo, Opts, Pair};
-use copyrpc_core::copyrpc::Error;
+use copyrpc_core::copyrpc::{EndpointInfo, Error};
+use copyrpc_core::wire::{
+    emit_message, encode_imm, padded_message_size, to_response_id, FlowMetaRepr, FlowMetaView,
+    FLOW_METADATA_SIZE,
+};
+use mlx5_raw::layout::FmCeSe;
+use mlx5_raw::{Payload, Remote};
 
 const RING: usize = 4096;
 
@@ -163,5 +169,140 @@ fn one_read_of_the_consumer_is_in_flight_at_a_time() {
             "READs went out and came back: {st:?}"
         );
         assert!(!p.a.ctx.is_failed(ea));
+    });
+}
+
+/// Completions of a QP on `b`'s SRQ and CQs that is none of its endpoints (a QP the
+/// application uses for something else) are counted as strays, one each, whatever their
+/// opcode, and touch no endpoint; the SRQ WQE each consumed is freed.
+#[test]
+fn completions_of_a_qp_no_endpoint_owns_are_counted_as_strays_one_each() {
+    big_stack(|| {
+        let mut p: Pair<2, 64, 128> = Pair::new(Opts {
+            raw_a0: true,
+            raw_b0: true,
+            ..Opts::new(2, RING)
+        });
+        let mut sq = p.raw_a.take().expect("a's first QP is raw");
+        let remote = Remote {
+            addr: p.b.scratch(0),
+            rkey: p.b.keys.rkey,
+        };
+        // A WRITE_IMM (the opcode of a batch, read in brief) and a SEND (decoded in full).
+        let mut batch = sq.batch();
+        batch
+            .rdma_write_imm(
+                remote,
+                Payload::inline(b"not a batch"),
+                [0, 0, 0, 1],
+                FmCeSe::CQ_UPDATE,
+            )
+            .unwrap();
+        batch
+            .send(Payload::inline(b"not copyrpc"), FmCeSe::CQ_UPDATE)
+            .unwrap();
+        batch.finish();
+        let mut last = 0;
+        for _ in 0..200 {
+            p.a.ctx.poll(|_, _| unreachable!("a made no call"));
+            p.b.ctx.poll(|_, _| unreachable!("b made no call"));
+            let st = p.b.ctx.stats();
+            assert!(st.stray_completions >= last && st.stray_completions <= 2);
+            last = st.stray_completions;
+            p.step();
+        }
+        let st = *p.b.ctx.stats();
+        assert_eq!(st.stray_completions, 2, "one stray per completion");
+        assert_eq!(st.srq_freed, 2, "each completion's SRQ WQE freed");
+        assert_eq!((st.batches_received, st.endpoints_failed), (0, 0));
+        assert_eq!(st.stray_responses, 0);
+        // a's raw QP reports both on a's send CQ, which it cannot place either.
+        assert_eq!(p.a.ctx.stats().stray_completions, 2);
+        // The endpoints beside them still work.
+        p.a.ctx.call(p.a.eps[0], b"ping", 1).unwrap();
+        let mut done = false;
+        while !done {
+            p.a.ctx.poll(|u, r| {
+                assert_eq!((u, r.unwrap()), (1, &b"ping"[..]));
+                done = true;
+            });
+            p.b.ctx.poll(|_, _| unreachable!());
+            serve_echo(&mut p.b.ctx);
+            p.step();
+            assert!(p.steps < 10_000, "the endpoint beside the strays stalled");
+        }
+    });
+}
+
+/// A response to a call the context never made (a confused or forged peer) is counted
+/// as a stray response, one per message, and dropped: no callback sees it, the
+/// endpoint goes on.
+#[test]
+fn responses_to_calls_never_made_are_counted_as_stray_and_dropped() {
+    big_stack(|| {
+        let mut o = Opts::new(1, RING);
+        o.raw_a0 = true;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        // b's endpoint 0 is connected to a's raw QP, speaking copyrpc by hand.
+        let eb = p.b.eps[0];
+        let ring = RING as u64;
+        let a_va = p.a.keys.va;
+        let forged = EndpointInfo {
+            qpn: p.a.qpns[0],
+            recv_ring_addr: a_va + ring,
+            recv_ring_rkey: p.a.keys.rkey,
+            recv_ring_size: ring,
+            consumer_addr: a_va + 2 * ring,
+            consumer_rkey: p.a.keys.rkey,
+            initial_credit: ring / 4,
+        };
+        p.b.ctx.connect(eb, &forged).unwrap();
+        let b_recv = Remote {
+            addr: p.b.keys.va + ring,
+            rkey: p.b.keys.rkey,
+        };
+        // Two batches at the start of b's recv ring, the second with two responses.
+        let mut pos = 0u64;
+        let mut sq = p.raw_a.take().expect("a's first QP is raw");
+        for ids in [&[7u32][..], &[8, 9]] {
+            let mut bytes = vec![0u8; 256];
+            FlowMetaRepr {
+                ring_credit_return: 0,
+                credit_grant: 0,
+                message_count: ids.len() as u32,
+            }
+            .emit(&mut FlowMetaView::new_unchecked(
+                &mut bytes[..FLOW_METADATA_SIZE as usize],
+            ));
+            let mut len = FLOW_METADATA_SIZE as usize;
+            for &id in ids {
+                len += emit_message(&mut bytes[len..], to_response_id(id), 0, b"forged").unwrap();
+            }
+            assert_eq!(
+                len as u64,
+                FLOW_METADATA_SIZE + ids.len() as u64 * padded_message_size(6)
+            );
+            let imm = encode_imm(len as u64).unwrap().to_bytes();
+            let mut batch = sq.batch();
+            let to = Remote {
+                addr: b_recv.addr + pos,
+                ..b_recv
+            };
+            batch
+                .rdma_write_imm(to, Payload::inline(&bytes[..len]), imm, FmCeSe::CQ_UPDATE)
+                .unwrap();
+            batch.finish();
+            pos += len as u64;
+            for _ in 0..50 {
+                p.b.ctx
+                    .poll(|_, _| unreachable!("b made no call: nothing to answer"));
+                assert!(p.b.ctx.recv().is_none(), "a response is no request");
+                p.step();
+            }
+        }
+        let st = *p.b.ctx.stats();
+        assert_eq!(st.batches_received, 2);
+        assert_eq!(st.stray_responses, 3, "one per response message");
+        assert!(!p.b.ctx.is_failed(eb), "{:?}", p.b.ctx.failure_cause(eb));
     });
 }

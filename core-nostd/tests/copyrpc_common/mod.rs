@@ -52,6 +52,9 @@ pub struct Opts {
     /// (`Pair::raw_a`) for operations copyrpc never posts (a SEND): for tests of how
     /// `b` takes them.
     pub raw_a0: bool,
+    /// Likewise `b`'s first QP (`Pair::raw_b`): on `b`'s SRQ and CQs but none of its
+    /// endpoints, for tests of completions `b`'s context cannot place.
+    pub raw_b0: bool,
 }
 
 impl Opts {
@@ -78,6 +81,7 @@ impl Opts {
             connect: true,
             send_cqes: None,
             raw_a0: false,
+            raw_b0: false,
         }
     }
 }
@@ -226,6 +230,8 @@ pub struct Pair<const E: usize, const C: usize, const R: usize, const Q: usize =
     /// `a`'s first QP as a bare send queue, with `Opts::raw_a0` (`a.eps` then starts
     /// at the second).
     pub raw_a: Option<mlx5_raw::Sq>,
+    /// `b`'s first QP as a bare send queue, with `Opts::raw_b0`.
+    pub raw_b: Option<mlx5_raw::Sq>,
     pub dev: Box<Dev<Q>>,
     /// The protection domain of both sides, for tests that register more memory.
     pub pd: Pd,
@@ -251,6 +257,7 @@ impl<const E: usize, const C: usize, const R: usize, const Q: usize> Pair<E, C, 
         let links = DmaBuf::new(2 * lb * o.endpoints);
         let per_ep = 2 * o.ring + 64;
         let mut raw_a = None;
+        let mut raw_b = None;
         for i in 0..o.endpoints {
             let ab = LinkDesc {
                 base: links.at(2 * i * lb),
@@ -267,16 +274,19 @@ impl<const E: usize, const C: usize, const R: usize, const Q: usize> Pair<E, C, 
                 dev.connect_pair(sqa[i].qpn, sqb[i].qpn, ab, ba, o.link)
                     .unwrap();
             }
-            let raw = o.raw_a0 && i == 0;
-            if raw {
-                // SAFETY: the QP is fresh and given to nothing else (no endpoint is made
-                // of it); its queue and doorbell memory live in side `a`, which the pair
-                // drops after `raw_a` (field order); the UAR is null (the device model).
-                let sq = unsafe { mlx5_raw::Sq::new(&sqa[i], mlx5_raw::SqConfig::COPYRPC) };
-                raw_a = Some(sq.unwrap());
+            let (ra, rb) = (o.raw_a0 && i == 0, o.raw_b0 && i == 0);
+            for (raw, sqd, out) in [(ra, &sqa[i], &mut raw_a), (rb, &sqb[i], &mut raw_b)] {
+                if raw {
+                    // SAFETY: the QP is fresh and given to nothing else (no endpoint is
+                    // made of it); its queue and doorbell memory live in its side, which
+                    // the pair drops after `raw_a` / `raw_b` (field order); the UAR is
+                    // null (the device model).
+                    let sq = unsafe { mlx5_raw::Sq::new(sqd, mlx5_raw::SqConfig::COPYRPC) };
+                    *out = Some(sq.unwrap());
+                }
             }
-            let both = [(&mut a, &sqa[i]), (&mut b, &sqb[i])];
-            for (s, sqd) in both.into_iter().skip(usize::from(raw)) {
+            let both = [(ra, &mut a, &sqa[i]), (rb, &mut b, &sqb[i])];
+            for (_, s, sqd) in both.into_iter().filter(|(raw, _, _)| !raw) {
                 let base = i * per_ep;
                 let mem = EndpointMem {
                     send_ring: region(&s.data, s.keys, base, o.ring),
@@ -289,15 +299,18 @@ impl<const E: usize, const C: usize, const R: usize, const Q: usize> Pair<E, C, 
                 s.eps.push(ep);
             }
         }
-        for i in (0..o.endpoints).filter(|&i| o.connect && !(o.raw_a0 && i == 0)) {
+        let raw0 = o.raw_a0 || o.raw_b0;
+        for i in (0..o.endpoints).filter(|&i| o.connect && !(raw0 && i == 0)) {
             let ea = a.eps[i - usize::from(o.raw_a0)];
+            let eb = b.eps[i - usize::from(o.raw_b0)];
             let ia = a.ctx.local_info(ea).unwrap();
-            let ib = b.ctx.local_info(b.eps[i]).unwrap();
+            let ib = b.ctx.local_info(eb).unwrap();
             a.ctx.connect(ea, &ib).unwrap();
-            b.ctx.connect(b.eps[i], &ia).unwrap();
+            b.ctx.connect(eb, &ia).unwrap();
         }
         Self {
             raw_a,
+            raw_b,
             dev,
             pd,
             a,
