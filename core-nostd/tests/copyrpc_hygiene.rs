@@ -306,3 +306,47 @@ fn responses_to_calls_never_made_are_counted_as_stray_and_dropped() {
         assert!(!p.b.ctx.is_failed(eb), "{:?}", p.b.ctx.failure_cause(eb));
     });
 }
+
+/// A peer whose batches keep arriving is alive: a caller waiting on it is not probed
+/// while they come, however long its call waits, and is probed once they stop.
+#[test]
+fn a_peer_whose_batches_keep_arriving_is_not_probed() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, RING));
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        let interval = 64; // `Opts::new`'s probe interval, in polls
+        p.a.ctx.call_with_allowance(ea, b"held", 8, 0).unwrap();
+        let mut held_by_b = Vec::new();
+        let mut held_by_a = Vec::new();
+        // b holds a's call and, every three quarters of the interval, makes a call of
+        // its own that a holds: a sends nothing (no reply, no credit to return), it only
+        // receives. (Eight calls: b's first credit pays for them.)
+        let (polls, every) = (6 * interval, interval * 3 / 4);
+        for i in 0..polls {
+            if i % every == 0 {
+                p.b.ctx.call_with_allowance(eb, b"tick", 8, i).unwrap();
+            }
+            p.a.ctx.poll(|_, _| unreachable!("b answers nothing"));
+            p.b.ctx.poll(|_, _| unreachable!("a answers nothing"));
+            held_by_a.extend(std::iter::from_fn(|| p.a.ctx.recv()));
+            held_by_b.extend(std::iter::from_fn(|| p.b.ctx.recv()));
+            p.step();
+        }
+        assert_eq!(held_by_b.len(), 1);
+        assert!(held_by_a.len() as u64 >= polls / every - 1);
+        let st = *p.a.ctx.stats();
+        assert!(st.batches_received >= polls / every - 1);
+        assert_eq!(st.probes_posted, 0, "a probed a peer that kept sending");
+        // Once b stops, a's call has waited a quiet interval within a few more.
+        for _ in 0..3 * interval {
+            p.a.ctx.poll(|_, _| unreachable!("b answers nothing"));
+            p.b.ctx.poll(|_, _| unreachable!("a answers nothing"));
+            p.step();
+        }
+        assert!(
+            p.a.ctx.stats().probes_posted > 0,
+            "a never probed a quiet peer"
+        );
+        assert!(!p.a.ctx.is_failed(ea), "a probe of a live peer succeeds");
+    });
+}
