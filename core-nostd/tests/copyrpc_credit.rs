@@ -176,8 +176,9 @@ fn read_fallback_refreshes_a_stale_consumer() {
 fn flush_that_finds_the_sq_full_keeps_its_credit_and_retries() {
     big_stack(|| {
         let mut o = Opts::new(1, 4096);
-        // Eight WQEBBs: two batch WQEs of four fill the send queue.
-        o.sq_wqe_cnt = 8;
+        // Sixteen WQEBBs (the smallest queue an endpoint takes): four batch WQEs of
+        // four fill it.
+        o.sq_wqe_cnt = 16;
         let mut p: P = Pair::new(o);
         let ea = p.a.eps[0];
         let mut got = Vec::new();
@@ -192,15 +193,15 @@ fn flush_that_finds_the_sq_full_keeps_its_credit_and_retries() {
             p.step();
         }
         let h = p.a.ctx.recv().expect("b's request arrived");
-        // Two batches fill a's SQ (no device step in between: nothing completes).
-        for k in 0..2 {
+        // Four batches fill a's SQ (no device step in between: nothing completes).
+        for k in 0..4 {
             p.a.ctx.call_with_allowance(ea, &[2; 300], 16, k).unwrap();
             p.a.ctx.poll(|_, _| unreachable!());
         }
         assert_eq!(p.a.ctx.stats().flushes_deferred, 0);
         // The reply releases b's request: a now owes a credit return and can grant.
         h.reply(&mut p.a.ctx, &[3; 8]).unwrap();
-        p.a.ctx.call_with_allowance(ea, &[2; 300], 16, 2).unwrap();
+        p.a.ctx.call_with_allowance(ea, &[2; 300], 16, 4).unwrap();
         let before = snap(&p).0;
         let posted = p.a.ctx.stats().batches_posted;
         p.a.ctx.poll(|_, _| unreachable!());
@@ -237,7 +238,7 @@ fn flush_that_finds_the_sq_full_keeps_its_credit_and_retries() {
         );
         settle(&mut p, &mut got);
         got.sort();
-        assert_eq!(got, vec![0, 1, 2, 500]);
+        assert_eq!(got, vec![0, 1, 2, 3, 4, 500]);
         assert_conserved(&p);
     });
 }

@@ -12,7 +12,7 @@ use copyrpc_core::wire::{
     FLOW_METADATA_SIZE,
 };
 use mlx5_raw::layout::FmCeSe;
-use mlx5_raw::{Payload, Remote};
+use mlx5_raw::{Payload, Remote, Sge};
 
 const RING: usize = 4096;
 
@@ -348,5 +348,93 @@ fn a_peer_whose_batches_keep_arriving_is_not_probed() {
             "a never probed a quiet peer"
         );
         assert!(!p.a.ctx.is_failed(ea), "a probe of a live peer succeeds");
+    });
+}
+
+/// A receiver whose send queue is full of its own raw operations when its caller runs
+/// short of credit posts the credit-only batch once the queue has room, not before
+/// (posting into a full queue would fail the endpoint), and a credit batch held back
+/// for room is not a deferred flush (that counts batches and wraps held back).
+#[test]
+fn a_credit_batch_waits_for_send_queue_room_behind_raw_operations() {
+    big_stack(|| {
+        let mut o = Opts::new(1, RING);
+        o.cfg.max_resp_reservation = RING as u64 * 3 / 8;
+        o.sq_wqe_cnt = 16;
+        // Each QP sends a packet per 20 steps: b's queue of raw writes drains slowly
+        // while a's calls arrive.
+        o.link.packet_ns = 20_000;
+        o.ack_timeout_ns = 10_000_000;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        let to_a = Remote {
+            addr: p.a.scratch(0),
+            rkey: p.a.keys.rkey,
+        };
+        let src = [Sge {
+            addr: p.b.scratch(0),
+            len: 8,
+            lkey: p.b.keys.lkey,
+        }];
+        let mut raw = 0;
+        // SAFETY: the gather entry lies in b's registered scratch area, which the test
+        // never writes.
+        while unsafe { p.b.ctx.post_rdma_write(eb, to_a, &src) }.is_ok() {
+            raw += 1;
+        }
+        assert!(raw >= 8, "b's queue took {raw} raw writes");
+        let mut held = Vec::new();
+        let mut k = 0u64;
+        let mut short_while_full = 0;
+        while p.b.ctx.stats().credit_batches == 0 {
+            if p.a.ctx.call_with_allowance(ea, b"held", 100, k).is_ok() {
+                k += 1;
+            }
+            p.a.ctx.poll(|u, r| panic!("call {u} answered: {r:?}"));
+            p.b.ctx
+                .poll(|_, _| unreachable!("b's raw writes are no calls"));
+            held.extend(std::iter::from_fn(|| p.b.ctx.recv()));
+            if p.b.ctx.raw_pending(eb) == raw {
+                let s = p.a.ctx.credit_snapshot(ea).unwrap();
+                if s.peer_credit_balance < RING as u64 * 3 / 16 {
+                    short_while_full += 1;
+                }
+            }
+            p.step();
+            assert!(!p.b.ctx.is_failed(eb), "{:?}", p.b.ctx.failure_cause(eb));
+            assert!(p.steps < 20_000, "no credit batch\n{}", p.dump());
+        }
+        assert!(
+            short_while_full > 0,
+            "a ran short while b's queue was still full (the case under test)"
+        );
+        assert!(!p.b.ctx.is_failed(eb), "{:?}", p.b.ctx.failure_cause(eb));
+        assert_eq!(p.b.ctx.stats().flushes_deferred, 0);
+        // The grant lets a call again, with every request still held.
+        let before = k;
+        while k == before {
+            if p.a.ctx.call_with_allowance(ea, b"held", 100, k).is_ok() {
+                k += 1;
+            }
+            p.a.ctx.poll(|_, _| unreachable!("nothing is answered"));
+            p.b.ctx.poll(|_, _| unreachable!());
+            held.extend(std::iter::from_fn(|| p.b.ctx.recv()));
+            p.step();
+            assert!(p.steps < 40_000, "the grant never arrived\n{}", p.dump());
+        }
+        assert!(!p.b.ctx.is_failed(eb));
+        assert_eq!(p.b.ctx.stats().flushes_deferred, 0);
+    });
+}
+
+/// A send queue below `EndpointConfig::min_sq_bbs` (16 blocks with seed settings) is
+/// refused when the endpoint is made, rather than holding a wanted credit-only batch
+/// back later; the rig's `Pair::new` unwraps that refusal.
+#[test]
+#[should_panic(expected = "SqTooSmall")]
+fn a_send_queue_below_its_minimum_is_refused() {
+    let _p: Pair<1, 64, 128> = Pair::new(Opts {
+        sq_wqe_cnt: 8,
+        ..Opts::new(1, RING)
     });
 }

@@ -37,6 +37,22 @@ impl EndpointConfig {
         }
     }
 
+    /// The fewest 64-byte blocks an endpoint's send queue may have: 16 (below that the
+    /// driver cannot keep a signaled WQE outstanding in a full queue) and four of the
+    /// largest batch WQEs. With no signaled WQE outstanding, the unsignaled blocks stay
+    /// below half the queue (mlx5-raw's progress rule) and no completion will free any,
+    /// so a flush must find room for what it wants to post in the other half: a batch,
+    /// or a credit-only batch behind a wrap marker (two WQEs). A smaller queue could
+    /// hold a wanted credit-only batch back for good.
+    pub const fn min_sq_bbs(&self) -> u32 {
+        let four = 4 * super::endpoint::batch_wqe_bbs(self.max_inline, self.inline_head);
+        if four > 16 {
+            four
+        } else {
+            16
+        }
+    }
+
     pub(crate) const fn sq_config(&self) -> SqConfig {
         SqConfig {
             max_inline: self.max_inline,
@@ -65,7 +81,18 @@ pub const fn send_cq_entries(endpoints: u32, sq_wqebbs: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::send_cq_entries;
+    use super::{send_cq_entries, EndpointConfig};
+
+    #[test]
+    fn the_smallest_send_queue_holds_four_batch_wqes_and_sixteen_blocks() {
+        let mut cfg = EndpointConfig::for_ring(4096);
+        // Seed settings: a 256-byte batch WQE (4 blocks).
+        assert_eq!(cfg.min_sq_bbs(), 16);
+        cfg.max_inline = 236;
+        assert_eq!(cfg.min_sq_bbs(), 20);
+        (cfg.max_inline, cfg.inline_head) = (0, 0);
+        assert_eq!(cfg.min_sq_bbs(), 16);
+    }
 
     #[test]
     fn send_cq_holds_every_block_of_every_sq() {

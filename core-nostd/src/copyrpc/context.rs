@@ -285,6 +285,9 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         let ctrl = Control::new(ctrl).ok_or(Error::BadControlRegion)?;
         // SAFETY: forwarded from this function's contract.
         let sq = unsafe { mlx5_raw::Sq::new(sq, cfg.sq_config()) }.map_err(|_| Error::BadSq)?;
+        if sq.wqe_cnt() < cfg.min_sq_bbs() {
+            return Err(Error::SqTooSmall);
+        }
         self.map
             .insert(sq.qpn(), slot as u16)
             .map_err(|()| Error::TooManyEndpoints)?;

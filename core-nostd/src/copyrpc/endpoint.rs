@@ -86,7 +86,7 @@ pub(crate) struct Endpoint<const REQS: usize> {
 
 /// WQEBBs of the largest batch WQE: fully inline up to `max_inline` bytes, or an
 /// `inline_head` inline and one data segment.
-const fn batch_wqe_bbs(max_inline: u32, inline_head: u32) -> u32 {
+pub(crate) const fn batch_wqe_bbs(max_inline: u32, inline_head: u32) -> u32 {
     // ctrl + raddr, then the inline header and data in 16 B units
     let full = 2 + (4 + max_inline).div_ceil(16);
     let split = 2 + (4 + inline_head).div_ceil(16) + 1;

@@ -60,6 +60,9 @@ pub enum Error {
     /// The driver rejected the endpoint's send queue description, or the inline sizes
     /// or signal interval of its [`EndpointConfig`](super::EndpointConfig).
     BadSq,
+    /// The send queue is too small for the endpoint's flush to always make progress:
+    /// it needs [`EndpointConfig::min_sq_bbs`](super::EndpointConfig::min_sq_bbs) blocks.
+    SqTooSmall,
     /// The recv ring's length is not a power of two in 128 B ..= 64 GiB.
     BadRecvRing,
     /// `REQS` is below the recv ring size / 32: a ring full of the smallest requests
@@ -126,6 +129,7 @@ impl fmt::Display for Error {
             Self::RecvCqTooSmall => "recv CQ has fewer entries than the SRQ has WQEs",
             Self::SrqFill => "SRQ could not be filled (corrupt WQE list)",
             Self::BadSq => "send queue description or inline/signal configuration rejected",
+            Self::SqTooSmall => "send queue below 16 blocks or 4 of the endpoint's largest batch WQEs",
             Self::BadRecvRing => "recv ring length not a power of two in 128 B..=64 GiB",
             Self::TooFewRequestSlots => "REQS below the recv ring size / 32",
             Self::BadControlRegion => "control region shorter than 16 B or not 8-aligned",
@@ -277,6 +281,7 @@ mod tests {
             RecvCqTooSmall,
             SrqFill,
             BadSq,
+            SqTooSmall,
             BadRecvRing,
             TooFewRequestSlots,
             BadControlRegion,

@@ -168,8 +168,8 @@ impl<const REQS: usize> Endpoint<REQS> {
         let credit_wanted = deferred || d.wants_credit_batch();
         if !deferred && credit_wanted {
             let room = d.tx.credit_batch_room();
-            // A wrap here can add two ranges before the batch itself.
-            if room && batch.free_bbs() >= 3 * need && d.tx.can_queue_wrap() {
+            // No batch is open (posted above): a wrap adds its marker only. Two WQEs.
+            if room && batch.free_bbs() >= 2 * need && d.tx.can_queue_wrap() {
                 if let Some(wrap) = d.tx.open_credit_batch() {
                     if let Some(w) = wrap {
                         for r in w.flushed.into_iter().chain(Some(w.marker)) {
