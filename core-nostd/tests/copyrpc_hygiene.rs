@@ -438,3 +438,73 @@ fn a_send_queue_below_its_minimum_is_refused() {
         ..Opts::new(1, RING)
     });
 }
+
+/// A wrap made while the send queue is full queues its ranges, and they wait for room
+/// like any batch: nothing is posted into a queue without room for it (that would fail
+/// the endpoint), and once the device runs every call is answered, in order of the ring.
+#[test]
+fn wrap_ranges_made_while_the_send_queue_is_full_wait_for_room() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts {
+            sq_wqe_cnt: 16,
+            ..Opts::new(1, RING)
+        });
+        let ea = p.a.eps[0];
+        let ring = RING as u64;
+        let mut sent = 0u64;
+        let mut got = 0u64;
+        let mut run = |p: &mut Pair<1, 64, 128>, sent: u64, got: &mut u64| {
+            while *got < sent {
+                p.a.ctx.poll(|u, r| {
+                    let r = r.unwrap();
+                    assert_eq!(r, &pattern(u, 200)[..r.len()]);
+                    *got += 1;
+                });
+                p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+                serve_echo(&mut p.b.ctx);
+                p.step();
+                assert!(p.steps < 100_000, "stalled\n{}", p.dump());
+            }
+        };
+        // 256-byte batches of one call (four blocks each: four fill the queue), each
+        // paying for an 8-byte answer. Echoes until a's producer is past five eighths of
+        // the lap.
+        let call = |p: &mut Pair<1, 64, 128>, k: u64| {
+            p.a.ctx.call_with_allowance(ea, &pattern(k, 200), 8, k)
+        };
+        while p.a.ctx.credit_snapshot(ea).unwrap().send_producer % ring < ring * 5 / 8 {
+            call(&mut p, sent).unwrap();
+            sent += 1;
+            run(&mut p, sent, &mut got);
+        }
+        // Device stopped: calls (one per poll) until a flush finds the queue full, then
+        // more until one wraps the ring.
+        let lap = |p: &Pair<1, 64, 128>| p.a.ctx.credit_snapshot(ea).unwrap().send_producer / ring;
+        let first = lap(&p);
+        let wraps = p.a.ctx.stats().wraps;
+        while p.a.ctx.stats().flushes_deferred == 0 || lap(&p) == first {
+            assert!(sent < 1_000, "no wrap behind a full queue");
+            match call(&mut p, sent) {
+                Ok(_) => sent += 1,
+                Err(e) => panic!(
+                    "call {sent} refused before the wrap: {e:?} {:?} {:?}",
+                    p.a.ctx.credit_snapshot(ea),
+                    p.a.ctx.stats()
+                ),
+            }
+            p.a.ctx.poll(|_, _| unreachable!("the device is stopped"));
+            assert!(!p.a.ctx.is_failed(ea), "{:?}", p.a.ctx.failure_cause(ea));
+        }
+        // A few more polls with the ranges queued and the queue full.
+        for _ in 0..10 {
+            p.a.ctx.poll(|_, _| unreachable!("the device is stopped"));
+            assert!(!p.a.ctx.is_failed(ea), "{:?}", p.a.ctx.failure_cause(ea));
+        }
+        // The wrap's marker is not posted yet (`wraps` counts posted markers).
+        assert_eq!(p.a.ctx.stats().wraps, wraps);
+        run(&mut p, sent, &mut got);
+        assert_eq!(p.a.ctx.stats().wraps, wraps + 1);
+        assert!(!p.a.ctx.is_failed(ea));
+        assert_eq!(p.a.ctx.endpoints_due(), 0);
+    });
+}

@@ -129,7 +129,9 @@ impl fmt::Display for Error {
             Self::RecvCqTooSmall => "recv CQ has fewer entries than the SRQ has WQEs",
             Self::SrqFill => "SRQ could not be filled (corrupt WQE list)",
             Self::BadSq => "send queue description or inline/signal configuration rejected",
-            Self::SqTooSmall => "send queue below 16 blocks or 4 of the endpoint's largest batch WQEs",
+            Self::SqTooSmall => {
+                "send queue below 16 blocks or 4 of the endpoint's largest batch WQEs"
+            }
             Self::BadRecvRing => "recv ring length not a power of two in 128 B..=64 GiB",
             Self::TooFewRequestSlots => "REQS below the recv ring size / 32",
             Self::BadControlRegion => "control region shorter than 16 B or not 8-aligned",
