@@ -1,7 +1,8 @@
 //! End-to-end edges of flow control nothing else drives: a receiver that never calls
 //! keeps its caller going with metadata-only batches; a ring held at its credit edge
 //! keeps every held request's bytes intact and refuses only what the invariant
-//! forbids; an idle poll visits no endpoint.
+//! forbids; an idle poll visits no endpoint; a grant held back by a stale view of the
+//! caller's consumer goes out after a READ of it.
 
 mod copyrpc_common;
 
@@ -428,5 +429,132 @@ fn a_flush_deferred_by_a_full_send_queue_leaves_its_endpoint_due() {
             assert!(p.steps < 10_000, "stalled\n{}", p.dump());
         }
         assert_eq!(p.a.ctx.endpoints_due(), 0);
+    });
+}
+
+/// A grant blocked only by a stale view of the caller's consumer is followed by a
+/// READ of it, and the grant goes out: the receiver replies to some calls (its replies
+/// fill the caller's ring past what the cap lets it grant against), holds the rest, and
+/// sends nothing else; the caller, short of credit, consumes the replies but has less
+/// than a quarter ring to return, so it sends nothing either. Only the READ tells the
+/// receiver the ring is empty, and only then can it grant the rest of its cap.
+#[test]
+fn a_grant_blocked_by_a_stale_consumer_view_is_sent_after_a_read() {
+    big_stack(|| {
+        let mut o = Opts::new(1, RING as usize);
+        let max = RING * 7 / 16;
+        o.cfg.max_resp_reservation = max;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let ea = p.a.eps[0];
+        let mut held = Vec::new();
+        let run = |p: &mut Pair<1, 64, 128>, held: &mut Vec<RecvHandle>, steps: usize| {
+            for _ in 0..steps {
+                p.a.ctx.poll(|_, r| {
+                    assert_eq!(r.unwrap().len(), 352);
+                });
+                p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+                held.extend(std::iter::from_fn(|| p.b.ctx.recv()));
+                p.step();
+            }
+        };
+        // Three calls held (allowance 256: 320 of credit each), then, once b has
+        // granted up to its cap, two more (352: 416 each) that spend the rest.
+        for k in 0..3 {
+            p.a.ctx
+                .call_with_allowance(p.a.eps[0], b"held", 256, k)
+                .unwrap();
+        }
+        run(&mut p, &mut held, 200);
+        assert_eq!(held.len(), 3);
+        assert_eq!(
+            snap(&p.b, 0).resp_reservation,
+            max,
+            "b granted up to its cap"
+        );
+        for k in 3..5 {
+            p.a.ctx
+                .call_with_allowance(ea, b"answered", 352, k)
+                .unwrap();
+        }
+        run(&mut p, &mut held, 200);
+        assert_eq!(snap(&p.a, 0).peer_credit_balance, 0);
+        // b answers the last two in full, in one batch.
+        let mut answered: Vec<RecvHandle> = held.drain(3..).collect();
+        for h in answered.drain(..) {
+            h.reply(&mut p.b.ctx, &[7; 352]).unwrap();
+        }
+        let reads = p.b.ctx.stats().reads_posted;
+        run(&mut p, &mut held, 2_000);
+        let (sa, sb) = (snap(&p.a, 0), snap(&p.b, 0));
+        assert!(p.b.ctx.stats().reads_posted > reads, "b read a's consumer");
+        assert!(
+            sa.peer_credit_balance >= max / 2 || max - sb.resp_reservation < 64,
+            "a's balance {} with b's reservation {}: the grant never went out\na {sa:?}\nb {sb:?}",
+            sa.peer_credit_balance,
+            sb.resp_reservation,
+        );
+    });
+}
+
+/// As above, with the want arising when a batch arrives rather than at a flush: the
+/// receiver's reply (and the grant it carries, cut by the ring the reply fills) crosses
+/// a call, which leaves the caller short; the call's credit return predates the reply,
+/// so the receiver, taking the call, can grant nothing until a READ shows the reply
+/// consumed. The receiver's endpoint must be visited for that READ although the batch
+/// that arrived asked for nothing else.
+#[test]
+fn a_grant_blocked_when_a_call_crosses_a_reply_is_sent_after_a_read() {
+    big_stack(|| {
+        let mut o = Opts::new(1, RING as usize);
+        let max = RING * 7 / 16;
+        o.cfg.max_resp_reservation = max;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let ea = p.a.eps[0];
+        let mut held = Vec::new();
+        let run = |p: &mut Pair<1, 64, 128>, held: &mut Vec<RecvHandle>, steps: usize| {
+            for _ in 0..steps {
+                p.a.ctx.poll(|_, r| {
+                    assert_eq!(r.unwrap().len(), 928);
+                });
+                p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+                held.extend(std::iter::from_fn(|| p.b.ctx.recv()));
+                p.step();
+            }
+        };
+        // One call held (320 of credit); b grants up to its cap.
+        p.a.ctx.call_with_allowance(ea, b"held", 256, 0).unwrap();
+        run(&mut p, &mut held, 200);
+        assert_eq!(
+            snap(&p.b, 0).resp_reservation,
+            max,
+            "b granted up to its cap"
+        );
+        // A call whose 960-byte answer (a 1 008-byte batch: under the quarter ring that
+        // would make a return a credit batch of its own) b sends at once...
+        p.a.ctx
+            .call_with_allowance(ea, b"answered", 960, 1)
+            .unwrap();
+        run(&mut p, &mut held, 200);
+        let h = held.pop().unwrap();
+        h.reply(&mut p.b.ctx, &[7; 928]).unwrap();
+        p.b.ctx.poll(|_, _| unreachable!());
+        // ... while a's next call is already on its way, with a's consumer from before
+        // the answer.
+        p.a.ctx
+            .call_with_allowance(ea, b"crossing", 352, 2)
+            .unwrap();
+        p.a.ctx
+            .poll(|_, _| unreachable!("the answer is not there yet"));
+        let reads = p.b.ctx.stats().reads_posted;
+        run(&mut p, &mut held, 2_000);
+        assert_eq!(held.len(), 2);
+        let (sa, sb) = (snap(&p.a, 0), snap(&p.b, 0));
+        assert!(p.b.ctx.stats().reads_posted > reads, "b read a's consumer");
+        assert!(
+            sa.peer_credit_balance >= max / 2 || max - sb.resp_reservation < 64,
+            "a's balance {} with b's reservation {}: the grant never went out\na {sa:?}\nb {sb:?}",
+            sa.peer_credit_balance,
+            sb.resp_reservation,
+        );
     });
 }
