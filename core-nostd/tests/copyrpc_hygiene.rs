@@ -453,7 +453,7 @@ fn wrap_ranges_made_while_the_send_queue_is_full_wait_for_room() {
         let ring = RING as u64;
         let mut sent = 0u64;
         let mut got = 0u64;
-        let mut run = |p: &mut Pair<1, 64, 128>, sent: u64, got: &mut u64| {
+        let run = |p: &mut Pair<1, 64, 128>, sent: u64, got: &mut u64| {
             while *got < sent {
                 p.a.ctx.poll(|u, r| {
                     let r = r.unwrap();
