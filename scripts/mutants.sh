@@ -48,7 +48,7 @@ targets() {
                 --test copyrpc_echo) ;;
     copyrpc) t+=(--test copyrpc_alloc --test copyrpc_api --test copyrpc_credit
                  --test copyrpc_echo --test copyrpc_edges --test copyrpc_faults
-                 --test copyrpc_raw --test copyrpc_rules --test copyrpc_serve
+                 --test copyrpc_hygiene --test copyrpc_raw --test copyrpc_rules --test copyrpc_serve
                  --test copyrpc_wrap) ;;
     *) echo "unknown module '$1' (wire, ring, credit, copyrpc)" >&2; exit 2 ;;
   esac
