@@ -558,3 +558,83 @@ fn a_grant_blocked_when_a_call_crosses_a_reply_is_sent_after_a_read() {
         );
     });
 }
+
+/// As above, with the cut grant in a credit-only batch: the receiver answers two calls
+/// in turn; the caller's next call carries the return for the first answer but not the
+/// second, so the receiver, its view of the caller's consumer half refreshed, grants
+/// what that view allows in a credit-only batch, and the caller is still short. The
+/// receiver must visit the endpoint again after that batch, to find it now wants a
+/// READ. Over a grid of answer and call sizes (each size a case of where the cut falls).
+#[test]
+fn a_credit_only_batch_cut_by_a_stale_consumer_view_is_followed_by_a_read() {
+    big_stack(|| {
+        let max = RING * 7 / 16;
+        let mut cases = 0;
+        for a1 in [256u32, 384, 512, 640, 768] {
+            for a2 in [256u32, 384, 512, 640, 768] {
+                for ax in [64u32, 192, 352] {
+                    cases += u32::from(credit_batch_case(max, a1, a2, ax));
+                }
+            }
+        }
+        assert!(cases > 10, "{cases} cases ran to the end");
+    });
+}
+
+/// One case of the test above; false if the caller could not make its calls.
+fn credit_batch_case(max: u64, a1: u32, a2: u32, ax: u32) -> bool {
+    let mut o = Opts::new(1, RING as usize);
+    o.cfg.max_resp_reservation = max;
+    let mut p: Pair<1, 64, 128> = Pair::new(o);
+    let ea = p.a.eps[0];
+    let mut held = Vec::new();
+    let mut answers = 0;
+    let run = |p: &mut Pair<1, 64, 128>, held: &mut Vec<RecvHandle>, answers: &mut u32, n| {
+        for _ in 0..n {
+            p.a.ctx.poll(|_, r| {
+                r.unwrap();
+                *answers += 1;
+            });
+            p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+            held.extend(std::iter::from_fn(|| p.b.ctx.recv()));
+            p.step();
+        }
+    };
+    p.a.ctx.call_with_allowance(ea, b"held", 256, 0).unwrap();
+    run(&mut p, &mut held, &mut answers, 200);
+    for (k, a) in [(1, a1), (2, a2)] {
+        if p.a.ctx.call_with_allowance(ea, b"answered", a, k).is_err() {
+            return false;
+        }
+    }
+    run(&mut p, &mut held, &mut answers, 200);
+    // The first answer, until a has it.
+    let h = held.remove(1);
+    h.reply(&mut p.b.ctx, &vec![7; a1 as usize]).unwrap();
+    while answers == 0 {
+        run(&mut p, &mut held, &mut answers, 1);
+        assert!(p.steps < 10_000);
+    }
+    // The second, crossing a's next call.
+    let h = held.remove(1);
+    h.reply(&mut p.b.ctx, &vec![7; a2 as usize]).unwrap();
+    p.b.ctx.poll(|_, _| unreachable!());
+    if p.a.ctx.call_with_allowance(ea, b"crossing", ax, 3).is_err() {
+        return false;
+    }
+    p.a.ctx.poll(|_, r| {
+        r.unwrap();
+        answers += 1;
+    });
+    run(&mut p, &mut held, &mut answers, 2_000);
+    let (sa, sb) = (snap(&p.a, 0), snap(&p.b, 0));
+    assert!(
+        sa.peer_credit_balance >= max / 2 || max - sb.resp_reservation < 64,
+        "answers {a1} and {a2}, call {ax}: a's balance {} with b's reservation {}\n\
+         a {sa:?}\nb {sb:?}\nb {:?}",
+        sa.peer_credit_balance,
+        sb.resp_reservation,
+        p.b.ctx.stats()
+    );
+    true
+}

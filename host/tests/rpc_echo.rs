@@ -75,6 +75,39 @@ fn one_rank_has_nobody_to_call_and_still_comes_up() {
     assert_eq!(reps[0].total_served, 0);
 }
 
+/// A send queue too small for copyrpc's flush to always make progress is refused when
+/// the node comes up, with copyrpc's reason and the peer it was for, rather than
+/// found later as an endpoint that never sends.
+#[test]
+fn a_send_queue_below_copyrpcs_minimum_is_refused_at_start() {
+    let mut cfg = EchoConfig::default();
+    // Two WQEs of four blocks: 8 blocks, below the 16 an endpoint needs.
+    cfg.rpc.sq_wrs = 2;
+    assert!(cfg.rpc.sq_wqebbs() < cfg.rpc.endpoint.min_sq_bbs());
+    let handles: Vec<_> = ThreadExchange::group(2)
+        .into_iter()
+        .map(|x| {
+            let cfg = cfg.clone();
+            std::thread::spawn(move || {
+                let f = SimFabric::open(&SimOptions {
+                    region_bytes: 64 << 20,
+                    ..SimOptions::default()
+                })
+                .unwrap();
+                echo::run(&x, Fabric::Sim(Box::new(f)), &cfg)
+            })
+        })
+        .collect();
+    for h in handles {
+        let e = h.join().expect("rank thread panicked").unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("create_endpoint") && msg.contains("send queue below 16 blocks"),
+            "{msg}"
+        );
+    }
+}
+
 /// A rank may split its peers over several contexts (one per polling thread, as benchkv's
 /// meta backend does) on one shared fabric: the nodes fill one record table, and each
 /// connects only its own peers. Every rank calls every peer once through whichever node

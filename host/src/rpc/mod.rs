@@ -46,7 +46,9 @@ pub struct RpcConfig {
     /// Entries of the recv CQ, and the least of the send CQ, which is sized for the
     /// flush of every send queue ([`RpcConfig::send_cq_entries`]).
     pub cqes: u32,
-    /// Send WQEs per QP.
+    /// Send WQEs per QP. The queue this makes ([`sq_wqebbs`](Self::sq_wqebbs)) must
+    /// hold [`EndpointConfig::min_sq_bbs`] blocks (16 with the seed's settings: four
+    /// WQEs), or every endpoint is refused with `SqTooSmall`.
     pub sq_wrs: u32,
     /// Endpoint settings (reservation cap, inline threshold, signaling).
     pub endpoint: EndpointConfig,
