@@ -432,6 +432,46 @@ fn a_flush_deferred_by_a_full_send_queue_leaves_its_endpoint_due() {
     });
 }
 
+/// A pair whose receiver `b` may reserve up to `max` for `a`'s requests.
+fn capped_pair(max: u64) -> Pair<1, 64, 128> {
+    let mut o = Opts::new(1, RING as usize);
+    o.cfg.max_resp_reservation = max;
+    Pair::new(o)
+}
+
+/// `steps` steps of both sides: `a` counts its answers, `b` makes no call and holds
+/// every request it gets.
+fn hold_and_step(
+    p: &mut Pair<1, 64, 128>,
+    held: &mut Vec<RecvHandle>,
+    answers: &mut u32,
+    steps: usize,
+) {
+    for _ in 0..steps {
+        p.a.ctx.poll(|_, r| {
+            r.unwrap();
+            *answers += 1;
+        });
+        p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
+        held.extend(std::iter::from_fn(|| p.b.ctx.recv()));
+        p.step();
+    }
+}
+
+/// What the receiver owes a short caller once traffic stops: the caller is not short
+/// (half the cap or more), or no batch-worthy grant (two units) is left under the cap.
+fn assert_granted_to_cap(p: &Pair<1, 64, 128>, max: u64, case: &str) {
+    let (sa, sb) = (snap(&p.a, 0), snap(&p.b, 0));
+    assert!(
+        sa.peer_credit_balance >= max / 2 || max - sb.resp_reservation < 64,
+        "{case}: a's balance {} with b's reservation {}: the grant never went out\n\
+         a {sa:?}\nb {sb:?}\nb {:?}",
+        sa.peer_credit_balance,
+        sb.resp_reservation,
+        p.b.ctx.stats()
+    );
+}
+
 /// A grant blocked only by a stale view of the caller's consumer is followed by a
 /// READ of it, and the grant goes out: the receiver replies to some calls (its replies
 /// fill the caller's ring past what the cap lets it grant against), holds the rest, and
@@ -441,30 +481,16 @@ fn a_flush_deferred_by_a_full_send_queue_leaves_its_endpoint_due() {
 #[test]
 fn a_grant_blocked_by_a_stale_consumer_view_is_sent_after_a_read() {
     big_stack(|| {
-        let mut o = Opts::new(1, RING as usize);
         let max = RING * 7 / 16;
-        o.cfg.max_resp_reservation = max;
-        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let mut p = capped_pair(max);
         let ea = p.a.eps[0];
-        let mut held = Vec::new();
-        let run = |p: &mut Pair<1, 64, 128>, held: &mut Vec<RecvHandle>, steps: usize| {
-            for _ in 0..steps {
-                p.a.ctx.poll(|_, r| {
-                    assert_eq!(r.unwrap().len(), 352);
-                });
-                p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
-                held.extend(std::iter::from_fn(|| p.b.ctx.recv()));
-                p.step();
-            }
-        };
+        let (mut held, mut answers) = (Vec::new(), 0);
         // Three calls held (allowance 256: 320 of credit each), then, once b has
         // granted up to its cap, two more (352: 416 each) that spend the rest.
         for k in 0..3 {
-            p.a.ctx
-                .call_with_allowance(p.a.eps[0], b"held", 256, k)
-                .unwrap();
+            p.a.ctx.call_with_allowance(ea, b"held", 256, k).unwrap();
         }
-        run(&mut p, &mut held, 200);
+        hold_and_step(&mut p, &mut held, &mut answers, 200);
         assert_eq!(held.len(), 3);
         assert_eq!(
             snap(&p.b, 0).resp_reservation,
@@ -476,23 +502,17 @@ fn a_grant_blocked_by_a_stale_consumer_view_is_sent_after_a_read() {
                 .call_with_allowance(ea, b"answered", 352, k)
                 .unwrap();
         }
-        run(&mut p, &mut held, 200);
+        hold_and_step(&mut p, &mut held, &mut answers, 200);
         assert_eq!(snap(&p.a, 0).peer_credit_balance, 0);
         // b answers the last two in full, in one batch.
-        let mut answered: Vec<RecvHandle> = held.drain(3..).collect();
-        for h in answered.drain(..) {
+        for h in held.drain(3..).collect::<Vec<_>>() {
             h.reply(&mut p.b.ctx, &[7; 352]).unwrap();
         }
         let reads = p.b.ctx.stats().reads_posted;
-        run(&mut p, &mut held, 2_000);
-        let (sa, sb) = (snap(&p.a, 0), snap(&p.b, 0));
+        hold_and_step(&mut p, &mut held, &mut answers, 2_000);
+        assert_eq!(answers, 2);
         assert!(p.b.ctx.stats().reads_posted > reads, "b read a's consumer");
-        assert!(
-            sa.peer_credit_balance >= max / 2 || max - sb.resp_reservation < 64,
-            "a's balance {} with b's reservation {}: the grant never went out\na {sa:?}\nb {sb:?}",
-            sa.peer_credit_balance,
-            sb.resp_reservation,
-        );
+        assert_granted_to_cap(&p, max, "two answers in one batch");
     });
 }
 
@@ -505,36 +525,25 @@ fn a_grant_blocked_by_a_stale_consumer_view_is_sent_after_a_read() {
 #[test]
 fn a_grant_blocked_when_a_call_crosses_a_reply_is_sent_after_a_read() {
     big_stack(|| {
-        let mut o = Opts::new(1, RING as usize);
         let max = RING * 7 / 16;
-        o.cfg.max_resp_reservation = max;
-        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let mut p = capped_pair(max);
         let ea = p.a.eps[0];
-        let mut held = Vec::new();
-        let run = |p: &mut Pair<1, 64, 128>, held: &mut Vec<RecvHandle>, steps: usize| {
-            for _ in 0..steps {
-                p.a.ctx.poll(|_, r| {
-                    assert_eq!(r.unwrap().len(), 928);
-                });
-                p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
-                held.extend(std::iter::from_fn(|| p.b.ctx.recv()));
-                p.step();
-            }
-        };
+        let (mut held, mut answers) = (Vec::new(), 0);
         // One call held (320 of credit); b grants up to its cap.
         p.a.ctx.call_with_allowance(ea, b"held", 256, 0).unwrap();
-        run(&mut p, &mut held, 200);
+        hold_and_step(&mut p, &mut held, &mut answers, 200);
         assert_eq!(
             snap(&p.b, 0).resp_reservation,
             max,
             "b granted up to its cap"
         );
-        // A call whose 960-byte answer (a 1 008-byte batch: under the quarter ring that
-        // would make a return a credit batch of its own) b sends at once...
+        // A call allowed 960 bytes whose 928-byte answer (a 992-byte batch: under the
+        // quarter ring that would make a's return a credit batch of its own) b sends at
+        // once...
         p.a.ctx
             .call_with_allowance(ea, b"answered", 960, 1)
             .unwrap();
-        run(&mut p, &mut held, 200);
+        hold_and_step(&mut p, &mut held, &mut answers, 200);
         let h = held.pop().unwrap();
         h.reply(&mut p.b.ctx, &[7; 928]).unwrap();
         p.b.ctx.poll(|_, _| unreachable!());
@@ -546,16 +555,10 @@ fn a_grant_blocked_when_a_call_crosses_a_reply_is_sent_after_a_read() {
         p.a.ctx
             .poll(|_, _| unreachable!("the answer is not there yet"));
         let reads = p.b.ctx.stats().reads_posted;
-        run(&mut p, &mut held, 2_000);
-        assert_eq!(held.len(), 2);
-        let (sa, sb) = (snap(&p.a, 0), snap(&p.b, 0));
+        hold_and_step(&mut p, &mut held, &mut answers, 2_000);
+        assert_eq!((held.len(), answers), (2, 1));
         assert!(p.b.ctx.stats().reads_posted > reads, "b read a's consumer");
-        assert!(
-            sa.peer_credit_balance >= max / 2 || max - sb.resp_reservation < 64,
-            "a's balance {} with b's reservation {}: the grant never went out\na {sa:?}\nb {sb:?}",
-            sa.peer_credit_balance,
-            sb.resp_reservation,
-        );
+        assert_granted_to_cap(&p, max, "a call crossing an answer");
     });
 }
 
@@ -583,36 +586,22 @@ fn a_credit_only_batch_cut_by_a_stale_consumer_view_is_followed_by_a_read() {
 
 /// One case of the test above; false if the caller could not make its calls.
 fn credit_batch_case(max: u64, a1: u32, a2: u32, ax: u32) -> bool {
-    let mut o = Opts::new(1, RING as usize);
-    o.cfg.max_resp_reservation = max;
-    let mut p: Pair<1, 64, 128> = Pair::new(o);
+    let mut p = capped_pair(max);
     let ea = p.a.eps[0];
-    let mut held = Vec::new();
-    let mut answers = 0;
-    let run = |p: &mut Pair<1, 64, 128>, held: &mut Vec<RecvHandle>, answers: &mut u32, n| {
-        for _ in 0..n {
-            p.a.ctx.poll(|_, r| {
-                r.unwrap();
-                *answers += 1;
-            });
-            p.b.ctx.poll(|_, _| unreachable!("b makes no calls"));
-            held.extend(std::iter::from_fn(|| p.b.ctx.recv()));
-            p.step();
-        }
-    };
+    let (mut held, mut answers) = (Vec::new(), 0);
     p.a.ctx.call_with_allowance(ea, b"held", 256, 0).unwrap();
-    run(&mut p, &mut held, &mut answers, 200);
+    hold_and_step(&mut p, &mut held, &mut answers, 200);
     for (k, a) in [(1, a1), (2, a2)] {
         if p.a.ctx.call_with_allowance(ea, b"answered", a, k).is_err() {
             return false;
         }
     }
-    run(&mut p, &mut held, &mut answers, 200);
+    hold_and_step(&mut p, &mut held, &mut answers, 200);
     // The first answer, until a has it.
     let h = held.remove(1);
     h.reply(&mut p.b.ctx, &vec![7; a1 as usize]).unwrap();
     while answers == 0 {
-        run(&mut p, &mut held, &mut answers, 1);
+        hold_and_step(&mut p, &mut held, &mut answers, 1);
         assert!(p.steps < 10_000);
     }
     // The second, crossing a's next call.
@@ -626,15 +615,8 @@ fn credit_batch_case(max: u64, a1: u32, a2: u32, ax: u32) -> bool {
         r.unwrap();
         answers += 1;
     });
-    run(&mut p, &mut held, &mut answers, 2_000);
-    let (sa, sb) = (snap(&p.a, 0), snap(&p.b, 0));
-    assert!(
-        sa.peer_credit_balance >= max / 2 || max - sb.resp_reservation < 64,
-        "answers {a1} and {a2}, call {ax}: a's balance {} with b's reservation {}\n\
-         a {sa:?}\nb {sb:?}\nb {:?}",
-        sa.peer_credit_balance,
-        sb.resp_reservation,
-        p.b.ctx.stats()
-    );
+    hold_and_step(&mut p, &mut held, &mut answers, 2_000);
+    assert_eq!(answers, 2);
+    assert_granted_to_cap(&p, max, &format!("answers {a1} and {a2}, call {ax}"));
     true
 }
