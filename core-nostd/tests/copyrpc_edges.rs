@@ -2,7 +2,8 @@
 //! keeps its caller going with metadata-only batches; a ring held at its credit edge
 //! keeps every held request's bytes intact and refuses only what the invariant
 //! forbids; an idle poll visits no endpoint; a grant held back by a stale view of the
-//! caller's consumer goes out after a READ of it.
+//! caller's consumer goes out after a READ of it; a credit-only batch fits beside the
+//! unsignaled blocks of the smallest send queue.
 
 mod copyrpc_common;
 
@@ -619,4 +620,57 @@ fn credit_batch_case(max: u64, a1: u32, a2: u32, ax: u32) -> bool {
     assert_eq!(answers, 2);
     assert_granted_to_cap(&p, max, &format!("answers {a1} and {a2}, call {ax}"));
     true
+}
+
+/// A credit-only batch needs room for two WQEs, and a 16-block send queue with 6
+/// unsignaled blocks and no signaled WQE outstanding (nothing will complete) has 10:
+/// the receiver's first credit batch (2 blocks) and one answer (4), then a call that
+/// leaves the caller short, whose credit return lets the receiver grant. The grant must
+/// go out. (It did not while the room test asked for three batch WQEs, 12 blocks: the
+/// receiver held its grant back for good and the caller stayed short.)
+#[test]
+fn a_credit_only_batch_fits_beside_the_unsignaled_blocks_of_a_small_send_queue() {
+    big_stack(|| {
+        let max = RING * 7 / 16;
+        let mut o = Opts::new(1, RING as usize);
+        o.cfg.max_resp_reservation = max;
+        o.sq_wqe_cnt = 16;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let ea = p.a.eps[0];
+        let (mut held, mut answers) = (Vec::new(), 0);
+        // One call held (320 of credit); b grants up to its cap in a credit-only batch.
+        p.a.ctx.call_with_allowance(ea, b"held", 256, 0).unwrap();
+        hold_and_step(&mut p, &mut held, &mut answers, 200);
+        assert_eq!(
+            snap(&p.b, 0).resp_reservation,
+            max,
+            "b granted up to its cap"
+        );
+        // One answer (a 992-byte batch, four blocks), which a takes before calling again.
+        p.a.ctx
+            .call_with_allowance(ea, b"answered", 960, 1)
+            .unwrap();
+        hold_and_step(&mut p, &mut held, &mut answers, 200);
+        let h = held.pop().unwrap();
+        h.reply(&mut p.b.ctx, &[7; 928]).unwrap();
+        while answers == 0 {
+            hold_and_step(&mut p, &mut held, &mut answers, 1);
+            assert!(p.steps < 10_000);
+        }
+        let credit_batches = p.b.ctx.stats().credit_batches;
+        assert_eq!(
+            p.b.ctx.stats().batches_posted,
+            2,
+            "b posted two batches, unsignaled"
+        );
+        // The call that leaves a short; its credit return frees b's view of a's ring.
+        p.a.ctx.call_with_allowance(ea, b"short", 352, 2).unwrap();
+        hold_and_step(&mut p, &mut held, &mut answers, 2_000);
+        assert_eq!(held.len(), 2);
+        assert!(
+            p.b.ctx.stats().credit_batches > credit_batches,
+            "no credit batch"
+        );
+        assert_granted_to_cap(&p, max, "a 16-block send queue");
+    });
 }
