@@ -473,6 +473,49 @@ fn assert_granted_to_cap(p: &Pair<1, 64, 128>, max: u64, case: &str) {
     );
 }
 
+/// `a` makes one call that `b` holds (allowance 256: 320 of credit), and `b` grants up
+/// to its cap.
+fn hold_one_call_until_the_cap(
+    p: &mut Pair<1, 64, 128>,
+    held: &mut Vec<RecvHandle>,
+    answers: &mut u32,
+    max: u64,
+) {
+    let ea = p.a.eps[0];
+    p.a.ctx.call_with_allowance(ea, b"held", 256, 0).unwrap();
+    hold_and_step(p, held, answers, 200);
+    assert_eq!(
+        snap(&p.b, 0).resp_reservation,
+        max,
+        "b granted up to its cap"
+    );
+}
+
+/// `a` makes a call allowed 960 bytes and `b` answers it at once with 928: a 992-byte
+/// batch (four blocks), under the quarter ring that would make `a`'s return a credit
+/// batch of its own.
+fn answer_one_call_with_928_bytes(
+    p: &mut Pair<1, 64, 128>,
+    held: &mut Vec<RecvHandle>,
+    answers: &mut u32,
+) {
+    let ea = p.a.eps[0];
+    p.a.ctx
+        .call_with_allowance(ea, b"answered", 960, 1)
+        .unwrap();
+    hold_and_step(p, held, answers, 200);
+    let h = held.pop().unwrap();
+    h.reply(&mut p.b.ctx, &[7; 928]).unwrap();
+}
+
+/// Steps until `a` has at least one answer.
+fn step_until_answered(p: &mut Pair<1, 64, 128>, held: &mut Vec<RecvHandle>, answers: &mut u32) {
+    while *answers == 0 {
+        hold_and_step(p, held, answers, 1);
+        assert!(p.steps < 10_000);
+    }
+}
+
 /// A grant blocked only by a stale view of the caller's consumer is followed by a
 /// READ of it, and the grant goes out: the receiver replies to some calls (its replies
 /// fill the caller's ring past what the cap lets it grant against), holds the rest, and
@@ -530,23 +573,9 @@ fn a_grant_blocked_when_a_call_crosses_a_reply_is_sent_after_a_read() {
         let mut p = capped_pair(max);
         let ea = p.a.eps[0];
         let (mut held, mut answers) = (Vec::new(), 0);
-        // One call held (320 of credit); b grants up to its cap.
-        p.a.ctx.call_with_allowance(ea, b"held", 256, 0).unwrap();
-        hold_and_step(&mut p, &mut held, &mut answers, 200);
-        assert_eq!(
-            snap(&p.b, 0).resp_reservation,
-            max,
-            "b granted up to its cap"
-        );
-        // A call allowed 960 bytes whose 928-byte answer (a 992-byte batch: under the
-        // quarter ring that would make a's return a credit batch of its own) b sends at
-        // once...
-        p.a.ctx
-            .call_with_allowance(ea, b"answered", 960, 1)
-            .unwrap();
-        hold_and_step(&mut p, &mut held, &mut answers, 200);
-        let h = held.pop().unwrap();
-        h.reply(&mut p.b.ctx, &[7; 928]).unwrap();
+        hold_one_call_until_the_cap(&mut p, &mut held, &mut answers, max);
+        // An answer b sends at once...
+        answer_one_call_with_928_bytes(&mut p, &mut held, &mut answers);
         p.b.ctx.poll(|_, _| unreachable!());
         // ... while a's next call is already on its way, with a's consumer from before
         // the answer.
@@ -601,10 +630,7 @@ fn credit_batch_case(max: u64, a1: u32, a2: u32, ax: u32) -> bool {
     // The first answer, until a has it.
     let h = held.remove(1);
     h.reply(&mut p.b.ctx, &vec![7; a1 as usize]).unwrap();
-    while answers == 0 {
-        hold_and_step(&mut p, &mut held, &mut answers, 1);
-        assert!(p.steps < 10_000);
-    }
+    step_until_answered(&mut p, &mut held, &mut answers);
     // The second, crossing a's next call.
     let h = held.remove(1);
     h.reply(&mut p.b.ctx, &vec![7; a2 as usize]).unwrap();
@@ -638,25 +664,11 @@ fn a_credit_only_batch_fits_beside_the_unsignaled_blocks_of_a_small_send_queue()
         let mut p: Pair<1, 64, 128> = Pair::new(o);
         let ea = p.a.eps[0];
         let (mut held, mut answers) = (Vec::new(), 0);
-        // One call held (320 of credit); b grants up to its cap in a credit-only batch.
-        p.a.ctx.call_with_allowance(ea, b"held", 256, 0).unwrap();
-        hold_and_step(&mut p, &mut held, &mut answers, 200);
-        assert_eq!(
-            snap(&p.b, 0).resp_reservation,
-            max,
-            "b granted up to its cap"
-        );
-        // One answer (a 992-byte batch, four blocks), which a takes before calling again.
-        p.a.ctx
-            .call_with_allowance(ea, b"answered", 960, 1)
-            .unwrap();
-        hold_and_step(&mut p, &mut held, &mut answers, 200);
-        let h = held.pop().unwrap();
-        h.reply(&mut p.b.ctx, &[7; 928]).unwrap();
-        while answers == 0 {
-            hold_and_step(&mut p, &mut held, &mut answers, 1);
-            assert!(p.steps < 10_000);
-        }
+        // b's grant up to its cap goes in a credit-only batch.
+        hold_one_call_until_the_cap(&mut p, &mut held, &mut answers, max);
+        // One answer, which a takes before calling again.
+        answer_one_call_with_928_bytes(&mut p, &mut held, &mut answers);
+        step_until_answered(&mut p, &mut held, &mut answers);
         let credit_batches = p.b.ctx.stats().credit_batches;
         assert_eq!(
             p.b.ctx.stats().batches_posted,
