@@ -38,11 +38,11 @@ scale)
     ;;
 seed001)
     # Seed 001's settings with a QP packet time of 7 µs (see docs/PERFORMANCE.md, "Seed
-    # 001: the bistability"), a poll budget of off / 16 / adaptive, with the extra poll
+    # 001: the bistability"), a poll budget of off / 2 / 16 / adaptive, with the extra poll
     # costing 1 µs (the seed's "16 ≈ 16 µs") and 5 µs.
     for poll in 1000 5000; do
         for np in 2 4 8 16 32; do
-            for pb in off 16 adaptive; do
+            for pb in off 2 16 adaptive; do
                 $B --world "virtual:$np" -C 46 --queue-depth 32 --duration 5ms --rpc-ring 256k \
                     --poll-budget "$pb" --cost "item_ns=40,jitter=0.3,poll_ns=$poll" --nic wqe_ns=7000 \
                     --output json 2>/dev/null | summary "poll_ns=$poll NP=$np poll-budget=$pb"
@@ -51,7 +51,7 @@ seed001)
     done
     # The plots of docs/figures/: collapse (NP = 8), hold (NP = 16), rescue (NP = 8, 16 × 5 µs).
     mkdir -p docs/figures
-    for v in "8 off 1000 collapse-np8" "16 off 1000 hold-np16" "8 16 5000 rescue-np8"; do
+    for v in "8 off 1000 collapse-np8" "16 off 1000 hold-np16" "8 16 1000 rescue-np8" "16 16 1000 cost-np16"; do
         set -- $v
         $B --world "virtual:$1" -C 46 --queue-depth 32 --duration 5ms --rpc-ring 256k \
             --poll-budget "$2" --cost "item_ns=40,jitter=0.3,poll_ns=$3" --nic wqe_ns=7000 \

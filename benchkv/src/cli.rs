@@ -91,9 +91,10 @@ pub struct Cli {
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub ring_size: u32,
 
-    /// Seed 001's poll budget: after a transport poll that found no completion, the
-    /// daemon polls up to N more times before the rest of its loop, to let completions
-    /// accumulate: `off` (the default), N in 1..=65536, or `adaptive`: seed 001's
+    /// Seed 001's poll budget: after the transport poll that drains the completion
+    /// queue, the daemon keeps polling until N polls have found nothing (at most 4 N
+    /// extra polls in all) before the rest of its loop, to let completions accumulate:
+    /// `off` (the default), N in 1..=65536, or `adaptive`: seed 001's
     /// controller (warm-up self-identification, then hysteresis on loop time / RTT and
     /// the empty-loop ratio) steers it per daemon.
     #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive")]

@@ -66,9 +66,10 @@ pub struct Parts<R> {
     pub backend: Backend,
     /// Requests taken per source per turn (`--take-per-turn`).
     pub take_per_turn: usize,
-    /// Seed 001's poll budget (`--poll-budget`): after a transport poll that found
-    /// nothing, up to this many extra polls before the rest of the loop runs, to let
-    /// completions accumulate. 0: none.
+    /// Seed 001's poll budget (`--poll-budget`): after the transport poll that drains
+    /// the completion queue, up to this many extra polls that find nothing before the
+    /// rest of the loop runs, to let completions accumulate (at most
+    /// [`EXTRA_POLL_CAP`] × this many extra polls in all). 0: none.
     pub poll_budget: u32,
     /// Steer the poll budget with seed 001's controller (`--poll-budget adaptive`),
     /// starting from `poll_budget`.
@@ -104,6 +105,43 @@ pub enum Lane {
     Owner,
 }
 
+/// A loop's step A makes at most this many times its budget in extra polls, found
+/// something or not: completions arriving on every poll would otherwise hold the loop
+/// there and starve the clients (seed 001 bounds only the empty ones).
+pub const EXTRA_POLL_CAP: u32 = 4;
+
+/// Step A of seed 001's loop under a poll budget: the first poll drains the completion
+/// queue; then up to `budget` more polls that find nothing, to let completions
+/// accumulate, before the loop moves on. A poll that finds something does not use the
+/// budget (completions arriving is what the wait is for), but every extra poll counts
+/// toward [`EXTRA_POLL_CAP`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StepA {
+    /// Polls made, the draining one included.
+    polls: u32,
+    /// Extra polls that found nothing.
+    empty: u32,
+    /// Completions found.
+    found: usize,
+}
+
+impl StepA {
+    /// A poll found `n` completions; `Some(found in this step A)` when the loop moves
+    /// on (and step A starts again), `None` while it keeps polling.
+    pub fn after_poll(&mut self, n: usize, budget: u32) -> Option<usize> {
+        if self.polls > 0 && n == 0 {
+            self.empty += 1;
+        }
+        self.polls += 1;
+        self.found += n;
+        // `polls - 1` extra polls made so far.
+        if self.empty < budget && self.polls <= EXTRA_POLL_CAP.saturating_mul(budget) {
+            return None;
+        }
+        Some(std::mem::take(self).found)
+    }
+}
+
 /// One daemon, running on its own thread.
 pub struct Daemon<'m, 's, R: Remote> {
     p: Parts<R>,
@@ -122,10 +160,8 @@ pub struct Daemon<'m, 's, R: Remote> {
     parked_replies: VecDeque<(R::Incoming, Response)>,
     /// Answers collected by a poll, delivered after it returns.
     done: Vec<(u32, Response)>,
-    /// Extra polls made so far in this loop's step A (seed 001's poll budget).
-    extra_polls: u32,
-    /// Completions found by this loop's step A so far.
-    step_a: usize,
+    /// Step A of this loop: the polls made so far.
+    step_a: StepA,
     /// The poll budget in force (the controller's, when adaptive).
     budget: u32,
     /// Seed 001's controller (`--poll-budget adaptive`).
@@ -162,8 +198,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             parked_owner: VecDeque::new(),
             parked_replies: VecDeque::new(),
             done: Vec::new(),
-            extra_polls: 0,
-            step_a: 0,
+            step_a: StepA::default(),
             budget,
             ctl: adaptive.then(|| Controller::new(BudgetParams::SEED)),
             now_ns: 0,
@@ -255,13 +290,9 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                 }
             }
         }
-        self.step_a += n;
-        if self.step_a == 0 && self.extra_polls < self.budget {
-            self.extra_polls += 1;
+        let Some(cqes) = self.step_a.after_poll(n, self.budget) else {
             return 0;
-        }
-        self.extra_polls = 0;
-        let cqes = std::mem::take(&mut self.step_a);
+        };
         self.rest_of_loop(cqes)
     }
 

@@ -248,6 +248,48 @@ fn seed_001_poll_budget_polls_again_before_the_loop_and_still_answers_everything
     }
 }
 
+/// Polls until step A ends; the finds of each poll in turn. Returns the polls made and
+/// what step A reported.
+fn step_a_run(budget: u32, finds: &[usize]) -> (usize, usize) {
+    let mut a = StepA::default();
+    for (i, &n) in finds.iter().enumerate() {
+        if let Some(found) = a.after_poll(n, budget) {
+            assert_eq!(a, StepA::default(), "step A starts again after it ends");
+            return (i + 1, found);
+        }
+    }
+    panic!("step A still polling after {} polls", finds.len());
+}
+
+#[test]
+fn step_a_without_a_budget_is_one_poll() {
+    assert_eq!(step_a_run(0, &[0]), (1, 0));
+    assert_eq!(step_a_run(0, &[7]), (1, 7));
+}
+
+#[test]
+fn step_a_drains_then_makes_budget_empty_polls() {
+    // The draining poll does not use the budget, found something or not.
+    assert_eq!(step_a_run(3, &[0; 10]), (4, 0));
+    assert_eq!(step_a_run(3, &[5, 0, 0, 0, 0]), (4, 5));
+}
+
+#[test]
+fn step_a_polls_that_find_completions_do_not_use_the_budget() {
+    // Seed 001: the extra polls let completions accumulate; only empty ones count.
+    assert_eq!(step_a_run(2, &[5, 3, 0, 1, 0, 9]), (5, 9));
+}
+
+#[test]
+fn step_a_ends_at_the_cap_when_every_poll_finds_something() {
+    let cap = EXTRA_POLL_CAP as usize * 2;
+    assert_eq!(step_a_run(2, &[1; 64]), (cap + 1, cap + 1));
+    // One empty poll short of the budget at the cap still ends there.
+    let mut finds = vec![1; 64];
+    finds[3] = 0;
+    assert_eq!(step_a_run(2, &finds), (cap + 1, cap));
+}
+
 #[test]
 fn meta_answers_everything_through_full_queues() {
     let m = drive(Backend::Meta, 2000);
