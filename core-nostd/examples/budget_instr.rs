@@ -1,4 +1,5 @@
-//! Instructions per `Controller::update`, for docs/PERFORMANCE.md: run under callgrind,
+//! Instructions per `Controller::update` (`Params::ADAPTED`, or `Params::SEED` with a
+//! second argument `seed`), for docs/PERFORMANCE.md: run under callgrind,
 //! `scripts/budget-instr.sh` divides the inclusive count of `steady` by the updates.
 //!
 //! The plant alternates busy and empty loops with an RTT sample every fourth loop, after
@@ -25,9 +26,13 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
-    let mut c = Controller::new(Params::SEED);
+    let p = match std::env::args().nth(2).as_deref() {
+        Some("seed") => Params::SEED,
+        _ => Params::ADAPTED,
+    };
+    let mut c = Controller::new(p);
     // The warm-up, outside the measured function.
-    let w = 2 * u64::from(Params::SEED.warmup);
+    let w = 2 * u64::from(p.warmup);
     for i in 0..w {
         c.update(Observation {
             cqes: (i % 2) as u32,

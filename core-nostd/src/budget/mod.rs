@@ -43,6 +43,33 @@
 //! - Collapse recovery only runs outside a hold (the seed's `continue` skips it during a
 //!   hold too), so it raises `u` at most once per `hold_min` loops.
 
+//!
+//! # Steering on the batch ([`Params::ADAPTED`], what benchkv runs)
+//!
+//! [`Params::SEED`] is the seed as written. On the virtual cluster (docs/PERFORMANCE.md,
+//! "Adaptive poll budget") it fell short of the best fixed budget by 14–36 % at NP = 8,
+//! 16 and 32, so benchkv runs it with four departures, each switched by a field:
+//!
+//! - **`use_rho: false`**: the RTT a daemon can measure runs from a call's send to its
+//!   answer, queueing included, and with 1 472 calls in flight per rank that is
+//!   hundreds of µs to ms: `rho` was 0.002–0.07 at every node count, far under the
+//!   seed's 0.8, so the seed's low condition held in the high state too and raised `u`
+//!   where it only costs. (The seed's own high state, loops of 4.3 µs against a 6 µs
+//!   RTT, is `rho` = 0.7: low as well.) Steering uses the CQE batch instead, seed 001's
+//!   own state variable: low below a batch of 1 (`b_low`; the low equilibrium is
+//!   "B ≈ 0–1") or above the seed's empty ratio, high above a batch of 4 (`b_high`) with
+//!   the seed's low empty ratio. `rho` is still computed and reported.
+//! - **`warmup: 16`**: 64 loops a phase took 3 ms of a 5 ms run at `u_probe` = 8 there
+//!   (loops of 10–40 µs, against the seed's 0.7–4.3 µs).
+//! - **`start_at_step`**: steering starts from `step_up`, not 0. Handing over at 0 let
+//!   NP = 8 collapse right after the warm-up, and from a collapse a small budget does not
+//!   bring it back (the QPs are full of one-message packets: 2 never recovered, 8 took
+//!   ~4 ms, 16 ~2.5 ms), while a small budget held from the start never collapses.
+//! - **`backoff`**: in a bistable plant the high state cannot tell whether it needs its
+//!   budget; only a step down can, and a wrong one costs a collapse. A step down followed
+//!   by a step up doubles the loops the next step down needs (up to 64 × `high_need`);
+//!   two steps down in a row halve it back. A step down at `u = 0` is no move.
+
 #[cfg(test)]
 mod tests;
 
@@ -58,6 +85,8 @@ const RTT_FLOOR_NS: u64 = 500;
 const MAX_NS: u64 = 1_000_000_000;
 /// Completions per loop are clamped here.
 const MAX_CQES: u32 = 1 << 20;
+/// Back-off stops at this many times `high_need`.
+const MAX_BACKOFF: u32 = 64;
 
 /// The controller's tuning; [`Params::SEED`] is seed 001's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +109,18 @@ pub struct Params {
     pub u_probe: u32,
     /// Loops of each warm-up phase.
     pub warmup: u32,
+    /// Steer on `rho` (the seed). Without it, low is a CQE-batch EWMA below `b_low` or an
+    /// empty ratio above `e_high`, and high a batch above `b_high` with an empty ratio
+    /// below `e_low`.
+    pub use_rho: bool,
+    /// Batch EWMA (× 2^16) below which a loop is low (without `use_rho`).
+    pub b_low: u32,
+    /// Batch EWMA (× 2^16) above which a loop may be high (without `use_rho`).
+    pub b_high: u32,
+    /// A step down followed by a step up doubles the loops the next step down needs.
+    pub backoff: bool,
+    /// Steering starts from `step_up` instead of 0.
+    pub start_at_step: bool,
 }
 
 impl Params {
@@ -95,6 +136,25 @@ impl Params {
         hold_min: 32,
         u_probe: 8,
         warmup: 64,
+        use_rho: true,
+        b_low: 0,
+        b_high: 0,
+        backoff: false,
+        start_at_step: false,
+    };
+
+    /// What benchkv runs: the seed's controller with the departures the virtual cluster
+    /// called for (module docs, "Steering on the batch"): warm-up phases of 16 loops,
+    /// low below a batch of 1 (or above the seed's empty ratio), high above a batch of 4
+    /// with the seed's empty ratio, steering from `step_up`, back-off on step downs.
+    pub const ADAPTED: Self = Self {
+        warmup: 16,
+        use_rho: false,
+        b_low: ONE as u32,
+        b_high: 4 * ONE as u32,
+        backoff: true,
+        start_at_step: true,
+        ..Self::SEED
     };
 }
 
@@ -166,6 +226,10 @@ pub struct Controller {
     low_cnt: u32,
     high_cnt: u32,
     hold_cnt: u32,
+    /// Loops the next step down needs (`high_need`, doubled by back-off).
+    down_need: u32,
+    /// The last move was a step down.
+    last_down: bool,
 }
 
 /// `ema += (x - ema) / 2^shift`, on values × 2^16.
@@ -207,6 +271,8 @@ impl Controller {
             low_cnt: 0,
             high_cnt: 0,
             hold_cnt: 0,
+            down_need: p.high_need,
+            last_down: false,
         }
     }
 
@@ -309,7 +375,11 @@ impl Controller {
         s.step_up = step_up;
         s.step_down = (step_up * 2).max(2);
         s.u_max = u_max;
-        s.u = 0;
+        s.u = if self.p.start_at_step {
+            step_up.min(u_max)
+        } else {
+            0
+        };
         self.phase = Phase::Control;
         self.low_cnt = 0;
         self.high_cnt = 0;
@@ -318,40 +388,77 @@ impl Controller {
 
     fn steer(&mut self) {
         let p = self.p;
-        let s = &mut self.s;
         if self.hold_cnt > 0 {
             self.hold_cnt -= 1;
             return;
         }
-        let low = s.rho < u64::from(p.rho_low) || s.empty > u64::from(p.e_high);
-        let high = s.rho > u64::from(p.rho_high) && s.empty < u64::from(p.e_low);
+        let s = &self.s;
+        let (low, high) = if p.use_rho {
+            (
+                s.rho < u64::from(p.rho_low) || s.empty > u64::from(p.e_high),
+                s.rho > u64::from(p.rho_high) && s.empty < u64::from(p.e_low),
+            )
+        } else {
+            (
+                s.batch < u64::from(p.b_low) || s.empty > u64::from(p.e_high),
+                s.batch > u64::from(p.b_high) && s.empty < u64::from(p.e_low),
+            )
+        };
         if low {
             self.low_cnt += 1;
             self.high_cnt = 0;
             if self.low_cnt >= p.low_need {
-                s.u = (s.u + s.step_up).min(s.u_max);
-                s.ups += 1;
-                self.low_cnt = 0;
-                self.hold_cnt = p.hold_min;
+                self.raise(self.s.step_up);
             }
         } else if high {
             self.high_cnt += 1;
             self.low_cnt = 0;
-            if self.high_cnt >= p.high_need {
-                s.u = s.u.saturating_sub(s.step_down);
-                s.downs += 1;
-                self.high_cnt = 0;
-                self.hold_cnt = p.hold_min;
+            if self.high_cnt >= self.down_need {
+                self.lower();
             }
         } else {
             self.low_cnt = 0;
             self.high_cnt = 0;
         }
+        let s = &self.s;
         if s.batch < ONE && s.empty > ONE * 9 / 10 && self.hold_cnt == 0 {
-            s.u = (s.u + 2 * s.step_up).min(s.u_max);
-            s.ups += 1;
-            s.recoveries += 1;
-            self.hold_cnt = p.hold_min;
+            self.s.recoveries += 1;
+            self.raise(2 * self.s.step_up);
         }
+    }
+
+    /// A move up by `by`, then a hold. With back-off, a move up right after a move down
+    /// says that step down was a mistake: the next one needs twice the loops.
+    fn raise(&mut self, by: u32) {
+        let s = &mut self.s;
+        s.u = (s.u + by).min(s.u_max);
+        s.ups += 1;
+        if self.p.backoff && self.last_down {
+            self.down_need = self
+                .down_need
+                .saturating_mul(2)
+                .min(self.p.high_need.saturating_mul(MAX_BACKOFF));
+        }
+        self.last_down = false;
+        self.low_cnt = 0;
+        self.hold_cnt = self.p.hold_min;
+    }
+
+    /// A move down by `step_down`, then a hold. With back-off, a second move down in a
+    /// row says the first one stood: the need halves back toward `high_need`.
+    fn lower(&mut self) {
+        self.high_cnt = 0;
+        let s = &mut self.s;
+        if s.u == 0 {
+            // Nothing to lower: no move, no hold, nothing for the back-off to learn.
+            return;
+        }
+        s.u = s.u.saturating_sub(s.step_down);
+        s.downs += 1;
+        if self.last_down {
+            self.down_need = (self.down_need / 2).max(self.p.high_need);
+        }
+        self.last_down = true;
+        self.hold_cnt = self.p.hold_min;
     }
 }

@@ -236,7 +236,12 @@ fn warmup_floors_a_flat_plant_and_bounds_u_max() {
 
 #[test]
 fn adversarial_inputs_keep_u_bounded_and_the_phases_moving() {
-    let mut c = Controller::new(Params::SEED);
+    adversarial(Params::SEED);
+    adversarial(Params::ADAPTED);
+}
+
+fn adversarial(p: Params) {
+    let mut c = Controller::new(p);
     let mut now = 1_000_000u64;
     let mut x = 0x1234_5678_9abc_def0u64;
     let mut next = || {
@@ -246,7 +251,7 @@ fn adversarial_inputs_keep_u_bounded_and_the_phases_moving() {
         x ^= x << 17;
         x
     };
-    let total = 2 * Params::SEED.warmup as usize + 20_000;
+    let total = 2 * p.warmup as usize + 20_000;
     for i in 0..total {
         let r = next();
         now = match r % 5 {
@@ -273,6 +278,143 @@ fn adversarial_inputs_keep_u_bounded_and_the_phases_moving() {
     assert_eq!(c.phase(), Phase::Control, "the warm-up ended");
     let s = c.snapshot();
     assert!(s.ups + s.downs > 0, "the controller never moved: {s:?}");
+}
+
+/// [`P`]'s counts with [`Params::ADAPTED`]'s steering.
+const A: Params = Params {
+    low_need: 4,
+    high_need: 6,
+    hold_min: 3,
+    warmup: 16,
+    ..Params::ADAPTED
+};
+
+/// A controller past its warm-up with [`A`]'s steering.
+fn batch_steering(step_up: u32, u: u32, u_max: u32) -> Controller {
+    let mut c = Controller::new(A);
+    c.phase = Phase::Control;
+    c.s.step_up = step_up;
+    c.s.step_down = (2 * step_up).max(2);
+    c.s.u_max = u_max;
+    c.s.u = u;
+    c
+}
+
+#[test]
+fn batch_steering_steps_up_below_a_batch_of_one_whatever_rho_says() {
+    let mut c = batch_steering(2, 4, 20);
+    // Loop 10 µs, RTT 1 µs: rho = 10, high for the seed; half a completion per loop
+    // and half the loops empty (under e_high): low only by the batch.
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 10_000,
+        rtt_ns: 1000,
+    };
+    let u = run(&mut c, &mut pl, 64, |_| pl_alternate());
+    let s = c.snapshot();
+    assert!(s.rho > u64::from(A.rho_high), "{s:?}");
+    assert!(s.batch < u64::from(A.b_low), "{s:?}");
+    assert_eq!(s.downs, 0, "{s:?}");
+    assert!(s.ups >= 2, "{u:?}");
+    assert!(u[63] > 4, "{u:?}");
+}
+
+/// 0, 1, 0, 1, ...: a batch EWMA near 0.5 and an empty ratio near 0.5.
+fn pl_alternate() -> u32 {
+    use core::sync::atomic::{AtomicU32, Ordering};
+    static K: AtomicU32 = AtomicU32::new(0);
+    K.fetch_add(1, Ordering::Relaxed) % 2
+}
+
+#[test]
+fn batch_steering_steps_down_above_a_batch_of_four_whatever_rho_says() {
+    let mut c = batch_steering(1, 8, 20);
+    // Loop 1 µs, RTT 1 ms: rho = 0.001, low for the seed; batches of 8, never empty.
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 1000,
+        rtt_ns: 1_000_000,
+    };
+    let u = run(&mut c, &mut pl, 200, |_| 8);
+    let s = c.snapshot();
+    assert!(s.rho < u64::from(A.rho_low), "{s:?}");
+    assert_eq!(s.ups, 0, "{s:?}");
+    assert_eq!(u[199], 0, "stepped down by 2 to 0: {u:?}");
+    assert_eq!(s.downs, 4, "8 to 0 by 2; none counted at 0: {s:?}");
+}
+
+#[test]
+fn a_step_down_followed_by_a_step_up_doubles_the_next_step_downs_need() {
+    let mut c = batch_steering(1, 4, 20);
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 1000,
+        rtt_ns: 50_000,
+    };
+    // Batches of 8 while u >= 4, none below: the plant collapses without the budget.
+    let plant = |u: u32| if u >= 4 { 8 } else { 0 };
+    let u = run(&mut c, &mut pl, 400, plant);
+    let (at, n) = change_points(&u[..400]);
+    assert!(n >= 5, "{u:?}");
+    // Each stay at 4 after a step up back from 2 lasts longer than the one before:
+    // the high count needed doubles (6, 12, 24 ... loops, plus the EWMA's settling).
+    let mut stays = [0usize; 32];
+    let mut k = 0;
+    for w in at[..n].windows(2) {
+        if u[w[0]] == 4 && k < stays.len() {
+            stays[k] = w[1] - w[0];
+            k += 1;
+        }
+    }
+    assert!(k >= 2, "{u:?}");
+    for w in stays[..k].windows(2) {
+        assert!(
+            w[1] > w[0] + A.high_need as usize,
+            "{:?} in {u:?}",
+            &stays[..k]
+        );
+    }
+    assert!(c.snapshot().downs >= 3, "{:?}", c.snapshot());
+}
+
+#[test]
+fn two_step_downs_in_a_row_halve_the_need_back() {
+    let mut c = batch_steering(1, 4, 20);
+    c.down_need = 4 * A.high_need;
+    c.last_down = true;
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 1000,
+        rtt_ns: 50_000,
+    };
+    // Always high: each step down stands.
+    run(&mut c, &mut pl, 200, |_| 8);
+    assert_eq!(c.down_need, A.high_need);
+    assert_eq!(c.budget(), 0);
+}
+
+#[test]
+fn the_adapted_warmup_hands_over_at_step_up_not_zero() {
+    let mut c = Controller::new(A);
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 1000,
+        rtt_ns: 6000,
+    };
+    // The plant of `warmup_identifies_a_known_plant`: step_up 2.
+    let mut k = 0u32;
+    for _ in 0..A.warmup {
+        k += 1;
+        c.update(pl.obs(k % 2));
+    }
+    assert_eq!(c.budget(), A.u_probe);
+    for _ in 0..A.warmup {
+        k += 1;
+        c.update(pl.obs(8 + k % 2));
+    }
+    assert_eq!(c.phase(), Phase::Control);
+    assert_eq!(c.snapshot().step_up, 2);
+    assert_eq!(c.budget(), 2, "steering starts from step_up");
 }
 
 /// Where a budget sequence changes (the first 64 places), and how many.
