@@ -2,6 +2,7 @@
 # The virtual-world figures of docs/PERFORMANCE.md ("benchkv at scale in virtual time"):
 #   scripts/virtual-world.sh scale   wall time of 10 ms of virtual time, NP = 2..64
 #   scripts/virtual-world.sh seed001 seed 001's settings at NP = 2, 8, 16, 32
+#   scripts/virtual-world.sh budget  the adaptive poll budget against fixed ones (issue 18)
 #   scripts/virtual-world.sh dvm     Delegation against Meta at NP = 16, 32, K = 1, 2, 4
 # Each line is one run; the runs are deterministic (same flags, same output), the wall
 # times are this machine's (one core: the world runs on one thread).
@@ -58,6 +59,30 @@ seed001)
             --sample-every 25us --plot "docs/figures/seed001-$4.svg" >/dev/null 2>&1
     done
     ;;
+budget)
+    # Issue 18: the adaptive poll budget against every fixed one on the same plant (seed
+    # 001's settings with a 7 µs QP packet time, 1 µs extra polls), from a cold start,
+    # then after a 1 ms stall of rank 3's NIC at 2 ms (10 ms runs), and the plot of u.
+    for np in 2 8 16 32; do
+        for pb in off 1 2 3 4 8 16 adaptive adaptive-seed; do
+            $B --world "virtual:$np" -C 46 --queue-depth 32 --duration 5ms --rpc-ring 256k \
+                --poll-budget "$pb" --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000 \
+                --output json 2>/dev/null | summary "NP=$np poll-budget=$pb"
+        done
+    done
+    for pb in off 2 adaptive adaptive-seed; do
+        $B --world virtual:8 -C 46 --queue-depth 32 --duration 10ms --rpc-ring 256k \
+            --poll-budget "$pb" --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000 \
+            --vfault stall:3@2ms+1ms --output json 2>/dev/null | summary "stall NP=8 poll-budget=$pb"
+    done
+    mkdir -p docs/figures
+    for v in "8 5ms adaptive-np8" "16 5ms adaptive-np16" "8 10ms adaptive-stall-np8 --vfault stall:3@2ms+1ms"; do
+        set -- $v
+        $B --world "virtual:$1" -C 46 --queue-depth 32 --duration "$2" --rpc-ring 256k \
+            --poll-budget adaptive --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000 "${@:4}" \
+            --sample-every 25us --plot "docs/figures/budget-$3.svg" >/dev/null 2>&1
+    done
+    ;;
 dvm)
     for np in 16 32; do
         for k in 1 2 4; do
@@ -73,7 +98,7 @@ dvm)
     done
     ;;
 *)
-    echo "usage: $0 scale|seed001|dvm" >&2
+    echo "usage: $0 scale|seed001|budget|dvm" >&2
     exit 2
     ;;
 esac

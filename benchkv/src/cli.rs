@@ -97,7 +97,7 @@ pub struct Cli {
     /// `off` (the default), N in 1..=65536, or `adaptive`: seed 001's
     /// controller (warm-up self-identification, then hysteresis on loop time / RTT and
     /// the empty-loop ratio) steers it per daemon.
-    #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive")]
+    #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive|adaptive-seed")]
     pub poll_budget: PollBudget,
 
     /// Requests a daemon takes from one source per loop turn before moving to the next
@@ -279,8 +279,11 @@ pub enum PollBudget {
     Off,
     /// Up to this many extra empty polls per loop.
     Fixed(u32),
-    /// Seed 001's adaptive controller.
+    /// Seed 001's adaptive controller, as benchkv runs it (`Params::ADAPTED`).
     Adaptive,
+    /// Seed 001's adaptive controller as the seed writes it (`Params::SEED`), for
+    /// comparison.
+    AdaptiveSeed,
 }
 
 /// `2`, `0.5`, `2s`, `1.5s`, `500ms`, `100us`.
@@ -317,11 +320,12 @@ pub fn parse_budget(s: &str) -> Result<PollBudget, String> {
     match s.trim() {
         "off" => Ok(PollBudget::Off),
         "adaptive" => Ok(PollBudget::Adaptive),
+        "adaptive-seed" => Ok(PollBudget::AdaptiveSeed),
         n => match n.parse::<u32>() {
             Ok(0) => Err("a poll budget of 0 is no extra poll: write `off`".into()),
             Ok(n) if n <= MAX_POLL_BUDGET => Ok(PollBudget::Fixed(n)),
             _ => Err(format!(
-                "`{s}` is not `off`, `adaptive` or a count of extra polls in 1..={MAX_POLL_BUDGET}"
+                "`{s}` is not `off`, `adaptive`, `adaptive-seed` or a count of extra polls in 1..={MAX_POLL_BUDGET}"
             )),
         },
     }
@@ -383,6 +387,10 @@ mod tests {
         assert_eq!(parse_budget("off").unwrap(), PollBudget::Off);
         assert_eq!(parse_budget("16").unwrap(), PollBudget::Fixed(16));
         assert_eq!(parse_budget("adaptive").unwrap(), PollBudget::Adaptive);
+        assert_eq!(
+            parse_budget("adaptive-seed").unwrap(),
+            PollBudget::AdaptiveSeed
+        );
         assert!(parse_budget("0").is_err());
         assert!(parse_budget("many").is_err());
     }

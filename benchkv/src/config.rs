@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use copyrpc_core::budget::Params as BudgetParams;
 use copyrpc_host::fabric::FabricKind;
 
 use crate::cli::{
@@ -71,8 +72,9 @@ pub struct Config {
     pub take_per_turn: usize,
     /// Seed 001's extra empty polls per loop (0 = off).
     pub poll_budget: u32,
-    /// `--poll-budget adaptive`: seed 001's controller steers it.
-    pub adaptive: bool,
+    /// `--poll-budget adaptive|adaptive-seed`: seed 001's controller steers it, with these
+    /// parameters.
+    pub adaptive: Option<BudgetParams>,
     /// `--metrics`.
     pub metrics: bool,
     /// `--output`.
@@ -182,6 +184,17 @@ fn check_writable(path: &std::path::Path) -> Result<(), String> {
 }
 
 impl Config {
+    /// `--poll-budget`'s word for the controller, when one steers it.
+    pub fn adaptive_label(&self) -> Option<&'static str> {
+        self.adaptive.map(|p| {
+            if p == BudgetParams::SEED {
+                "adaptive-seed"
+            } else {
+                "adaptive"
+            }
+        })
+    }
+
     /// Checks `cli`; the error is one sentence for the user.
     pub fn from_cli(cli: &Cli) -> Result<Self, String> {
         let is_virtual = cli.world.trim() != "threads";
@@ -265,9 +278,10 @@ impl Config {
             }
         };
         let (poll_budget, adaptive) = match cli.poll_budget {
-            PollBudget::Off => (0, false),
-            PollBudget::Fixed(n) => (n, false),
-            PollBudget::Adaptive => (0, true),
+            PollBudget::Off => (0, None),
+            PollBudget::Fixed(n) => (n, None),
+            PollBudget::Adaptive => (0, Some(BudgetParams::ADAPTED)),
+            PollBudget::AdaptiveSeed => (0, Some(BudgetParams::SEED)),
         };
         let fabric = match cli.fabric {
             FabricArg::Auto => FabricKind::Auto,

@@ -216,8 +216,8 @@ pub fn describe(
             setup.push(("zipf_theta", json!(theta)));
         }
     }
-    let budget = if cfg.adaptive {
-        json!("adaptive")
+    let budget = if let Some(label) = cfg.adaptive_label() {
+        json!(label)
     } else if cfg.poll_budget == 0 {
         json!("off")
     } else {

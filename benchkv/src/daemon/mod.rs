@@ -73,7 +73,7 @@ pub struct Parts<R> {
     pub poll_budget: u32,
     /// Steer the poll budget with seed 001's controller (`--poll-budget adaptive`),
     /// starting from `poll_budget`.
-    pub adaptive: bool,
+    pub adaptive: Option<BudgetParams>,
     /// Collect the loop metrics.
     pub metrics: bool,
     /// Loops between two samples of the outstanding count (`--metrics`).
@@ -200,7 +200,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             done: Vec::new(),
             step_a: StepA::default(),
             budget,
-            ctl: adaptive.then(|| Controller::new(BudgetParams::SEED)),
+            ctl: adaptive.map(Controller::new),
             now_ns: 0,
             sent_at: Vec::new(),
             rtt_ns: None,

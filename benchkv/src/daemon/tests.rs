@@ -120,7 +120,7 @@ fn drive_with_budget(
                 backend,
                 take_per_turn: usize::MAX,
                 poll_budget,
-                adaptive: false,
+                adaptive: None,
                 metrics: true,
                 sample_every: SAMPLE_EVERY,
                 spin_when_idle: false,

@@ -546,8 +546,8 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
             "virtual:{n} {} K={k} C={c} QD={} poll budget {}",
             cfg.backend.as_str(),
             cfg.queue_depth,
-            if cfg.adaptive {
-                "adaptive".to_string()
+            if let Some(label) = cfg.adaptive_label() {
+                label.to_string()
             } else {
                 cfg.poll_budget.to_string()
             }
