@@ -176,11 +176,10 @@ fn u_stays_within_zero_and_u_max() {
     assert_eq!(u[499], 0, "stepped down to 0 and stays");
 }
 
-#[test]
-fn warmup_identifies_a_known_plant() {
-    // Plant: batch = 0.5 + 1.0 u (dB/du = 1 → step_up = round(2/1) = 2); loops of 1 µs
-    // and a 6 µs RTT (R0 = 6 loops per round trip → u_max = round(2.5 x 6) = 15).
-    let mut c = Controller::new(P);
+/// Runs `c`'s warm-up on a known plant: batch = 0.5 + 1.0 u (dB/du = 1 → step_up =
+/// round(2/1) = 2); loops of 1 µs and a 6 µs RTT (R0 = 6 loops per round trip → u_max =
+/// round(2.5 x 6) = 15). Checks the phases and budgets on the way.
+fn warm_up_on_a_known_plant(c: &mut Controller, p: Params) {
     let mut pl = Plant {
         now: 0,
         loop_ns: 1000,
@@ -188,20 +187,26 @@ fn warmup_identifies_a_known_plant() {
     };
     // Half a completion per loop on average at u = 0: alternate 0 and 1.
     let mut k = 0u32;
-    for _ in 0..P.warmup {
+    for _ in 0..p.warmup {
         assert_eq!(c.phase(), Phase::Baseline);
         assert_eq!(c.budget(), 0);
         k += 1;
         c.update(pl.obs(k % 2));
     }
     assert_eq!(c.phase(), Phase::Probe);
-    assert_eq!(c.budget(), P.u_probe);
-    for _ in 0..P.warmup {
+    assert_eq!(c.budget(), p.u_probe);
+    for _ in 0..p.warmup {
         k += 1;
         // 0.5 + 8 = 8.5 on average.
         c.update(pl.obs(8 + k % 2));
     }
     assert_eq!(c.phase(), Phase::Control);
+}
+
+#[test]
+fn warmup_identifies_a_known_plant() {
+    let mut c = Controller::new(P);
+    warm_up_on_a_known_plant(&mut c, P);
     let s = c.snapshot();
     assert_eq!((s.step_up, s.step_down, s.u_max), (2, 4, 15), "{s:?}");
     assert_eq!(s.u, 0, "steering starts from 0");
@@ -396,23 +401,7 @@ fn two_step_downs_in_a_row_halve_the_need_back() {
 #[test]
 fn the_adapted_warmup_hands_over_at_step_up_not_zero() {
     let mut c = Controller::new(A);
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 6000,
-    };
-    // The plant of `warmup_identifies_a_known_plant`: step_up 2.
-    let mut k = 0u32;
-    for _ in 0..A.warmup {
-        k += 1;
-        c.update(pl.obs(k % 2));
-    }
-    assert_eq!(c.budget(), A.u_probe);
-    for _ in 0..A.warmup {
-        k += 1;
-        c.update(pl.obs(8 + k % 2));
-    }
-    assert_eq!(c.phase(), Phase::Control);
+    warm_up_on_a_known_plant(&mut c, A);
     assert_eq!(c.snapshot().step_up, 2);
     assert_eq!(c.budget(), 2, "steering starts from step_up");
 }
