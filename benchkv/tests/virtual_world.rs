@@ -436,3 +436,38 @@ fn seed_001_bistability_a_cold_start_collapses_at_four_ranks_and_holds_at_two() 
     let mean = |l: &[Value]| of_type(l, "metrics")[0]["cqe_batch_mean"].as_f64().unwrap();
     assert!(mean(&four) < 1.0, "4 ranks' CQE batch mean {}", mean(&four));
 }
+
+/// Issue 18 on seed 001's collapsing plant (docs/PERFORMANCE.md, "Adaptive poll budget"):
+/// without a budget 8 ranks collapse by ~1 ms; the adaptive budget holds them high. The
+/// world is deterministic, so the comparison cannot flake.
+#[test]
+fn the_adaptive_budget_keeps_the_collapsing_eight_rank_world_high() {
+    let rate = |budget: &str| -> f64 {
+        let out = benchkv(&[
+            "--world",
+            "virtual:8",
+            "-C",
+            "46",
+            "--queue-depth",
+            "32",
+            "--duration",
+            "2ms",
+            "--rpc-ring",
+            "256k",
+            "--cost",
+            "item_ns=40,jitter=0.3",
+            "--nic",
+            "wqe_ns=7000",
+            "--poll-budget",
+            budget,
+            "--output",
+            "json",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let lines = json_lines(&out);
+        assert_eq!(of_type(&lines, "summary")[0]["drained"], true);
+        of_type(&lines, "run")[0]["total_rps"].as_f64().unwrap()
+    };
+    let (off, adaptive) = (rate("off"), rate("adaptive"));
+    assert!(adaptive > 2.0 * off, "adaptive {adaptive} vs off {off}");
+}
