@@ -16,10 +16,12 @@
 //!   by `2 × step_up` at once.
 //!
 //! It starts with a **warm-up** that identifies the plant (seed 001's self-
-//! identification): `warmup` loops at `u = 0` (batch `B0`, empty ratio `E0`, and
-//! `R0` = RTT / loop time: how many loops fit in a round trip), then `warmup` loops at
-//! `u = u_probe` (`B1`, `E1`). From them: `step_up = clamp(round(2 / max(dB/du, eps)), 1,
-//! 8)`, `step_down = max(2 step_up, 2)`, `u_max = clamp(round(2.5 R0), 8, 64)`.
+//! identification): `warmup` loops at `u = 0` (batch `B0`, and `R0` = RTT / loop time:
+//! how many loops fit in a round trip), then `warmup` loops at `u = u_probe` (`B1`).
+//! From them: `step_up = clamp(round(2 / max(dB/du, eps)), 1, 8)`, `step_down = max(2
+//! step_up, 2)`, `u_max = clamp(round(2.5 R0), 8, 64)`. (The seed also measures the
+//! empty ratios `E0`, `E1` and `dE/du`; none of its gains uses them, so they are not
+//! kept.)
 //!
 //! # Where this departs from the seed's pseudo-code, and why
 //!
@@ -216,10 +218,10 @@ pub struct Controller {
     phase: Phase,
     /// Loops left in the current warm-up phase.
     left: u32,
-    /// Warm-up sums: completions, empty loops, loop ns, loops, loops with a duration.
-    sums: [u64; 5],
+    /// Warm-up sums: completions, loop ns, loops, loops with a duration. (The seed also
+    /// measures the empty ratio at both points, but none of its gains uses it.)
+    sums: [u64; 4],
     b0: u64,
-    e0: u64,
     r0: u64,
     last_ns: Option<u64>,
     s: Snapshot,
@@ -249,9 +251,8 @@ impl Controller {
             p,
             phase: Phase::Baseline,
             left: p.warmup,
-            sums: [0; 5],
+            sums: [0; 4],
             b0: 0,
-            e0: 0,
             r0: 0,
             last_ns: None,
             s: Snapshot {
@@ -322,48 +323,45 @@ impl Controller {
             (s.loop_ns << 16) / s.rtt_ns.max(RTT_FLOOR_NS * ONE)
         };
         match self.phase {
-            Phase::Baseline => self.baseline(cqes, empty, loop_ns, timed),
-            Phase::Probe => self.probe(cqes, empty),
+            Phase::Baseline => self.baseline(cqes, loop_ns, timed),
+            Phase::Probe => self.probe(cqes),
             Phase::Control => self.steer(),
         }
         debug_assert!(self.s.u <= self.s.u_max);
         self.s.u
     }
 
-    fn baseline(&mut self, cqes: u64, empty: bool, loop_ns: u64, timed: bool) {
+    fn baseline(&mut self, cqes: u64, loop_ns: u64, timed: bool) {
         self.sums[0] += cqes;
-        self.sums[1] += u64::from(empty);
-        self.sums[2] += loop_ns;
-        self.sums[3] += 1;
-        self.sums[4] += u64::from(timed);
+        self.sums[1] += loop_ns;
+        self.sums[2] += 1;
+        self.sums[3] += u64::from(timed);
         self.left = self.left.saturating_sub(1);
         if self.left > 0 {
             return;
         }
-        let n = self.sums[3].max(1);
+        let n = self.sums[2].max(1);
         self.b0 = self.sums[0] * ONE / n;
-        self.e0 = self.sums[1] * ONE / n;
-        let mean_loop = self.sums[2] / self.sums[4].max(1);
+        let mean_loop = self.sums[1] / self.sums[3].max(1);
         // Loops per round trip, × 2^16; without an RTT or a loop time, the bound's floor.
         self.r0 = match (self.s.rtt_ns / ONE, mean_loop) {
             (0, _) | (_, 0) => 0,
             (rtt, l) => rtt.min(MAX_NS) * ONE / l,
         };
-        self.sums = [0; 5];
+        self.sums = [0; 4];
         self.phase = Phase::Probe;
         self.left = self.p.warmup;
         self.s.u = self.p.u_probe.min(self.s.u_max);
     }
 
-    fn probe(&mut self, cqes: u64, empty: bool) {
+    fn probe(&mut self, cqes: u64) {
         self.sums[0] += cqes;
-        self.sums[1] += u64::from(empty);
-        self.sums[3] += 1;
+        self.sums[2] += 1;
         self.left = self.left.saturating_sub(1);
         if self.left > 0 {
             return;
         }
-        let n = self.sums[3].max(1);
+        let n = self.sums[2].max(1);
         let b1 = self.sums[0] * ONE / n;
         let u_probe = u64::from(self.p.u_probe.max(1));
         // dB/du × 2^16, floored at eps = 1/16.

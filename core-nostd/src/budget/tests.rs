@@ -39,7 +39,12 @@ impl Plant {
 }
 
 /// Runs `n` loops; returns the budgets after each.
-fn run(c: &mut Controller, plant: &mut Plant, n: usize, cqes: impl Fn(u32) -> u32) -> [u32; 512] {
+fn run(
+    c: &mut Controller,
+    plant: &mut Plant,
+    n: usize,
+    mut cqes: impl FnMut(u32) -> u32,
+) -> [u32; 512] {
     let mut out = [0; 512];
     for slot in out.iter_mut().take(n) {
         let o = plant.obs(cqes(c.budget()));
@@ -176,7 +181,7 @@ fn u_stays_within_zero_and_u_max() {
     assert_eq!(u[499], 0, "stepped down to 0 and stays");
 }
 
-/// Runs `c`'s warm-up on a known plant: batch = 0.5 + 1.0 u (dB/du = 1 → step_up =
+/// Runs `c`'s warm-up on a known plant: batch = 4.5 + 1.0 u (dB/du = 1 → step_up =
 /// round(2/1) = 2); loops of 1 µs and a 6 µs RTT (R0 = 6 loops per round trip → u_max =
 /// round(2.5 x 6) = 15). Checks the phases and budgets on the way.
 fn warm_up_on_a_known_plant(c: &mut Controller, p: Params) {
@@ -185,20 +190,20 @@ fn warm_up_on_a_known_plant(c: &mut Controller, p: Params) {
         loop_ns: 1000,
         rtt_ns: 6000,
     };
-    // Half a completion per loop on average at u = 0: alternate 0 and 1.
+    // 4.5 completions per loop on average at u = 0: alternate 4 and 5.
     let mut k = 0u32;
     for _ in 0..p.warmup {
         assert_eq!(c.phase(), Phase::Baseline);
         assert_eq!(c.budget(), 0);
         k += 1;
-        c.update(pl.obs(k % 2));
+        c.update(pl.obs(4 + k % 2));
     }
     assert_eq!(c.phase(), Phase::Probe);
     assert_eq!(c.budget(), p.u_probe);
     for _ in 0..p.warmup {
         k += 1;
-        // 0.5 + 8 = 8.5 on average.
-        c.update(pl.obs(8 + k % 2));
+        // 4.5 + 8 = 12.5 on average (a B0 taken as 0 would make dB/du 1.56, step_up 1).
+        c.update(pl.obs(12 + k % 2));
     }
     assert_eq!(c.phase(), Phase::Control);
 }
@@ -315,20 +320,18 @@ fn batch_steering_steps_up_below_a_batch_of_one_whatever_rho_says() {
         loop_ns: 10_000,
         rtt_ns: 1000,
     };
-    let u = run(&mut c, &mut pl, 64, |_| pl_alternate());
+    // 0, 1, 0, 1, ...: a batch EWMA near 0.5 and an empty ratio near 0.5.
+    let mut k = 0u32;
+    let u = run(&mut c, &mut pl, 64, |_| {
+        k += 1;
+        k % 2
+    });
     let s = c.snapshot();
     assert!(s.rho > u64::from(A.rho_high), "{s:?}");
     assert!(s.batch < u64::from(A.b_low), "{s:?}");
     assert_eq!(s.downs, 0, "{s:?}");
     assert!(s.ups >= 2, "{u:?}");
     assert!(u[63] > 4, "{u:?}");
-}
-
-/// 0, 1, 0, 1, ...: a batch EWMA near 0.5 and an empty ratio near 0.5.
-fn pl_alternate() -> u32 {
-    use core::sync::atomic::{AtomicU32, Ordering};
-    static K: AtomicU32 = AtomicU32::new(0);
-    K.fetch_add(1, Ordering::Relaxed) % 2
 }
 
 #[test]
@@ -392,10 +395,120 @@ fn two_step_downs_in_a_row_halve_the_need_back() {
         loop_ns: 1000,
         rtt_ns: 50_000,
     };
-    // Always high: each step down stands.
-    run(&mut c, &mut pl, 200, |_| 8);
-    assert_eq!(c.down_need, A.high_need);
+    // Always high: each step down stands, and each halves the need.
+    let mut seen = [0u32; 2];
+    for _ in 0..200 {
+        c.update(pl.obs(8));
+        let downs = c.snapshot().downs as usize;
+        if (1..=2).contains(&downs) {
+            seen[downs - 1] = c.down_need;
+        }
+    }
+    assert_eq!(seen, [2 * A.high_need, A.high_need]);
     assert_eq!(c.budget(), 0);
+}
+
+#[test]
+fn without_back_off_an_undone_step_down_leaves_the_need_alone() {
+    let mut c = steering(1, 20);
+    c.s.u = 4;
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 10_000,
+        rtt_ns: 1000,
+    };
+    // The seed's steering on rho = 10 (high) while u >= 4, every loop empty below
+    // (low): down, up, down, ... and the need stays at high_need.
+    for _ in 0..400 {
+        let u = c.budget();
+        c.update(pl.obs(if u >= 4 { 8 } else { 0 }));
+        assert_eq!(c.down_need, P.high_need, "{:?}", c.snapshot());
+    }
+    assert!(c.snapshot().downs >= 3, "{:?}", c.snapshot());
+}
+
+#[test]
+fn a_batch_between_the_bands_holds_u() {
+    // Batches of 3: not below b_low (1), not above b_high (4); never empty. The EWMAs
+    // start settled there.
+    let mut c = batch_steering(1, 4, 20);
+    c.s.batch = 3 * ONE;
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 1000,
+        rtt_ns: 50_000,
+    };
+    let u = run(&mut c, &mut pl, 300, |_| 3);
+    assert!(u[..300].iter().all(|&x| x == 4), "{u:?}");
+}
+
+#[test]
+fn batch_steering_steps_up_on_a_high_empty_ratio_even_with_batches_above_one() {
+    // One loop in eight brings 16 completions: a batch EWMA around 2, an empty ratio
+    // around 0.85 (above e_high). The EWMAs start settled there.
+    let mut c = batch_steering(1, 0, 20);
+    c.s.batch = 2 * ONE;
+    c.s.empty = ONE * 85 / 100;
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 1000,
+        rtt_ns: 50_000,
+    };
+    let mut k = 0u32;
+    run(&mut c, &mut pl, 300, |_| {
+        k += 1;
+        if k.is_multiple_of(8) {
+            16
+        } else {
+            0
+        }
+    });
+    let s = c.snapshot();
+    assert!(s.batch >= u64::from(A.b_low), "{s:?}");
+    assert!(s.ups >= 2 && s.downs == 0, "{s:?}");
+}
+
+#[test]
+fn many_empty_loops_are_not_high_however_large_the_batch() {
+    // 40 completions every other loop: a batch EWMA near 20 (above b_high) with an
+    // empty ratio near 0.5 (above e_low, below e_high): neither high nor low. The EWMAs
+    // start settled there.
+    let mut c = batch_steering(1, 4, 20);
+    c.s.batch = 20 * ONE;
+    c.s.empty = ONE / 2;
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 1000,
+        rtt_ns: 50_000,
+    };
+    let mut k = 0u32;
+    let u = run(&mut c, &mut pl, 300, |_| {
+        k += 1;
+        if k.is_multiple_of(2) {
+            40
+        } else {
+            0
+        }
+    });
+    assert!(u[..300].iter().all(|&x| x == 4), "{u:?}");
+}
+
+#[test]
+fn the_adapted_parameters_warm_up_in_sixteen_loops_a_phase() {
+    let mut c = Controller::new(Params::ADAPTED);
+    let mut pl = Plant {
+        now: 0,
+        loop_ns: 1000,
+        rtt_ns: 6000,
+    };
+    for _ in 0..16 {
+        c.update(pl.obs(1));
+    }
+    assert_eq!(c.phase(), Phase::Probe);
+    for _ in 0..16 {
+        c.update(pl.obs(9));
+    }
+    assert_eq!(c.phase(), Phase::Control);
 }
 
 #[test]
