@@ -386,6 +386,23 @@ fn answer_rate(lines: &[Value], from_us: f64, to_us: f64) -> f64 {
     xs.iter().sum::<f64>() / xs.len() as f64
 }
 
+/// Seed 001's settings with a 7 µs QP packet time (docs/PERFORMANCE.md, "Seed 001"),
+/// JSON out.
+const SEED_001_PLANT: &[&str] = &[
+    "-C",
+    "46",
+    "--queue-depth",
+    "32",
+    "--rpc-ring",
+    "256k",
+    "--cost",
+    "item_ns=40,jitter=0.3",
+    "--nic",
+    "wqe_ns=7000",
+    "--output",
+    "json",
+];
+
 #[test]
 fn seed_001_bistability_a_cold_start_collapses_at_four_ranks_and_holds_at_two() {
     // Seed 001's settings with a 7 µs QP packet time (docs/PERFORMANCE.md, "Seed 001"):
@@ -393,26 +410,16 @@ fn seed_001_bistability_a_cold_start_collapses_at_four_ranks_and_holds_at_two() 
     // disperse into 1-message batches that saturate the QPs and the answer rate falls to
     // a fraction of the first wave's, with 1 peer the two daemons stay phase-locked.
     let run = |np: &str| {
-        let out = benchkv(&[
+        let mut args = vec![
             "--world",
             np,
-            "-C",
-            "46",
-            "--queue-depth",
-            "32",
             "--duration",
             "3ms",
-            "--rpc-ring",
-            "256k",
-            "--cost",
-            "item_ns=40,jitter=0.3",
-            "--nic",
-            "wqe_ns=7000",
             "--sample-every",
             "100us",
-            "--output",
-            "json",
-        ]);
+        ];
+        args.extend_from_slice(SEED_001_PLANT);
+        let out = benchkv(&args);
         assert!(out.status.success(), "{}", text(&out.stderr));
         json_lines(&out)
     };
@@ -443,26 +450,10 @@ fn seed_001_bistability_a_cold_start_collapses_at_four_ranks_and_holds_at_two() 
 #[test]
 fn the_adaptive_budget_keeps_the_collapsing_eight_rank_world_high() {
     let rate = |budget: &str| -> f64 {
-        let out = benchkv(&[
-            "--world",
-            "virtual:8",
-            "-C",
-            "46",
-            "--queue-depth",
-            "32",
-            "--duration",
-            "2ms",
-            "--rpc-ring",
-            "256k",
-            "--cost",
-            "item_ns=40,jitter=0.3",
-            "--nic",
-            "wqe_ns=7000",
-            "--poll-budget",
-            budget,
-            "--output",
-            "json",
-        ]);
+        let mut args = vec!["--world", "virtual:8", "--duration", "2ms"];
+        args.extend_from_slice(SEED_001_PLANT);
+        args.extend_from_slice(&["--poll-budget", budget]);
+        let out = benchkv(&args);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let lines = json_lines(&out);
         assert_eq!(of_type(&lines, "summary")[0]["drained"], true);
