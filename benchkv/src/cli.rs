@@ -94,9 +94,10 @@ pub struct Cli {
     /// Seed 001's poll budget: after the transport poll that drains the completion
     /// queue, the daemon keeps polling until N polls have found nothing (at most 4 N
     /// extra polls in all) before the rest of its loop, to let completions accumulate:
-    /// `off` (the default), N in 1..=65536, or `adaptive`: seed 001's
-    /// controller (warm-up self-identification, then hysteresis on loop time / RTT and
-    /// the empty-loop ratio) steers it per daemon.
+    /// `off` (the default), N in 1..=65536, `adaptive`: seed 001's controller
+    /// (warm-up self-identification, then hysteresis on the CQE batch and the empty-loop
+    /// ratio) steers it per daemon, or `adaptive-seed`: the same controller with the
+    /// seed's parameters (hysteresis on loop time / RTT).
     #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive|adaptive-seed")]
     pub poll_budget: PollBudget,
 

@@ -71,8 +71,8 @@ pub struct Parts<R> {
     /// rest of the loop runs, to let completions accumulate (at most
     /// [`EXTRA_POLL_CAP`] × this many extra polls in all). 0: none.
     pub poll_budget: u32,
-    /// Steer the poll budget with seed 001's controller (`--poll-budget adaptive`),
-    /// starting from `poll_budget`.
+    /// Steer the poll budget with seed 001's controller and these parameters
+    /// (`--poll-budget adaptive|adaptive-seed`), starting from `poll_budget`.
     pub adaptive: Option<BudgetParams>,
     /// Collect the loop metrics.
     pub metrics: bool,

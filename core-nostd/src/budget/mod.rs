@@ -44,7 +44,6 @@
 //!   the boundary settles instead of ringing; `u` never leaves `[0, u_max]`.
 //! - Collapse recovery only runs outside a hold (the seed's `continue` skips it during a
 //!   hold too), so it raises `u` at most once per `hold_min` loops.
-
 //!
 //! # Steering on the batch ([`Params::ADAPTED`], what benchkv runs)
 //!
@@ -391,17 +390,14 @@ impl Controller {
             return;
         }
         let s = &self.s;
-        let (low, high) = if p.use_rho {
-            (
-                s.rho < u64::from(p.rho_low) || s.empty > u64::from(p.e_high),
-                s.rho > u64::from(p.rho_high) && s.empty < u64::from(p.e_low),
-            )
+        // The steered level and its band: rho (the seed) or the CQE batch.
+        let (x, lo, hi) = if p.use_rho {
+            (s.rho, p.rho_low, p.rho_high)
         } else {
-            (
-                s.batch < u64::from(p.b_low) || s.empty > u64::from(p.e_high),
-                s.batch > u64::from(p.b_high) && s.empty < u64::from(p.e_low),
-            )
+            (s.batch, p.b_low, p.b_high)
         };
+        let low = x < u64::from(lo) || s.empty > u64::from(p.e_high);
+        let high = x > u64::from(hi) && s.empty < u64::from(p.e_low);
         if low {
             self.low_cnt += 1;
             self.high_cnt = 0;
