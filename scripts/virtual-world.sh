@@ -63,23 +63,21 @@ budget)
     # Issue 18: the adaptive poll budget against every fixed one on the same plant (seed
     # 001's settings with a 7 µs QP packet time, 1 µs extra polls), from a cold start,
     # then after a 1 ms stall of rank 3's NIC at 2 ms (10 ms runs), and the plot of u.
+    plant=(-C 46 --queue-depth 32 --rpc-ring 256k --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000)
     for np in 2 8 16 32; do
         for pb in off 1 2 3 4 8 16 adaptive adaptive-seed; do
-            $B --world "virtual:$np" -C 46 --queue-depth 32 --duration 5ms --rpc-ring 256k \
-                --poll-budget "$pb" --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000 \
+            $B --world "virtual:$np" "${plant[@]}" --duration 5ms --poll-budget "$pb" \
                 --output json 2>/dev/null | summary "NP=$np poll-budget=$pb"
         done
     done
     for pb in off 2 adaptive adaptive-seed; do
-        $B --world virtual:8 -C 46 --queue-depth 32 --duration 10ms --rpc-ring 256k \
-            --poll-budget "$pb" --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000 \
+        $B --world virtual:8 "${plant[@]}" --duration 10ms --poll-budget "$pb" \
             --vfault stall:3@2ms+1ms --output json 2>/dev/null | summary "stall NP=8 poll-budget=$pb"
     done
     mkdir -p docs/figures
     for v in "8 5ms adaptive-np8" "16 5ms adaptive-np16" "8 10ms adaptive-stall-np8 --vfault stall:3@2ms+1ms"; do
         set -- $v
-        $B --world "virtual:$1" -C 46 --queue-depth 32 --duration "$2" --rpc-ring 256k \
-            --poll-budget adaptive --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000 "${@:4}" \
+        $B --world "virtual:$1" "${plant[@]}" --duration "$2" --poll-budget adaptive "${@:4}" \
             --sample-every 25us --plot "docs/figures/budget-$3.svg" >/dev/null 2>&1
     done
     ;;

@@ -28,6 +28,15 @@ struct Plant {
 }
 
 impl Plant {
+    /// Loops of `loop_ns`, an RTT of `rtt_ns`, starting at time 0.
+    fn new(loop_ns: u64, rtt_ns: u64) -> Self {
+        Self {
+            now: 0,
+            loop_ns,
+            rtt_ns,
+        }
+    }
+
     fn obs(&mut self, cqes: u32) -> Observation {
         self.now += self.loop_ns;
         Observation {
@@ -57,11 +66,7 @@ fn run(
 fn low_rho_steps_up_after_low_need_loops_then_holds() {
     let mut c = steering(2, 20);
     // Loop 1 µs, RTT 6 µs: rho ≈ 0.17 < 0.8; batches of 3, never empty.
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 6000,
-    };
+    let mut pl = Plant::new(1000, 6000);
     let u = run(&mut c, &mut pl, 15, |_| 3);
     // The loop-time EWMA starts at 0, so rho is low from the first loop.
     assert_eq!(&u[..4], &[0, 0, 0, 2], "{u:?}");
@@ -75,11 +80,7 @@ fn low_rho_steps_up_after_low_need_loops_then_holds() {
 fn a_high_empty_ratio_steps_up_even_when_rho_is_in_band() {
     let mut c = steering(1, 20);
     // rho = 1.0 (in 0.8..1.2) once the EWMAs settle; every loop empty.
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 6000,
-        rtt_ns: 6000,
-    };
+    let mut pl = Plant::new(6000, 6000);
     // Let the loop EWMA reach rho 1 with batches (no step: low by rho at first, so
     // reset the counters by a loop in band).
     run(&mut c, &mut pl, 200, |_| 1);
@@ -112,11 +113,7 @@ fn high_rho_and_few_empties_step_down_after_high_need_loops() {
     c.s.loop_ns = 12_000 * ONE;
     c.s.rtt_ns = 6000 * ONE;
     c.s.batch = 10 * ONE;
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 12_000,
-        rtt_ns: 6000,
-    };
+    let mut pl = Plant::new(12_000, 6000);
     let u = run(&mut c, &mut pl, 120, |_| 10);
     let first = u.iter().position(|&x| x != 20).expect("never moved");
     assert_eq!(
@@ -139,11 +136,7 @@ fn high_rho_and_few_empties_step_down_after_high_need_loops() {
 fn collapse_recovery_raises_u_by_two_steps_at_once() {
     let mut c = steering(3, 40);
     // rho in band (1.0) so only the collapse rule can act; every loop empty.
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 6000,
-        rtt_ns: 6000,
-    };
+    let mut pl = Plant::new(6000, 6000);
     c.s.loop_ns = 6000 * ONE;
     c.s.rtt_ns = 6000 * ONE;
     c.s.empty = ONE; // already collapsed: empty ratio 1, batch 0
@@ -162,21 +155,13 @@ fn collapse_recovery_raises_u_by_two_steps_at_once() {
 #[test]
 fn u_stays_within_zero_and_u_max() {
     let mut c = steering(8, 10);
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 100,
-        rtt_ns: 100_000,
-    };
+    let mut pl = Plant::new(100, 100_000);
     let u = run(&mut c, &mut pl, 500, |_| 0);
     assert!(u.iter().take(500).all(|&x| x <= 10), "{u:?}");
     assert_eq!(u[499], 10, "pinned at u_max");
     let mut c = steering(8, 10);
     c.s.u = 3;
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1_000_000,
-        rtt_ns: 1000,
-    };
+    let mut pl = Plant::new(1_000_000, 1000);
     let u = run(&mut c, &mut pl, 500, |_| 50);
     assert_eq!(u[499], 0, "stepped down to 0 and stays");
 }
@@ -185,11 +170,7 @@ fn u_stays_within_zero_and_u_max() {
 /// round(2/1) = 2); loops of 1 µs and a 6 µs RTT (R0 = 6 loops per round trip → u_max =
 /// round(2.5 x 6) = 15). Checks the phases and budgets on the way.
 fn warm_up_on_a_known_plant(c: &mut Controller, p: Params) {
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 6000,
-    };
+    let mut pl = Plant::new(1000, 6000);
     // 4.5 completions per loop on average at u = 0: alternate 4 and 5.
     let mut k = 0u32;
     for _ in 0..p.warmup {
@@ -315,11 +296,7 @@ fn batch_steering_steps_up_below_a_batch_of_one_whatever_rho_says() {
     let mut c = batch_steering(2, 4, 20);
     // Loop 10 µs, RTT 1 µs: rho = 10, high for the seed; half a completion per loop
     // and half the loops empty (under e_high): low only by the batch.
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 10_000,
-        rtt_ns: 1000,
-    };
+    let mut pl = Plant::new(10_000, 1000);
     // 0, 1, 0, 1, ...: a batch EWMA near 0.5 and an empty ratio near 0.5.
     let mut k = 0u32;
     let u = run(&mut c, &mut pl, 64, |_| {
@@ -338,11 +315,7 @@ fn batch_steering_steps_up_below_a_batch_of_one_whatever_rho_says() {
 fn batch_steering_steps_down_above_a_batch_of_four_whatever_rho_says() {
     let mut c = batch_steering(1, 8, 20);
     // Loop 1 µs, RTT 1 ms: rho = 0.001, low for the seed; batches of 8, never empty.
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 1_000_000,
-    };
+    let mut pl = Plant::new(1000, 1_000_000);
     let u = run(&mut c, &mut pl, 200, |_| 8);
     let s = c.snapshot();
     assert!(s.rho < u64::from(A.rho_low), "{s:?}");
@@ -354,11 +327,7 @@ fn batch_steering_steps_down_above_a_batch_of_four_whatever_rho_says() {
 #[test]
 fn a_step_down_followed_by_a_step_up_doubles_the_next_step_downs_need() {
     let mut c = batch_steering(1, 4, 20);
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 50_000,
-    };
+    let mut pl = Plant::new(1000, 50_000);
     // Batches of 8 while u >= 4, none below: the plant collapses without the budget.
     let plant = |u: u32| if u >= 4 { 8 } else { 0 };
     let u = run(&mut c, &mut pl, 400, plant);
@@ -390,11 +359,7 @@ fn two_step_downs_in_a_row_halve_the_need_back() {
     let mut c = batch_steering(1, 4, 20);
     c.down_need = 4 * A.high_need;
     c.last_down = true;
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 50_000,
-    };
+    let mut pl = Plant::new(1000, 50_000);
     // Always high: each step down stands, and each halves the need.
     let mut seen = [0u32; 2];
     for _ in 0..200 {
@@ -412,11 +377,7 @@ fn two_step_downs_in_a_row_halve_the_need_back() {
 fn without_back_off_an_undone_step_down_leaves_the_need_alone() {
     let mut c = steering(1, 20);
     c.s.u = 4;
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 10_000,
-        rtt_ns: 1000,
-    };
+    let mut pl = Plant::new(10_000, 1000);
     // The seed's steering on rho = 10 (high) while u >= 4, every loop empty below
     // (low): down, up, down, ... and the need stays at high_need.
     for _ in 0..400 {
@@ -433,11 +394,7 @@ fn a_batch_between_the_bands_holds_u() {
     // start settled there.
     let mut c = batch_steering(1, 4, 20);
     c.s.batch = 3 * ONE;
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 50_000,
-    };
+    let mut pl = Plant::new(1000, 50_000);
     let u = run(&mut c, &mut pl, 300, |_| 3);
     assert!(u[..300].iter().all(|&x| x == 4), "{u:?}");
 }
@@ -449,11 +406,7 @@ fn batch_steering_steps_up_on_a_high_empty_ratio_even_with_batches_above_one() {
     let mut c = batch_steering(1, 0, 20);
     c.s.batch = 2 * ONE;
     c.s.empty = ONE * 85 / 100;
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 50_000,
-    };
+    let mut pl = Plant::new(1000, 50_000);
     let mut k = 0u32;
     run(&mut c, &mut pl, 300, |_| {
         k += 1;
@@ -476,11 +429,7 @@ fn many_empty_loops_are_not_high_however_large_the_batch() {
     let mut c = batch_steering(1, 4, 20);
     c.s.batch = 20 * ONE;
     c.s.empty = ONE / 2;
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 50_000,
-    };
+    let mut pl = Plant::new(1000, 50_000);
     let mut k = 0u32;
     let u = run(&mut c, &mut pl, 300, |_| {
         k += 1;
@@ -496,11 +445,7 @@ fn many_empty_loops_are_not_high_however_large_the_batch() {
 #[test]
 fn the_adapted_parameters_warm_up_in_sixteen_loops_a_phase() {
     let mut c = Controller::new(Params::ADAPTED);
-    let mut pl = Plant {
-        now: 0,
-        loop_ns: 1000,
-        rtt_ns: 6000,
-    };
+    let mut pl = Plant::new(1000, 6000);
     for _ in 0..16 {
         c.update(pl.obs(1));
     }
