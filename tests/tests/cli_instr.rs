@@ -32,6 +32,10 @@ fn bad_arguments_are_usage_errors_never_panics() {
         (&["idle", "0"], "POLLS"),
         (&["idle", HUGE], "POLLS"),
         (&["idle", "5", "6"], "unexpected"),
+        (&["driver"], "ROUNDS is missing"),
+        (&["driver", "0"], "ROUNDS"),
+        (&["driver", "5", "129"], "PAYLOAD"),
+        (&["driver", "5", "32", "x"], "unexpected"),
     ] {
         let out = instr(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -52,5 +56,15 @@ fn a_small_run_reports_its_message_count() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "calls=6 messages=12"
+    );
+    let out = instr(&["driver", "7", "128"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "calls=7 messages=14"
     );
 }

@@ -48,3 +48,22 @@ fn the_idle_run_holds_a_call_and_probes_at_the_default_interval() {
         .join()
         .unwrap();
 }
+
+#[test]
+fn the_driver_only_echo_answers_every_call_over_several_laps() {
+    // 4 000 calls: the 96 B (32 B payload) and 192 B (128 B) batches go round the 64 KiB
+    // rings more than 5 and 11 times, the 255 WQEs of each SRQ are consumed 15 times
+    // over (so reposted), and the 64-WQEBB send queues fill many times (so their
+    // signaled completions retire). Four turns a call, as copyrpc's rounds in `flush`
+    // and `inpoll` mode: post, arrival at B (which answers at once), a step for the
+    // answer's delivery, its arrival at A.
+    for payload in [32, 128] {
+        let mut p = copyrpc_tests::driver_echo::pair();
+        let steps = copyrpc_tests::driver_echo::run(&mut p, &vec![3; payload], 4000);
+        assert_eq!(steps, 4 * 4000, "{payload} B");
+        for srqn in [p.rig.a.srqn, p.rig.b.srqn] {
+            let info = p.rig.dev.srq_info(srqn).expect("the SRQ exists");
+            assert_eq!(info.consumed, 4000, "{payload} B: one WQE per batch");
+        }
+    }
+}

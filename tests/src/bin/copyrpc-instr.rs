@@ -9,17 +9,25 @@
 //! (`echo_rig::idle`: it spins on `Context::idle` and polls when told); the script
 //! divides the cost of the spins and polls by the spins it prints.
 //!
+//! `copyrpc-instr driver ROUNDS [PAYLOAD]`: the same echo at batch 1 written directly on
+//! the mlx5 driver, no RPC layer (`copyrpc_tests::driver_echo`): the floor under the
+//! batch-1 rows.
+//!
 //! A bad argument is a usage error (exit 2) naming it, never a panic.
 
 use std::process::ExitCode;
 
 use copyrpc_tests::echo_rig::{Pattern, Serve};
 
-const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS";
+const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS\n       copyrpc-instr driver ROUNDS [PAYLOAD]";
 
 /// What to run, from the command line.
 enum Job {
     Idle(u64),
+    Driver {
+        rounds: u64,
+        payload: usize,
+    },
     Echo {
         batch: u32,
         rounds: u64,
@@ -46,6 +54,19 @@ fn parse(args: &[String]) -> Result<Job, String> {
             return Err(format!("unexpected argument {:?}", args[2]));
         }
         return Ok(Job::Idle(number("POLLS", args.get(1), 1, 1 << 32)?));
+    }
+    if args.first().map(String::as_str) == Some("driver") {
+        if args.len() > 3 {
+            return Err(format!("unexpected argument {:?}", args[3]));
+        }
+        let rounds = number("ROUNDS", args.get(1), 1, 100_000_000)?;
+        // Up to 128 B the batch (32 B metadata, 16 B header, payload padded to 32 B)
+        // stays within the send queue's 220 B inline limit, as copyrpc's small calls do.
+        let payload = match args.get(2) {
+            None => 32,
+            v => number("PAYLOAD", v, 0, 128)? as usize,
+        };
+        return Ok(Job::Driver { rounds, payload });
     }
     if args.len() > 5 {
         return Err(format!("unexpected argument {:?}", args[5]));
@@ -97,6 +118,12 @@ fn main() -> ExitCode {
             let (spins, probes) = copyrpc_tests::echo_rig::idle(&mut p, polls);
             println!("spins={spins} probes={probes}");
         }),
+        Job::Driver { rounds, payload } => {
+            let payload = vec![0x5a; payload];
+            let mut p = copyrpc_tests::driver_echo::pair();
+            copyrpc_tests::driver_echo::run(&mut p, &payload, rounds);
+            println!("calls={rounds} messages={}", 2 * rounds);
+        }
         Job::Echo {
             batch,
             rounds,
