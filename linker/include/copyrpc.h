@@ -849,6 +849,21 @@ int32_t copyrpc_call(struct copyrpc_ctx *ctx,
 int32_t copyrpc_poll(struct copyrpc_ctx *ctx, copyrpc_response_fn cb, void *arg);
 
 /**
+ * The test a caller spins on while it waits for a response: 1 when `copyrpc_poll`
+ * would find nothing to do (no completion in either queue, nothing written waiting to
+ * be posted, no idle-peer probe due), 0 when it should call `copyrpc_poll`, or an
+ * error code. It reads a few words and writes only a poll count (it counts as a poll
+ * toward the idle-peer probe, so a peer is still probed while a caller only spins on
+ * it), so spinning `while (copyrpc_idle(ctx) == 1)` and polling when it returns 0
+ * costs a fraction of an idle `copyrpc_poll` (docs/PERFORMANCE.md, "Latency path").
+ *
+ * # Safety
+ *
+ * `ctx` as in `copyrpc_ctx_fini`.
+ */
+int32_t copyrpc_idle(struct copyrpc_ctx *ctx);
+
+/**
  * Takes the oldest unanswered request into `*out`: returns 1, or 0 when there is none.
  *
  * # Safety

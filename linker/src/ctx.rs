@@ -349,6 +349,26 @@ pub unsafe extern "C" fn copyrpc_poll(
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
+/// The test a caller spins on while it waits for a response: 1 when `copyrpc_poll`
+/// would find nothing to do (no completion in either queue, nothing written waiting to
+/// be posted, no idle-peer probe due), 0 when it should call `copyrpc_poll`, or an
+/// error code. It reads a few words and writes only a poll count (it counts as a poll
+/// toward the idle-peer probe, so a peer is still probed while a caller only spins on
+/// it), so spinning `while (copyrpc_idle(ctx) == 1)` and polling when it returns 0
+/// costs a fraction of an idle `copyrpc_poll` (docs/PERFORMANCE.md, "Latency path").
+///
+/// # Safety
+///
+/// `ctx` as in `copyrpc_ctx_fini`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_idle(ctx: *mut copyrpc_ctx) -> i32 {
+    // SAFETY: forwarded.
+    match unsafe { handle(ctx) } {
+        Ok(h) => i32::from(h.ctx.idle()),
+        Err(e) => e,
+    }
+}
+
 /// A received request, from `copyrpc_recv`. Answer it once with `copyrpc_reply`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

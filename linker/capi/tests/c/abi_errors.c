@@ -65,7 +65,7 @@ struct got {
     size_t len;
     /* Set: the callback calls back into this handle, which must be refused (BUSY). */
     void *reenter;
-    int32_t reentered[3];
+    int32_t reentered[4];
 };
 
 static void on_response(void *arg, uint64_t token, int32_t status, const uint8_t *data, size_t len) {
@@ -80,6 +80,7 @@ static void on_response(void *arg, uint64_t token, int32_t status, const uint8_t
         g->reentered[0] = copyrpc_call(ctx, 0, "x", 1, 16, 7);
         g->reentered[1] = copyrpc_poll(ctx, on_response, arg);
         g->reentered[2] = copyrpc_ctx_fini(ctx);
+        g->reentered[3] = copyrpc_idle(ctx);
     }
 }
 
@@ -105,9 +106,10 @@ static void on_deleg(void *arg, uint32_t call, const copyrpc_shm_msg *resp) {
     }
 }
 
-/* Each of the three calls made from inside the callback was refused as re-entrant. */
-static void expect_busy(const char *what, const struct got *g) {
-    for (int i = 0; i < 3; i++)
+/* Each of the calls made from inside the callback (three, four for a context) was
+ * refused as re-entrant. */
+static void expect_busy(const char *what, const struct got *g, int calls) {
+    for (int i = 0; i < calls; i++)
         if (g->reentered[i] != COPYRPC_E_BUSY) {
             fprintf(stderr, "%s: re-entrant call %d returned %d (%s), expected COPYRPC_E_BUSY\n", what, i,
                     g->reentered[i], copyrpc_strerror(g->reentered[i]));
@@ -156,6 +158,7 @@ int main(void) {
     EXPECT(copyrpc_ep_connect(NULL, 0, &info), COPYRPC_E_NULL);
     EXPECT(copyrpc_call(NULL, 0, "x", 1, 0, 0), COPYRPC_E_NULL);
     EXPECT(copyrpc_poll(NULL, on_response, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_idle(NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_recv(NULL, &req), COPYRPC_E_NULL);
     EXPECT(copyrpc_reply(NULL, &req, NULL, 0), COPYRPC_E_NULL);
     EXPECT(copyrpc_flush(NULL), COPYRPC_E_NULL);
@@ -256,6 +259,9 @@ int main(void) {
     EXPECT(copyrpc_call((copyrpc_ctx *)a.f, 0, "x", 1, 16, 1), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_fabric_queues((copyrpc_fabric *)a.ctx, &q0), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_deleg_server_poll((copyrpc_deleg_server *)a.ctx), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_idle((copyrpc_ctx *)a.f), COPYRPC_E_WRONG_KIND);
+    /* Nothing sent or received yet: nothing for a poll to do. */
+    EXPECT(copyrpc_idle(a.ctx), 1);
 
     /* The real connection, a call and its reply. */
     p.damage = 0;
@@ -264,13 +270,19 @@ int main(void) {
     EXPECT(copyrpc_ep_connect(a.ctx, a.ep, &p.b), COPYRPC_E_ALREADY_CONNECTED);
     EXPECT(copyrpc_call(a.ctx, a.ep, NULL, 3, 16, 1), COPYRPC_E_NULL);
     EXPECT(copyrpc_call(a.ctx, a.ep, "ping", 4, 16, 42), COPYRPC_OK);
+    /* A call written and not yet posted is work for the next poll. */
+    EXPECT(copyrpc_idle(a.ctx), 0);
     EXPECT(copyrpc_flush(a.ctx), COPYRPC_OK);
     struct got g = {.reenter = a.ctx};
     EXPECT(copyrpc_poll(a.ctx, NULL, &g), COPYRPC_E_NULL);
     int served = 0;
     double end = now_s() + 30;
     while (g.n == 0 && now_s() < end) {
-        if (copyrpc_poll(a.ctx, on_response, &g) < 0 || copyrpc_poll(b.ctx, on_response, &g) < 0) break;
+        /* A waits as a caller should: it polls only when copyrpc_idle says there is
+         * work, so the response arrives only if copyrpc_idle sees it. */
+        int32_t idle = copyrpc_idle(a.ctx);
+        if (idle < 0 || (idle == 0 && copyrpc_poll(a.ctx, on_response, &g) < 0)) break;
+        if (copyrpc_poll(b.ctx, on_response, &g) < 0) break;
         if (copyrpc_recv(b.ctx, &req) == 1) {
             if (req.len != 4 || memcmp(req.data, "ping", 4) != 0) {
                 fprintf(stderr, "request bytes differ\n");
@@ -288,7 +300,7 @@ int main(void) {
                 g.status, (unsigned long long)g.token, g.len);
         failures++;
     }
-    expect_busy("copyrpc_poll", &g);
+    expect_busy("copyrpc_poll", &g, 4);
     EXPECT(copyrpc_recv(b.ctx, NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_failure_cause(a.ctx, a.ep, &cause), COPYRPC_OK);
     if (cause.kind != COPYRPC_CAUSE_NONE) {
@@ -301,6 +313,7 @@ int main(void) {
     EXPECT(copyrpc_ctx_fini(a.ctx), COPYRPC_OK);
     EXPECT(copyrpc_ctx_fini(a.ctx), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_poll(a.ctx, on_response, &g), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_idle(a.ctx), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_ctx_fini(b.ctx), COPYRPC_OK);
     EXPECT(copyrpc_fabric_close(a.f), COPYRPC_OK);
     EXPECT(copyrpc_fabric_close(b.f), COPYRPC_OK);
@@ -334,7 +347,7 @@ int main(void) {
         fprintf(stderr, "ipc: %d responses, token+word %llu (expected 106)\n", ig.n, (unsigned long long)ig.token);
         failures++;
     }
-    expect_busy("copyrpc_ipc_client_poll", &ig);
+    expect_busy("copyrpc_ipc_client_poll", &ig, 3);
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_OK);
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_ipc_server_close(is), COPYRPC_OK);
@@ -375,7 +388,7 @@ int main(void) {
                 call + 6);
         failures++;
     }
-    expect_busy("copyrpc_deleg_client_poll", &dg);
+    expect_busy("copyrpc_deleg_client_poll", &dg, 3);
     EXPECT(copyrpc_deleg_client_close(dc), COPYRPC_OK);
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_OK);
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_E_WRONG_KIND);
