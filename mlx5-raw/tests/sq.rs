@@ -383,8 +383,9 @@ fn inline_at_max_and_one_over() {
 
 #[test]
 fn every_length_at_every_ring_position_matches_the_reference_layout() {
-    // The common path writes a gather-free WQE with fixed-size stores; a WQE that runs
-    // past the ring end, or a refusal, goes through the general path. Both must lay out
+    // An all-inline WQE is written as one 36-byte block and the data (`post_remote_inline`),
+    // a registered payload past the inline limit by the contiguous path; a WQE that runs
+    // past the ring end, or a refusal, goes through the general path. All must lay out
     // exactly what `expected_write_imm` builds, for inline-only and registered payloads
     // around every size boundary, at every WQEBB of a ring small enough to wrap often.
     let mem = Mem::new(16);

@@ -482,6 +482,11 @@ impl Sq {
             Repr::Registered { bytes, lkey } => Some((bytes, Some(lkey))),
             Repr::Gather(_) => None,
         };
+        if let (Some(r), Some((bytes, _))) = (remote, contig) {
+            if let Some(posted) = self.post_remote_inline(opcode, r, bytes, imm, flags) {
+                return Ok(posted);
+            }
+        }
         if let Some((bytes, lkey)) = contig {
             if let Some(posted) = self.post_contig(opcode, remote, bytes, lkey, imm, flags) {
                 return Ok(posted);
@@ -535,6 +540,63 @@ impl Sq {
         // The span is exactly the WQE's bytes, so every split inside succeeds.
         let written = write_contig(wqe, &ctrl, remote, inline, tail);
         debug_assert!(written.is_some());
+        self.advance(bbs, signaled);
+        Some(Posted {
+            wqe_index,
+            ds,
+            bbs: bbs as u8,
+            signaled,
+        })
+    }
+
+    /// The WQE a batch protocol posts all the time: an RDMA operation whose bytes (one
+    /// or more) all go inline, in the free WQEBBs before the ring end. ctrl, raddr and
+    /// the inline header are one 36-byte block; the data follows, its last 16 bytes
+    /// zeroed first so the padding is zero. `None`, having written and changed
+    /// nothing, for anything else; [`post_contig`](Self::post_contig) and
+    /// [`post_general`](Self::post_general) lay the same WQE out alike (the tests
+    /// compare them byte for byte).
+    #[inline(always)]
+    fn post_remote_inline(
+        &mut self,
+        opcode: SendOpcode,
+        remote: Remote,
+        bytes: &[u8],
+        imm: [u8; 4],
+        flags: FmCeSe,
+    ) -> Option<Posted> {
+        let len = bytes.len();
+        if len == 0 || len > self.cfg.max_inline as usize {
+            return None;
+        }
+        // ctrl, raddr, then the inline header and data padded to a DS.
+        let wqe_bytes = 2 * SEND_WQE_DS + (4 + len).next_multiple_of(SEND_WQE_DS);
+        let bbs = wqe_bytes.div_ceil(SEND_WQE_BB) as u32;
+        let start = self.ring_off(self.pi);
+        if bbs > self.free_bbs() {
+            return None;
+        }
+        let (signaled, fm_ce_se) = self.signal(flags, bbs);
+        let wqe_index = self.pi as u16;
+        let ds = (wqe_bytes / SEND_WQE_DS) as u8;
+        let ctrl = CtrlSeg::new(opcode, wqe_index, self.qpn, ds, fm_ce_se, imm);
+        // SAFETY: as in `post_general`: the blocks start at the producer index, past
+        // every WQE a doorbell record published, so the device does not read them
+        // until this batch's doorbell, after the span is dropped. `None` (the WQE would
+        // run past the ring end) leaves everything unchanged: nothing above wrote.
+        let wqe = unsafe { self.ring.span_mut(start, wqe_bytes) }?;
+        // The padding (< 16 bytes) lies in the last 16: zeroed first, then header and
+        // data overwrite their part of them.
+        *wqe.last_chunk_mut::<SEND_WQE_DS>()? = [0; SEND_WQE_DS];
+        let (head, data) = wqe.split_first_chunk_mut::<{ 2 * SEND_WQE_DS + 4 }>()?;
+        let raddr = RaddrSeg::new(remote.addr, remote.rkey);
+        let hdr = InlineSegHdr::new(len as u32);
+        let mut block = [0u8; 2 * SEND_WQE_DS + 4];
+        block[..SEND_WQE_DS].copy_from_slice(ctrl.as_bytes());
+        block[SEND_WQE_DS..2 * SEND_WQE_DS].copy_from_slice(raddr.as_bytes());
+        block[2 * SEND_WQE_DS..].copy_from_slice(hdr.as_bytes());
+        *head = block;
+        data.get_mut(..len)?.copy_from_slice(bytes);
         self.advance(bbs, signaled);
         Some(Posted {
             wqe_index,
