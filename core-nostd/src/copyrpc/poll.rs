@@ -136,10 +136,10 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// at once: that test is the whole cost of an idle poll.
     #[inline]
     pub fn poll(&mut self, on_response: impl FnMut(U, Result<&[u8], Error>)) -> usize {
-        if self.start_poll() {
+        let Some(recv) = self.start_busy_poll() else {
             return 0;
-        }
-        self.poll_inner::<false>(u32::MAX, on_response, |_| {})
+        };
+        self.poll_inner::<false>(recv, u32::MAX, on_response, |_| {})
     }
 
     /// The check a caller spins on while it waits: `true` when [`poll`](Self::poll)
@@ -172,10 +172,10 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         max: u32,
         on_response: impl FnMut(U, Result<&[u8], Error>),
     ) -> usize {
-        if self.start_poll() {
+        let Some(recv) = self.start_busy_poll() else {
             return 0;
-        }
-        self.poll_inner::<false>(max, on_response, |_| {})
+        };
+        self.poll_inner::<false>(recv, max, on_response, |_| {})
     }
 
     /// Counts a poll and says whether it has nothing to do: no CQE in either CQ, every
@@ -190,6 +190,24 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             && self.polls < self.next_sweep
             && self.recv_cq.is_empty()
             && self.send_cq.is_empty()
+    }
+
+    /// [`start_poll`](Self::start_poll) for a poll that goes on to do the work: `None`
+    /// when there is nothing to do, else whether the recv CQ showed a CQE. The recv CQ
+    /// is tested first, so a poll that finds a batch tests it once and goes straight
+    /// to it (the test's answer is passed on instead of asked again), and one that
+    /// finds it empty leaves it for the next poll; the idle test costs what
+    /// `start_poll`'s does (docs/PERFORMANCE.md, "Latency path").
+    #[inline(always)]
+    pub(crate) fn start_busy_poll(&mut self) -> Option<bool> {
+        self.polls = self.polls.wrapping_add(1);
+        if !self.recv_cq.is_empty() {
+            return Some(true);
+        }
+        let idle = (0..EPS.div_ceil(64)).all(|w| self.dirty.word(w) == 0)
+            && self.polls < self.next_sweep
+            && self.send_cq.is_empty();
+        (!idle).then_some(false)
     }
 
     /// Marks every endpoint with pending calls for a visit, so the flush posts the
@@ -207,11 +225,13 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     }
 
     /// [`poll`](Self::poll), and with `SERVE` [`poll_serve`](Self::poll_serve), once
-    /// [`start_poll`](Self::start_poll) said there is something to do; at most
-    /// `max_recv` recv completions are taken.
+    /// [`start_busy_poll`](Self::start_busy_poll) said there is something to do, with
+    /// its answer `recv` (the recv CQ showed a CQE); at most `max_recv` recv
+    /// completions are taken.
     #[inline]
     pub(crate) fn poll_inner<const SERVE: bool>(
         &mut self,
+        recv: bool,
         max_recv: u32,
         mut on_response: impl FnMut(U, Result<&[u8], Error>),
         mut on_request: impl FnMut(Incoming<'_>),
@@ -221,7 +241,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         // a CQE: a busy poll at one call in flight has work in one CQ at most, and the
         // owner test alone is cheaper than setting up the loop (docs/PERFORMANCE.md,
         // "Latency path").
-        if !self.recv_cq.is_empty() {
+        if recv {
             handled += self.poll_recv_cq::<SERVE>(max_recv, &mut on_response, &mut on_request);
         }
         if !self.send_cq.is_empty() {
