@@ -395,9 +395,14 @@ fn every_length_at_every_ring_position_matches_the_reference_layout() {
         rkey: 0x42,
     };
     let data: Vec<u8> = (0..300u32).map(|i| (i * 13 + 1) as u8).collect();
-    let lens = [
-        0, 1, 11, 12, 13, 27, 28, 29, 44, 60, 76, 204, 205, 219, 220, 221, 250, 300,
-    ];
+    // Every inline length (each pads differently) natively; the boundaries under Miri.
+    let lens: Vec<usize> = if cfg!(miri) {
+        vec![
+            0, 1, 11, 12, 13, 27, 28, 29, 44, 60, 76, 204, 205, 219, 220, 221, 250, 300,
+        ]
+    } else {
+        (0..=221).chain([250, 300]).collect()
+    };
     for _ in 0..16 {
         for &len in &lens {
             for registered in [false, true] {
