@@ -47,24 +47,23 @@ fn bad_arguments_are_usage_errors_never_panics() {
 
 #[test]
 fn a_small_run_reports_its_message_count() {
-    let out = instr(&["2", "3", "16", "inpoll", "window"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "calls=6 messages=12"
-    );
-    let out = instr(&["driver", "7", "128"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "calls=7 messages=14"
-    );
+    for (args, printed) in [
+        (
+            &["2", "3", "16", "inpoll", "window"][..],
+            "calls=6 messages=12",
+        ),
+        (&["driver", "7", "128"][..], "calls=7 messages=14"),
+    ] {
+        let out = instr(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            printed,
+            "{args:?}"
+        );
+    }
 }

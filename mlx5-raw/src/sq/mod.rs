@@ -524,15 +524,7 @@ impl Sq {
         // `SqConfig` limits (checked by `new`) keep every such WQE within
         // MAX_WQE_BYTES, so only the queue's room can refuse it.
         debug_assert!(wqe_bytes <= MAX_WQE_BYTES);
-        let bbs = wqe_bytes.div_ceil(SEND_WQE_BB) as u32;
-        if bbs > self.free_bbs() {
-            return None;
-        }
-        let (signaled, fm_ce_se) = self.signal(flags, bbs);
-        let wqe_index = self.pi as u16;
-        let ds = (wqe_bytes / SEND_WQE_DS) as u8;
-        let ctrl = CtrlSeg::new(opcode, wqe_index, self.qpn, ds, fm_ce_se, imm);
-        let start = self.ring_off(self.pi);
+        let (ctrl, start, posted) = self.place(opcode, wqe_bytes, imm, flags)?;
         // SAFETY: as in `post_general`: the blocks start at the producer index, past
         // every WQE a doorbell record published, so the device does not read them
         // until this batch's doorbell, after the span is dropped.
@@ -540,13 +532,36 @@ impl Sq {
         // The span is exactly the WQE's bytes, so every split inside succeeds.
         let written = write_contig(wqe, &ctrl, remote, inline, tail);
         debug_assert!(written.is_some());
-        self.advance(bbs, signaled);
-        Some(Posted {
-            wqe_index,
-            ds,
+        self.advance(u32::from(posted.bbs), posted.signaled);
+        Some(posted)
+    }
+
+    /// For the two paths that write a WQE of `wqe_bytes` in place with fixed-size
+    /// stores: its ctrl segment, its ring offset and what the post reports, or `None`
+    /// when the free WQEBBs cannot take it. Nothing changes until the caller writes the
+    /// WQE and calls `advance`.
+    #[inline(always)]
+    fn place(
+        &self,
+        opcode: SendOpcode,
+        wqe_bytes: usize,
+        imm: [u8; 4],
+        flags: FmCeSe,
+    ) -> Option<(CtrlSeg, usize, Posted)> {
+        let bbs = wqe_bytes.div_ceil(SEND_WQE_BB) as u32;
+        if bbs > self.free_bbs() {
+            return None;
+        }
+        let (signaled, fm_ce_se) = self.signal(flags, bbs);
+        let posted = Posted {
+            wqe_index: self.pi as u16,
+            ds: (wqe_bytes / SEND_WQE_DS) as u8,
+            // At most MAX_WQE_BBS (8).
             bbs: bbs as u8,
             signaled,
-        })
+        };
+        let ctrl = CtrlSeg::new(opcode, posted.wqe_index, self.qpn, posted.ds, fm_ce_se, imm);
+        Some((ctrl, self.ring_off(self.pi), posted))
     }
 
     /// The WQE a batch protocol posts all the time: an RDMA operation whose bytes (one
@@ -571,15 +586,7 @@ impl Sq {
         }
         // ctrl, raddr, then the inline header and data padded to a DS.
         let wqe_bytes = 2 * SEND_WQE_DS + (4 + len).next_multiple_of(SEND_WQE_DS);
-        let bbs = wqe_bytes.div_ceil(SEND_WQE_BB) as u32;
-        let start = self.ring_off(self.pi);
-        if bbs > self.free_bbs() {
-            return None;
-        }
-        let (signaled, fm_ce_se) = self.signal(flags, bbs);
-        let wqe_index = self.pi as u16;
-        let ds = (wqe_bytes / SEND_WQE_DS) as u8;
-        let ctrl = CtrlSeg::new(opcode, wqe_index, self.qpn, ds, fm_ce_se, imm);
+        let (ctrl, start, posted) = self.place(opcode, wqe_bytes, imm, flags)?;
         // SAFETY: as in `post_general`: the blocks start at the producer index, past
         // every WQE a doorbell record published, so the device does not read them
         // until this batch's doorbell, after the span is dropped. `None` (the WQE would
@@ -597,13 +604,8 @@ impl Sq {
         block[2 * SEND_WQE_DS..].copy_from_slice(hdr.as_bytes());
         *head = block;
         data.get_mut(..len)?.copy_from_slice(bytes);
-        self.advance(bbs, signaled);
-        Some(Posted {
-            wqe_index,
-            ds,
-            bbs: bbs as u8,
-            signaled,
-        })
+        self.advance(u32::from(posted.bbs), posted.signaled);
+        Some(posted)
     }
 
     /// [`post`](Self::post) for what [`post_contig`](Self::post_contig) leaves: gather
