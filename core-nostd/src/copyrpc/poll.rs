@@ -136,7 +136,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// at once: that test is the whole cost of an idle poll.
     #[inline]
     pub fn poll(&mut self, on_response: impl FnMut(U, Result<&[u8], Error>)) -> usize {
-        let Some(recv) = self.start_busy_poll() else {
+        let Some(recv) = self.start_poll() else {
             return 0;
         };
         self.poll_inner::<false>(recv, u32::MAX, on_response, |_| {})
@@ -154,7 +154,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// earlier.
     #[inline(always)]
     pub fn idle(&mut self) -> bool {
-        self.start_poll()
+        self.start_poll().is_none()
     }
 
     /// [`poll`](Self::poll), taking at most `max` completions from the recv CQ (each an
@@ -172,38 +172,27 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         max: u32,
         on_response: impl FnMut(U, Result<&[u8], Error>),
     ) -> usize {
-        let Some(recv) = self.start_busy_poll() else {
+        let Some(recv) = self.start_poll() else {
             return 0;
         };
         self.poll_inner::<false>(recv, max, on_response, |_| {})
     }
 
-    /// Counts a poll and says whether it has nothing to do: no CQE in either CQ, every
-    /// endpoint's flush would find nothing due (`Dirty`'s invariant), and no probe
-    /// sweep is due. The SRQ needs nothing either: only a recv completion consumes its
-    /// WQEs.
+    /// Counts a poll and says whether it has something to do: `None` when there is no
+    /// CQE in either CQ, every endpoint's flush would find nothing due (`Dirty`'s
+    /// invariant) and no probe sweep is due (the SRQ needs nothing either: only a recv
+    /// completion consumes its WQEs); else whether the recv CQ showed a CQE. The recv
+    /// CQ is tested first, so a poll that finds a batch tests it once and goes straight
+    /// to it (the answer is passed on instead of asked again), and one that finds it
+    /// empty leaves a CQE landing after the test for the next poll (docs/PERFORMANCE.md,
+    /// "Latency path").
     #[inline(always)]
-    pub(crate) fn start_poll(&mut self) -> bool {
-        self.polls = self.polls.wrapping_add(1);
-        // Only the words `EPS` endpoints can use: one for up to 64.
-        (0..EPS.div_ceil(64)).all(|w| self.dirty.word(w) == 0)
-            && self.polls < self.next_sweep
-            && self.recv_cq.is_empty()
-            && self.send_cq.is_empty()
-    }
-
-    /// [`start_poll`](Self::start_poll) for a poll that goes on to do the work: `None`
-    /// when there is nothing to do, else whether the recv CQ showed a CQE. The recv CQ
-    /// is tested first, so a poll that finds a batch tests it once and goes straight
-    /// to it (the test's answer is passed on instead of asked again), and one that
-    /// finds it empty leaves it for the next poll; the idle test costs what
-    /// `start_poll`'s does (docs/PERFORMANCE.md, "Latency path").
-    #[inline(always)]
-    pub(crate) fn start_busy_poll(&mut self) -> Option<bool> {
+    pub(crate) fn start_poll(&mut self) -> Option<bool> {
         self.polls = self.polls.wrapping_add(1);
         if !self.recv_cq.is_empty() {
             return Some(true);
         }
+        // Only the words `EPS` endpoints can use: one for up to 64.
         let idle = (0..EPS.div_ceil(64)).all(|w| self.dirty.word(w) == 0)
             && self.polls < self.next_sweep
             && self.send_cq.is_empty();
@@ -225,7 +214,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     }
 
     /// [`poll`](Self::poll), and with `SERVE` [`poll_serve`](Self::poll_serve), once
-    /// [`start_busy_poll`](Self::start_busy_poll) said there is something to do, with
+    /// [`start_poll`](Self::start_poll) said there is something to do, with
     /// its answer `recv` (the recv CQ showed a CQE); at most `max_recv` recv
     /// completions are taken.
     #[inline]

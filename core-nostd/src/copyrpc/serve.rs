@@ -129,7 +129,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         on_response: impl FnMut(U, Result<&[u8], Error>),
         on_request: impl FnMut(Incoming<'_>),
     ) -> usize {
-        let Some(recv) = self.start_busy_poll() else {
+        let Some(recv) = self.start_poll() else {
             return 0;
         };
         self.poll_inner::<true>(recv, u32::MAX, on_response, on_request)
