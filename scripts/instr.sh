@@ -66,11 +66,12 @@ spins=$(valgrind --tool=callgrind --callgrind-out-file="$f" target/release/copyr
   | sed -n 's/^spins=\([0-9]*\) .*/\1/p') \
   || { echo "copyrpc-instr idle $polls failed" >&2; exit 1; }
 [ -n "$spins" ] || { echo "copyrpc-instr idle $polls printed no spin count" >&2; exit 1; }
-# Inclusive cost of every call of echo_rig::$1, summed over its call sites: unlike the
-# rows' `cost`, the spin's own line names whichever inlined source file callgrind saw
-# first, so its "[binary]" line holds only part of it.
-calls_cost() { callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep -E "=> .*echo_rig::$1 \\(" | awk '{gsub(",", "", $1); s += $1} END { print s + 0 }'; }
-idle=$(( $(calls_cost core_idle_spin) + $(calls_cost core_poll_caller) ))
+# Inclusive cost of every call of function $2 in callgrind file $1, summed over its call
+# sites: unlike the rows' `cost`, a small function's own line names whichever inlined
+# source file callgrind saw first (or is missing), so its "[binary]" line holds only
+# part of it.
+calls_cost() { callgrind_annotate --inclusive=yes "$1" 2>/dev/null | grep -E "=> .*$2 \\(" | awk '{gsub(",", "", $1); s += $1} END { print s + 0 }'; }
+idle=$(( $(calls_cost "$f" echo_rig::core_idle_spin) + $(calls_cost "$f" echo_rig::core_poll_caller) ))
 echo "idle wait with a call pending (A, $spins spins on Context::idle and the polls it asks for, the wait for the call included): $(awk -v c="$idle" -v n="$spins" 'BEGIN { printf "%.1f", c / n }') instr/spin"
 # The floor under the batch-1 rows: the same echo at batch 1 written on the mlx5 driver
 # alone, no RPC layer (tests/src/driver_echo.rs: the batch's bytes written and sent
@@ -80,10 +81,7 @@ for payload in 32 128; do
   f="$out/cg.driver.$payload"
   valgrind --tool=callgrind --callgrind-out-file="$f" target/release/copyrpc-instr driver "$calls" "$payload" >/dev/null 2>&1 \
     || { echo "copyrpc-instr driver $calls $payload failed" >&2; exit 1; }
-  ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null)
-  dcost() { grep -E "driver_echo::$1 \[" <<<"$ann" | head -1 | awk '{gsub(",", "", $1); print $1}'; }
-  # `driver_call` is small enough that callgrind may list it only under its caller.
-  d_call=$(grep -E "=> .*driver_echo::driver_call \(" <<<"$ann" | head -1 | awk '{gsub(",", "", $1); print $1}')
-  d_a=$(( d_call + $(dcost driver_poll_caller) )); d_b=$(dcost driver_serve)
+  d_a=$(( $(calls_cost "$f" driver_echo::driver_call) + $(calls_cost "$f" driver_echo::driver_poll_caller) ))
+  d_b=$(calls_cost "$f" driver_echo::driver_serve)
   echo "driver-only floor, batch 1, ${payload}B (no RPC layer): A $(per_msg "$d_a" "$calls") instr/msg, B $(per_msg "$d_b" "$calls") instr/msg"
 done
