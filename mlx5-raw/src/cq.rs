@@ -80,10 +80,8 @@ pub struct Cq {
     cqn: u32,
     /// Consumer index, free-running mod 2^32.
     ci: u32,
-    /// Ring offset of the `op_own` byte of slot `ci`: `cqe64_off(ci) + 63`, kept with
-    /// `ci` so an empty poll reads it instead of recomputing it.
-    ci_own: usize,
-    /// That byte, loadable without masking its offset again.
+    /// The `op_own` byte of slot `ci` (ring offset `cqe64_off(ci) + 63`), kept with `ci`
+    /// so an empty poll loads it without recomputing or masking its offset.
     own: RingByte,
     /// The owner bit that makes slot `ci` the software's on this lap: `(ci & cqe_cnt)
     /// != 0`, as `CQE_OWNER_MASK` or 0.
@@ -151,7 +149,6 @@ impl Cq {
             cqe_size: desc.cqe_size,
             cqn: desc.cqn,
             ci: 0,
-            ci_own: 0,
             own: ring_byte0,
             sw_owner: 0,
             db_ci: 0,
@@ -176,8 +173,7 @@ impl Cq {
     #[inline]
     fn seek(&mut self, ci: u32) {
         self.ci = ci;
-        self.ci_own = self.cqe64_off(ci) + 63;
-        self.own = self.ring.byte(self.ci_own);
+        self.own = self.ring.byte(self.cqe64_off(ci) + 63);
         self.sw_owner = if ci & self.cqe_cnt != 0 {
             CQE_OWNER_MASK
         } else {
@@ -187,8 +183,9 @@ impl Cq {
 
     /// Points the poller at slot `ci + 1`: within a lap the next slot's `op_own` is one
     /// CQE further and the owner parity stays, so only the lap end recomputes them
-    /// (`seek`'s mask, multiply and parity cost each CQE ~5 instructions more;
-    /// docs/PERFORMANCE.md, "Latency path").
+    /// (`seek`'s mask, multiply and parity cost each CQE ~5 instructions more, and
+    /// reducing the offset into the ring again ~5 more; docs/PERFORMANCE.md, "Latency
+    /// path").
     #[inline(always)]
     fn seek_next(&mut self) {
         let ci = self.ci.wrapping_add(1);
@@ -196,10 +193,19 @@ impl Cq {
             self.seek(ci);
         } else {
             self.ci = ci;
-            self.ci_own += self.cqe_size as usize;
-            self.own = self.ring.byte(self.ci_own);
+            // SAFETY: slot `ci` is not the first of a lap, so it follows slot `ci - 1`
+            // in the ring: its `op_own` lies one CQE after the current one, at
+            // `(ci mod cqe_cnt) * cqe_size + cqe_size - 1 < cqe_cnt * cqe_size`, inside
+            // the ring.
+            self.own = unsafe { self.own.forward(self.cqe_size as usize) };
         }
-        debug_assert_eq!(self.ci_own, self.cqe64_off(ci) + 63);
+        self.debug_check();
+    }
+
+    /// `own` is slot `ci`'s `op_own` (what `seek` would compute).
+    #[inline(always)]
+    fn debug_check(&self) {
+        debug_assert!(self.own == self.ring.byte(self.cqe64_off(self.ci) + 63));
     }
 
     /// Takes the next CQE if the device has written it, advancing the consumer index
@@ -207,22 +213,24 @@ impl Cq {
     #[inline]
     pub fn poll(&mut self) -> Option<CqeRef<'_>> {
         let ci = self.ci;
-        debug_assert_eq!(self.ci_own, self.cqe64_off(ci) + 63);
-        let off = self.ci_own - 63;
+        self.debug_check();
+        let own = self.own;
         // A-CQE (pairs with the device's `op_own` write; in the software model its
         // Release store after the CQE body): the owner check.
-        let op_own = self.own.load_acquire();
+        let op_own = own.load_acquire();
         if !self.is_software_owned(op_own) {
             return None;
         }
         // Body after owner: "read the CQE body only after the owner check" (cq.c).
         barrier::from_device();
         self.seek_next();
-        // SAFETY: the slot is the software's: its owner byte was observed (Acquire) for
-        // this lap, and the device does not write it again until `[SET_CI]` passes `ci`,
-        // which only `update_ci(&mut self)` writes — impossible while the returned
-        // `CqeRef` borrows `self`.
-        let bytes = unsafe { self.ring.block64(off) };
+        // SAFETY: `own` is the last byte of slot `ci`'s `mlx5_cqe64`, whose 64 bytes lie
+        // inside the ring (`cqe64_off` is 64-aligned and at most `len - 64`). The slot is
+        // the software's: its owner byte was observed (Acquire) for this lap, and the
+        // device does not write it again until `[SET_CI]` passes `ci`, which only
+        // `update_ci(&mut self)` writes — impossible while the returned `CqeRef`, whose
+        // lifetime is this `&mut self` borrow, lives.
+        let bytes = unsafe { own.block64_ending() };
         Some(CqeRef { bytes, index: ci })
     }
 

@@ -31,7 +31,8 @@ impl RingMem {
     ///
     /// * `base` is valid for reads and writes of `len` bytes, and for atomic byte
     ///   accesses, for as long as the returned value lives;
-    /// * `len` is a power of two;
+    /// * `len` is a power of two, at least 64 (every queue ring is: one WQEBB, CQE or
+    ///   two SRQ WQEs of 32 bytes at the least);
     /// * no Rust reference to those bytes exists while it lives, and nothing other than
     ///   the device (or the device model) accesses them; the device accesses them only
     ///   under the queue protocol (it reads WQEs published by a doorbell record, writes
@@ -131,11 +132,9 @@ impl RingMem {
     }
 
     /// The big-endian `u16` at ring offset `off` (taken modulo the length), which is
-    /// even: an even offset below a power-of-two length of at least 2 leaves both bytes
-    /// inside the ring, so, unlike [`read_array`](Self::read_array), there is no wrap to
-    /// test (an SRQ WQE's link, read once per WQE reposted).
-    ///
-    /// Panics if the ring is shorter than 2 bytes.
+    /// even: an even offset below a power-of-two length of at least 64 (`new`) leaves
+    /// both bytes inside the ring, so, unlike [`read_array`](Self::read_array), there is
+    /// no wrap to test (an SRQ WQE's link, read once per WQE reposted).
     #[inline]
     pub(crate) fn load_u16_be(&self, off: usize) -> u16 {
         let off = self.even_u16_off(off);
@@ -146,8 +145,6 @@ impl RingMem {
 
     /// Stores `v` big-endian at ring offset `off` (taken modulo the length), which is
     /// even; see [`load_u16_be`](Self::load_u16_be).
-    ///
-    /// Panics if the ring is shorter than 2 bytes.
     #[inline]
     pub(crate) fn store_u16_be(&mut self, off: usize, v: u16) {
         let off = self.even_u16_off(off);
@@ -163,11 +160,13 @@ impl RingMem {
     }
 
     /// `off` reduced modulo the length, for a 2-byte access at an even offset: then
-    /// `off + 2 <= len`.
+    /// `off + 2 <= len`, as `len` is a power of two of at least 64 (`new`; a test of it
+    /// here cost each SRQ completion and repost ~5 instructions, docs/PERFORMANCE.md,
+    /// "Latency path").
     #[inline(always)]
     fn even_u16_off(&self, off: usize) -> usize {
         debug_assert!(off.is_multiple_of(2), "odd u16 offset {off}");
-        assert!(self.len >= 2, "u16 access to a ring shorter than 2 bytes");
+        debug_assert!(self.len >= 64, "a ring shorter than `new` allows");
         // Clearing bit 0 keeps a (contract-breaking) odd offset inside the ring too.
         off & (self.len - 1) & !1
     }
@@ -208,34 +207,44 @@ impl RingMem {
         // while the slice lives.
         Some(unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) })
     }
-
-    /// A shared view of the 64 bytes at `off`.
-    ///
-    /// Panics if `off` is not 64-aligned or the ring is smaller than 64 bytes.
-    ///
-    /// # Safety
-    ///
-    /// For as long as the returned reference lives, the device must not write these bytes: the caller owns
-    /// the slot under the queue protocol (for a CQE: its owner byte was seen with Acquire,
-    /// and the consumer index that would hand it back is not advanced while it lives).
-    pub(crate) unsafe fn block64(&self, off: usize) -> &[u8; 64] {
-        assert!(
-            off.is_multiple_of(64) && self.len >= 64,
-            "unaligned 64-byte block"
-        );
-        // SAFETY: `off` is 64-aligned and `len` is a power of two ≥ 64, so the block
-        // `[off & (len-1), +64)` lies inside the ring; `[u8; 64]` has alignment 1; the
-        // caller guarantees no write to it while the reference lives.
-        unsafe { &*self.at(off).cast::<[u8; 64]>() }
-    }
 }
 
 /// One byte of a [`RingMem`], from [`RingMem::byte`]. Valid for as long as the ring it
 /// came from: a driver keeps both in the same struct and never lets the handle out.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RingByte(NonNull<u8>);
 
 impl RingByte {
+    /// The handle on the byte `step` bytes further on, without reducing the offset
+    /// modulo the ring again (a CQ poller's step to the next slot within a lap).
+    ///
+    /// # Safety
+    ///
+    /// That byte lies inside the same ring.
+    #[inline(always)]
+    pub(crate) unsafe fn forward(self, step: usize) -> Self {
+        // SAFETY: the caller guarantees the result is inside the ring this byte is in,
+        // one allocation (`RingMem::new`).
+        Self(unsafe { self.0.add(step) })
+    }
+
+    /// The 64 bytes that end with this one (a CQE whose `op_own` this is).
+    ///
+    /// # Safety
+    ///
+    /// The 63 bytes before this one lie inside the same ring, and for as long as the
+    /// returned reference lives (`'a` outlives neither the ring nor the caller's
+    /// ownership of the bytes) the device does not write them: the caller owns the slot
+    /// under the queue protocol (for a CQE: its owner byte was seen with Acquire, and
+    /// the consumer index that would hand it back is not advanced while it lives).
+    #[inline(always)]
+    pub(crate) unsafe fn block64_ending<'a>(self) -> &'a [u8; 64] {
+        // SAFETY: `[self - 63, self]` lies inside the ring (caller), which is valid for
+        // reads (`RingMem::new`); `[u8; 64]` has alignment 1; the caller guarantees no
+        // write to the bytes while the reference lives.
+        unsafe { &*self.0.as_ptr().sub(63).cast::<[u8; 64]>() }
+    }
+
     /// Atomic Acquire load (of a CQE's `op_own`).
     #[inline]
     pub(crate) fn load_acquire(self) -> u8 {
