@@ -265,15 +265,25 @@ impl SendRing {
             return Ok(Reserved { pos, wrap: None });
         }
         if self.fits_new_batch(padded) {
-            // No batch open, so `flush_start == producer`: the metadata slot goes there.
-            let pos = self.producer + FLOW_METADATA_SIZE;
-            self.meta_pos = Some(self.producer);
-            self.producer = pos + padded;
-            self.batch_count = 1;
-            self.check();
+            let pos = self.open_batch_with(padded);
             return Ok(Reserved { pos, wrap: None });
         }
         self.reserve_message_slow(padded)
+    }
+
+    /// [`reserve_message`](Self::reserve_message) for a caller that has just seen
+    /// [`fits_new_batch`](Self::fits_new_batch)`(padded)` hold, with the ring unchanged
+    /// since: opens a batch with the message and returns the message's position.
+    #[inline]
+    pub(crate) fn open_batch_with(&mut self, padded: u64) -> u64 {
+        debug_assert!(self.fits_new_batch(padded));
+        // No batch open, so `flush_start == producer`: the metadata slot goes there.
+        let pos = self.producer + FLOW_METADATA_SIZE;
+        self.meta_pos = Some(self.producer);
+        self.producer = pos + padded;
+        self.batch_count = 1;
+        self.check();
+        pos
     }
 
     /// [`reserve_message`](Self::reserve_message) for a caller that has just seen

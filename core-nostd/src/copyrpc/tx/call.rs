@@ -4,7 +4,7 @@ use super::{queue_wrap_ranges, Tx, RANGES};
 use crate::copyrpc::endpoint::Flush;
 use crate::copyrpc::Error;
 use crate::credit::{self, CallCredit};
-use crate::wire::{emit_message, padded_message_size};
+use crate::wire::{emit_message, padded_message_size, FLOW_METADATA_SIZE};
 
 impl Tx {
     /// Writes a request into the send ring, after every check that could refuse it.
@@ -56,6 +56,19 @@ impl Tx {
         // A message that opens a batch can wrap, queueing up to two ranges.
         if self.ranges.len() + 2 > RANGES {
             return Err(Error::RingFull);
+        }
+        // The common opening (every call at one call in flight): a new batch that does
+        // not wrap. Tested once, as the append path tests `fits_open_batch`; `plan` and
+        // `reserve_message` below would each test it again (~10 instructions a batch,
+        // docs/PERFORMANCE.md, "Latency path").
+        if self.ring.fits_new_batch(padded) {
+            let paid = self.pay_for_call(FLOW_METADATA_SIZE + padded, response_allowance)?;
+            let size = self.ring.size();
+            let pos = self.ring.open_batch_with(padded);
+            let buf = self.mem.ring_bytes_mut(size, pos, padded as usize);
+            emit_message(buf, call_id, paid.allowance_blocks, payload)
+                .map_err(|_| Error::PayloadTooLarge)?;
+            return Ok(Flush::Needed);
         }
         let advance = self
             .ring
