@@ -453,10 +453,10 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         let Some(e) = self.eps[usize::from(ep)].as_mut() else {
             return;
         };
+        // Requests `first..end` were just pushed and nothing has taken them since, so the
+        // last is live and queued: found by masking, without `get_mut`'s live test.
         let last = end.wrapping_sub(1);
-        if let Some(r) = e.d.rx.requests_mut().get_mut(last) {
-            r.next = Link::NONE;
-        }
+        e.d.rx.requests_mut().queued_mut(last).next = Link::NONE;
         match self.rq_tail.get() {
             Some((tep, tseq)) => {
                 if let Some(r) = self.eps[usize::from(tep)]
