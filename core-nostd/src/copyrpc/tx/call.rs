@@ -59,32 +59,30 @@ impl Tx {
         }
         // The common opening (every call at one call in flight): a new batch that does
         // not wrap. Tested once, as the append path tests `fits_open_batch`; `plan` and
-        // `reserve_message` below would each test it again (~10 instructions a batch,
+        // `reserve_message` would each test it again (~10 instructions a batch,
         // docs/PERFORMANCE.md, "Latency path").
-        if self.ring.fits_new_batch(padded) {
+        let (paid, pos) = if self.ring.fits_new_batch(padded) {
             let paid = self.pay_for_call(FLOW_METADATA_SIZE + padded, response_allowance)?;
-            let size = self.ring.size();
-            let pos = self.ring.open_batch_with(padded);
-            let buf = self.mem.ring_bytes_mut(size, pos, padded as usize);
-            emit_message(buf, call_id, paid.allowance_blocks, payload)
+            (paid, self.ring.open_batch_with(padded))
+        } else {
+            let advance = self
+                .ring
+                .plan(padded)
+                .map_err(|_| Error::PayloadTooLarge)?
+                .advance;
+            let paid = self.pay_for_call(advance, response_allowance)?;
+            let reserved = self
+                .ring
+                .reserve_message(padded)
                 .map_err(|_| Error::PayloadTooLarge)?;
-            return Ok(Flush::Needed);
-        }
-        let advance = self
-            .ring
-            .plan(padded)
-            .map_err(|_| Error::PayloadTooLarge)?
-            .advance;
-        let paid = self.pay_for_call(advance, response_allowance)?;
-        let size = self.ring.size();
-        let reserved = self
-            .ring
-            .reserve_message(padded)
-            .map_err(|_| Error::PayloadTooLarge)?;
-        if let Some(w) = reserved.wrap {
-            queue_wrap_ranges(&mut self.ranges, w)?;
-        }
-        let buf = self.mem.ring_bytes_mut(size, reserved.pos, padded as usize);
+            if let Some(w) = reserved.wrap {
+                queue_wrap_ranges(&mut self.ranges, w)?;
+            }
+            (paid, reserved.pos)
+        };
+        let buf = self
+            .mem
+            .ring_bytes_mut(self.ring.size(), pos, padded as usize);
         emit_message(buf, call_id, paid.allowance_blocks, payload)
             .map_err(|_| Error::PayloadTooLarge)?;
         // Alone in its batch: it opened it (or wrapped into a new one).
