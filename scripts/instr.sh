@@ -6,7 +6,8 @@
 #
 #   scripts/instr.sh [MESSAGES_PER_SIDE]      (default 64000)
 #
-# The last line is the cost of one spin of a caller waiting on `Context::idle`.
+# Then two lines give the cost of one spin of a caller waiting on `Context::idle` (on
+# fresh CQs, and on CQs that have gone round), and the last two the driver-only floor.
 #
 # Payloads are 32 and 128 B: 64 calls of 512 B would need more response allowance than
 # the 64 KiB ring's reservation cap (ring/4) grants, so the caller would be refused.
@@ -57,22 +58,28 @@ for batch in 1 16 64; do
     done
   done
 done
-# A client waiting: one call held unanswered, A spins on `Context::idle` and polls only
-# when it says there is work (the default probe interval, so the probe clock runs and a
-# READ goes out every 4096 polls). The figure is both functions' cost per spin.
-polls=20000
-f="$out/cg.idle"
-spins=$(valgrind --tool=callgrind --callgrind-out-file="$f" target/release/copyrpc-instr idle "$polls" 2>/dev/null \
-  | sed -n 's/^spins=\([0-9]*\) .*/\1/p') \
-  || { echo "copyrpc-instr idle $polls failed" >&2; exit 1; }
-[ -n "$spins" ] || { echo "copyrpc-instr idle $polls printed no spin count" >&2; exit 1; }
 # Inclusive cost of every call of function $2 in callgrind file $1, summed over its call
 # sites: unlike the rows' `cost`, a small function's own line names whichever inlined
 # source file callgrind saw first (or is missing), so its "[binary]" line holds only
 # part of it.
 calls_cost() { callgrind_annotate --inclusive=yes "$1" 2>/dev/null | grep -E "=> .*$2 \\(" | awk '{gsub(",", "", $1); s += $1} END { print s + 0 }'; }
-idle=$(( $(calls_cost "$f" echo_rig::core_idle_spin) + $(calls_cost "$f" echo_rig::core_poll_caller) ))
-echo "idle wait with a call pending (A, $spins spins on Context::idle and the polls it asks for, the wait for the call included): $(awk -v c="$idle" -v n="$spins" 'BEGIN { printf "%.1f", c / n }') instr/spin"
+# A client waiting: one call held unanswered, A spins on `Context::idle` and polls only
+# when it says there is work (the default probe interval, so the probe clock runs and a
+# READ goes out every 4096 polls). The figure is both functions' cost per spin. Twice:
+# on fresh CQs, and after 2 048 answered calls (made outside the counted functions), when
+# the slots the spin reads have held CQEs of an earlier lap, as in a context that has
+# run a while.
+polls=20000
+for warm in 0 2048; do
+  f="$out/cg.idle.$warm"
+  spins=$(valgrind --tool=callgrind --callgrind-out-file="$f" target/release/copyrpc-instr idle "$polls" "$warm" 2>/dev/null \
+    | sed -n 's/^spins=\([0-9]*\) .*/\1/p') \
+    || { echo "copyrpc-instr idle $polls $warm failed" >&2; exit 1; }
+  [ -n "$spins" ] || { echo "copyrpc-instr idle $polls $warm printed no spin count" >&2; exit 1; }
+  idle=$(( $(calls_cost "$f" echo_rig::core_idle_spin) + $(calls_cost "$f" echo_rig::core_poll_caller) ))
+  if [ "$warm" = 0 ]; then what="fresh CQs"; else what="after $warm calls, the CQs gone round"; fi
+  echo "idle wait with a call pending, $what (A, $spins spins on Context::idle and the polls it asks for, the wait for the call included): $(awk -v c="$idle" -v n="$spins" 'BEGIN { printf "%.1f", c / n }') instr/spin"
+done
 # The floor under the batch-1 rows: the same echo at batch 1 written on the mlx5 driver
 # alone, no RPC layer (tests/src/driver_echo.rs: the batch's bytes written and sent
 # inline, the CQs and SRQ handled as copyrpc does, the rig's four turns a call). What

@@ -145,15 +145,40 @@ pub fn device_step(p: &mut EchoPair) {
     p.step();
 }
 
-/// Idle waiting: A makes one call, which B takes and holds unanswered, then waits at
-/// least `spins` spins with nothing arriving: it spins on `Context::idle` and polls
+/// Idle waiting: A first makes `warm` calls, answered, through the uncounted API (so
+/// the CQ slots its spin reads can hold a previous lap's CQEs, as in a context that
+/// has run a while); then makes one call, which B takes and holds unanswered, and waits
+/// at least `spins` spins with nothing arriving: it spins on `Context::idle` and polls
 /// when that says there is work (the device steps after each poll, so the probe READs
 /// the default interval brings complete). A's instructions per spin are then what a
 /// client pays per spin while it waits. Returns the spins made (`idle` calls and polls)
 /// and the probes A posted.
-pub fn idle(p: &mut EchoPair, spins: u64) -> (u64, u64) {
+pub fn idle(p: &mut EchoPair, warm: u64, spins: u64) -> (u64, u64) {
     let ep = p.a.eps[0];
-    core_call::<0>(&mut p.a.ctx, ep, b"hold", 0, 1);
+    for i in 0..warm {
+        p.a.ctx
+            .call_with_allowance(ep, b"warm", 4, i)
+            .expect("one call in flight fits");
+        let mut got = 0;
+        let mut steps = 0;
+        while got == 0 {
+            p.a.ctx.poll(|_, r| {
+                r.expect("no failures in the echo");
+                got += 1;
+            });
+            p.b.ctx.poll_serve(
+                |_, _| unreachable!("B makes no calls"),
+                |r| {
+                    r.reply_with(4, |req, out| out.copy_from_slice(req))
+                        .expect("an echo fits its allowance");
+                },
+            );
+            p.step();
+            steps += 1;
+            assert!(steps < 100, "warm-up call {i} stalled\n{}", p.dump());
+        }
+    }
+    core_call::<0>(&mut p.a.ctx, ep, b"hold", warm, 1);
     let mut held = None;
     let mut steps = 0;
     while held.is_none() {

@@ -36,13 +36,24 @@ fn the_idle_run_holds_a_call_and_probes_at_the_default_interval() {
             // A spins on `idle`, which sends it to `poll` each probe sweep (a quarter
             // interval); 4096 polls without news make the probe due.
             let mut p = echo_rig::pair();
-            let (spins, probes) = echo_rig::idle(&mut p, 3000);
+            let (spins, probes) = echo_rig::idle(&mut p, 0, 3000);
             assert!((3000..4096).contains(&spins), "{spins} spins");
             assert_eq!(probes, 0, "no probe before the interval");
             let mut p = echo_rig::pair();
-            let (spins, probes) = echo_rig::idle(&mut p, 5200);
+            let (spins, probes) = echo_rig::idle(&mut p, 0, 5200);
             assert!((5200..8192).contains(&spins), "{spins} spins");
             assert_eq!(probes, 1, "one probe by {spins} spins");
+            // After 600 answered calls, more than the recv CQ's 512 entries: the spin
+            // reads slots of an earlier lap, and the wait is the same.
+            let mut p = echo_rig::pair();
+            let (spins, probes) = echo_rig::idle(&mut p, 600, 3000);
+            assert!((3000..4096).contains(&spins), "{spins} spins after warming");
+            assert_eq!(probes, 0, "no probe before the interval after warming");
+            assert_eq!(
+                p.b.ctx.stats().served_in_poll,
+                600,
+                "every warm-up call answered"
+            );
         })
         .unwrap()
         .join()

@@ -5,9 +5,11 @@
 //! calls (`rounds`, the default, or a `window` of two batches).
 //! Prints the messages exchanged so the script can divide without guessing.
 //!
-//! `copyrpc-instr idle POLLS`: A polls POLLS times while one call waits unanswered
-//! (`echo_rig::idle`: it spins on `Context::idle` and polls when told); the script
-//! divides the cost of the spins and polls by the spins it prints.
+//! `copyrpc-instr idle POLLS [WARM]`: A polls POLLS times while one call waits
+//! unanswered (`echo_rig::idle`: it spins on `Context::idle` and polls when told),
+//! after WARM answered calls (default 0) made through the uncounted API so its CQs'
+//! slots hold earlier laps' CQEs; the script divides the cost of the spins and polls by
+//! the spins it prints.
 //!
 //! `copyrpc-instr driver ROUNDS [PAYLOAD]`: the same echo at batch 1 written directly on
 //! the mlx5 driver, no RPC layer (`copyrpc_tests::driver_echo`): the floor under the
@@ -19,11 +21,14 @@ use std::process::ExitCode;
 
 use copyrpc_tests::echo_rig::{Pattern, Serve};
 
-const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS\n       copyrpc-instr driver ROUNDS [PAYLOAD]";
+const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS [WARM]\n       copyrpc-instr driver ROUNDS [PAYLOAD]";
 
 /// What to run, from the command line.
 enum Job {
-    Idle(u64),
+    Idle {
+        polls: u64,
+        warm: u64,
+    },
     Driver {
         rounds: u64,
         payload: usize,
@@ -50,10 +55,15 @@ fn number(name: &str, v: Option<&String>, lo: u64, hi: u64) -> Result<u64, Strin
 
 fn parse(args: &[String]) -> Result<Job, String> {
     if args.first().map(String::as_str) == Some("idle") {
-        if args.len() > 2 {
-            return Err(format!("unexpected argument {:?}", args[2]));
+        if args.len() > 3 {
+            return Err(format!("unexpected argument {:?}", args[3]));
         }
-        return Ok(Job::Idle(number("POLLS", args.get(1), 1, 1 << 32)?));
+        let polls = number("POLLS", args.get(1), 1, 1 << 32)?;
+        let warm = match args.get(2) {
+            None => 0,
+            v => number("WARM", v, 0, 100_000_000)?,
+        };
+        return Ok(Job::Idle { polls, warm });
     }
     if args.first().map(String::as_str) == Some("driver") {
         if args.len() > 3 {
@@ -113,9 +123,9 @@ fn main() -> ExitCode {
         }
     };
     match job {
-        Job::Idle(polls) => on_big_stack(move || {
+        Job::Idle { polls, warm } => on_big_stack(move || {
             let mut p = copyrpc_tests::echo_rig::pair();
-            let (spins, probes) = copyrpc_tests::echo_rig::idle(&mut p, polls);
+            let (spins, probes) = copyrpc_tests::echo_rig::idle(&mut p, warm, polls);
             println!("spins={spins} probes={probes}");
         }),
         Job::Driver { rounds, payload } => {
