@@ -14,6 +14,11 @@
 //! check has observed the device's write, because the device writes the CQE as one PCIe
 //! write whose parts the CPU may otherwise observe out of order.
 //!
+//! Unlike rdma-core (and like DPDK's mlx5 PMD), `poll` stamps each CQE it takes back to
+//! `op_own = MLX5_CQE_INVALID << 4`, the value a fresh CQ's slots hold, so on every lap
+//! a slot not yet rewritten fails the opcode test alone; `update_ci` puts a to-device
+//! barrier before the index that hands the stamped slots back.
+//!
 //! A polled CQE is lent as a [`CqeRef`] borrowing the poller, so it cannot outlive the
 //! next poll, and the consumer-index doorbell (which hands the slot back to the device)
 //! cannot be written while it is alive:
@@ -48,9 +53,10 @@ use core::ptr::NonNull;
 
 use crate::barrier;
 use crate::desc::CqDesc;
+use crate::layout::cqe::{brief_with_op_own, decode_with_op_own};
 use crate::layout::{
-    brief_cqe, decode_cqe, Completion, Cqe64, CqeBrief, CqeDecodeError, CqeOpcode, CQE_INVALID,
-    CQE_INVALID_OP_OWN, CQE_OWNER_MASK, CQ_CI_MASK, CQ_SET_CI,
+    Completion, Cqe64, CqeBrief, CqeDecodeError, CqeOpcode, CQE_INVALID, CQE_INVALID_OP_OWN,
+    CQE_OWNER_MASK, CQ_CI_MASK, CQ_SET_CI,
 };
 use crate::mem::{DbRec, RingByte, RingMem};
 
@@ -223,6 +229,15 @@ impl Cq {
         }
         // Body after owner: "read the CQE body only after the owner check" (cq.c).
         barrier::from_device();
+        // The consumed slot reads INVALID again until the device rewrites it on its next
+        // lap (as a fresh CQ's slots do; DPDK's mlx5 PMD stamps consumed CQEs the same
+        // way), so an empty poll there is decided by the opcode compare alone instead of
+        // the opcode and the owner parity: 4 instructions instead of 7 on every empty
+        // test of a CQ that has gone round (docs/PERFORMANCE.md, "Latency path"). The
+        // byte loaded above travels in the `CqeRef`. This store is ordered before the
+        // `[SET_CI]` store that hands the slot back by `update_ci`'s `to_device`
+        // barrier; the device writes the slot only after reading that index.
+        own.store_relaxed(CQE_INVALID_OP_OWN);
         self.seek_next();
         // SAFETY: `own` is the last byte of slot `ci`'s `mlx5_cqe64`, whose 64 bytes lie
         // inside the ring (`cqe64_off` is 64-aligned and at most `len - 64`). The slot is
@@ -231,7 +246,11 @@ impl Cq {
         // `update_ci(&mut self)` writes — impossible while the returned `CqeRef`, whose
         // lifetime is this `&mut self` borrow, lives.
         let bytes = unsafe { own.block64_ending() };
-        Some(CqeRef { bytes, index: ci })
+        Some(CqeRef {
+            bytes,
+            op_own,
+            index: ci,
+        })
     }
 
     /// Whether the slot whose `op_own` byte reads `op_own` holds a CQE for this lap.
@@ -268,9 +287,13 @@ impl Cq {
     #[inline]
     pub fn update_ci(&mut self) {
         if self.db_ci != self.ci {
+            // The INVALID stamps `poll` wrote into the consumed slots reach the device
+            // before the index that lets it rewrite them (DPDK: `rte_io_wmb` before its
+            // CQ doorbell); on x86-64 this emits nothing.
+            barrier::to_device();
             // R-CQ-CI (pairs with the device model's Acquire load of [SET_CI] before it
-            // reuses a slot): everything this thread read from the consumed CQEs happens
-            // before the device overwrites them.
+            // reuses a slot): everything this thread read from the consumed CQEs, and its
+            // stamps, happen before the device overwrites them.
             self.dbrec.store_be_release(self.ci & CQ_CI_MASK);
             self.db_ci = self.ci;
         }
@@ -298,26 +321,35 @@ impl Cq {
 }
 
 /// A polled CQE, lent until the next poll of its [`Cq`].
+///
+/// The slot's `op_own` byte in the ring already reads INVALID (`Cq::poll` stamps it);
+/// the value the device wrote is kept here, and every accessor uses it.
 #[derive(Clone, Copy, Debug)]
 pub struct CqeRef<'cq> {
+    /// The slot; its byte 63 is the stamp, not the CQE's `op_own`.
     bytes: &'cq [u8; 64],
+    /// The `op_own` byte as the device wrote it.
+    op_own: u8,
     index: u32,
 }
 
 impl<'cq> CqeRef<'cq> {
-    /// The 64 bytes of the `mlx5_cqe64`.
-    pub const fn bytes(&self) -> &'cq [u8; 64] {
-        self.bytes
+    /// The 64 bytes of the `mlx5_cqe64` as the device wrote them (a copy: in the ring,
+    /// the `op_own` byte already reads INVALID).
+    pub fn bytes(&self) -> [u8; 64] {
+        let mut b = *self.bytes;
+        b[63] = self.op_own;
+        b
     }
 
-    /// The typed view.
-    pub fn cqe64(&self) -> &'cq Cqe64 {
-        zerocopy::transmute_ref!(self.bytes)
+    /// The typed view (a copy, as [`bytes`](Self::bytes)).
+    pub fn cqe64(&self) -> Cqe64 {
+        zerocopy::transmute!(self.bytes())
     }
 
     /// The CQE opcode.
     pub const fn opcode(&self) -> CqeOpcode {
-        CqeOpcode::from_u4(self.bytes[63] >> 4)
+        CqeOpcode::from_u4(self.op_own >> 4)
     }
 
     /// Decodes it ([`layout::cqe::decode`](crate::layout::cqe::decode)). A
@@ -325,7 +357,7 @@ impl<'cq> CqeRef<'cq> {
     /// this poller does not expand: the CQ cannot be polled further.
     #[inline]
     pub fn decode(&self) -> Result<Completion, CqeDecodeError> {
-        decode_cqe(self.bytes)
+        decode_with_op_own(self.bytes, self.op_own)
     }
 
     /// [`layout::cqe::brief`](crate::layout::cqe::brief): the QPN, `wqe_counter` and
@@ -333,7 +365,7 @@ impl<'cq> CqeRef<'cq> {
     /// format, without decoding the rest; `None` for anything else.
     #[inline(always)]
     pub fn brief(&self, want: CqeOpcode) -> Option<CqeBrief> {
-        brief_cqe(self.bytes, want)
+        brief_with_op_own(self.bytes, self.op_own, want)
     }
 
     /// The consumer index at which it was found.

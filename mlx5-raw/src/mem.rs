@@ -10,7 +10,8 @@
 //! Access discipline (the crate docs list the pairings):
 //! * ring bytes (WQEs, SRQ WQEs, CQE bodies) are plain memory; the single-byte `op_own`
 //!   of a CQE is read and written only through [`RingByte::load_acquire`] /
-//!   [`RingMem::store_u8_relaxed`] (`AtomicU8::from_ptr`) while the device may access it;
+//!   [`RingByte::store_relaxed`] / [`RingMem::store_u8_relaxed`] (`AtomicU8::from_ptr`)
+//!   while the device may access it;
 //! * a doorbell record word is only stored, atomically, with Release ([`DbRec`]);
 //! * the MMIO window is only written, with volatile stores ([`Mmio`]).
 
@@ -254,6 +255,16 @@ impl RingByte {
         // alignment 1; other accesses to this byte while the device may write it are
         // atomic too (this module is the only accessor).
         unsafe { AtomicU8::from_ptr(self.0.as_ptr()) }.load(Ordering::Acquire)
+    }
+
+    /// Atomic Relaxed store (stamping a consumed CQE's `op_own` INVALID). The caller
+    /// orders it before the store that hands the byte back to the device.
+    #[inline]
+    pub(crate) fn store_relaxed(self, v: u8) {
+        // SAFETY: as in `load_acquire`: inside a ring valid for atomic byte accesses
+        // that outlives the handle; other accesses to the byte while the device may
+        // write it are atomic.
+        unsafe { AtomicU8::from_ptr(self.0.as_ptr()) }.store(v, Ordering::Relaxed)
     }
 }
 

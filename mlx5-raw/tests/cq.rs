@@ -7,7 +7,9 @@ mod common;
 use std::sync::Arc;
 
 use common::DmaBuf;
-use mlx5_raw::layout::{Cqe64, CqeDecodeError, CqeOpcode, ErrCqe, Syndrome, CQE_INVALID_OP_OWN};
+use mlx5_raw::layout::{
+    Cqe64, CqeDecodeError, CqeOpcode, ErrCqe, Syndrome, CQE_INVALID_OP_OWN, CQE_SE_MASK,
+};
 use mlx5_raw::{Cq, CqDesc, CqInitError};
 use zerocopy::IntoBytes;
 
@@ -140,6 +142,65 @@ fn three_laps_of_the_owner_bit() {
     assert_eq!(p, 21);
     assert_eq!(seen, (0..21).collect::<Vec<u16>>());
     assert_eq!(cq.consumer_index(), 21);
+}
+
+#[test]
+fn a_taken_cqe_reads_invalid_in_the_ring_and_whole_through_its_ref() {
+    for size in [64u32, 128] {
+        let mem = CqMem::new(4, size, 0);
+        let mut cq = mem.cq();
+        for p in 0..9u32 {
+            let mut cqe = resp_cqe(7, p as u16, [9, 8, 7, 6], p);
+            cqe.op_own |= CQE_SE_MASK;
+            mem.produce(p, &cqe);
+            let own_off = ((p % 4 + 1) * size - 1) as usize;
+            let written = mem.buf.load_u8(own_off);
+            assert_ne!(written, CQE_INVALID_OP_OWN);
+            let c = cq.poll().expect("CQE");
+            assert_eq!(
+                mem.buf.load_u8(own_off),
+                CQE_INVALID_OP_OWN,
+                "size {size}: slot of CQE {p} stamped"
+            );
+            // Every accessor reports the byte the device wrote, not the stamp.
+            assert_eq!((c.bytes()[63], c.cqe64().op_own), (written, written));
+            assert_eq!(c.opcode(), CqeOpcode::RespWrImm);
+            let d = c.decode().unwrap();
+            assert_eq!(
+                (d.opcode, d.owner, d.solicited, d.wqe_counter),
+                (CqeOpcode::RespWrImm, p & 4 != 0, true, p as u16)
+            );
+            let b = c.brief(CqeOpcode::RespWrImm).expect("a plain RESP_WR_IMM");
+            assert_eq!((b.qpn, b.wqe_counter, b.imm), (7, p as u16, [9, 8, 7, 6]));
+            assert!(cq.poll().is_none());
+            cq.update_ci();
+        }
+    }
+}
+
+#[test]
+fn a_valid_opcode_with_the_wrong_owner_bit_is_not_taken() {
+    // The stamp makes a consumed slot fail the opcode test; a slot holding a CQE of
+    // another lap that was never stamped (written behind the poller's back) must still
+    // fail the owner test.
+    let mem = CqMem::new(4, 64, 0);
+    let mut cq = mem.cq();
+    mem.buf
+        .store_u8_release(63, (CqeOpcode::Req.as_u8() << 4) | 1);
+    assert!(cq.is_empty(), "lap 0 wants owner 0");
+    assert!(cq.poll().is_none());
+    mem.produce(0, &req_cqe(3, 0));
+    assert_eq!(cq.poll().map(|c| c.index()), Some(0));
+    cq.update_ci();
+    for p in 1..4 {
+        mem.produce(p, &req_cqe(3, p as u16));
+        assert!(cq.poll().is_some());
+        cq.update_ci();
+    }
+    // Lap 1 wants owner 1: an unstamped lap-0 REQ in slot 0 is stale.
+    mem.buf.store_u8_release(63, CqeOpcode::Req.as_u8() << 4);
+    assert!(cq.is_empty(), "lap 1 wants owner 1");
+    assert!(cq.poll().is_none());
 }
 
 #[test]

@@ -448,8 +448,16 @@ const OP_FORMAT_MASK: u8 = 0xfc;
 /// byte pattern of `op_own`.
 #[inline(always)]
 pub fn brief(bytes: &[u8; 64], want: CqeOpcode) -> Option<CqeBrief> {
+    brief_with_op_own(bytes, bytes[63], want)
+}
+
+/// [`brief`] with `op_own` given apart from the bytes, whose own byte 63 is ignored: a
+/// poller that stamps a consumed slot's `op_own` INVALID before reading the body keeps
+/// the byte it loaded (`Cq::poll`).
+#[inline(always)]
+pub(crate) fn brief_with_op_own(bytes: &[u8; 64], op_own: u8, want: CqeOpcode) -> Option<CqeBrief> {
     let cqe: &Cqe64 = zerocopy::transmute_ref!(bytes);
-    if cqe.op_own & OP_FORMAT_MASK != want.as_u8() << 4
+    if op_own & OP_FORMAT_MASK != want.as_u8() << 4
         || !matches!(want, CqeOpcode::Req | CqeOpcode::RespWrImm)
     {
         return None;
@@ -470,12 +478,22 @@ pub fn brief(bytes: &[u8; 64], want: CqeOpcode) -> Option<CqeBrief> {
 /// Never panics. See the module docs for what is an error and what is a variant.
 #[inline(always)]
 pub fn decode(bytes: &[u8]) -> Result<Completion, CqeDecodeError> {
-    let Ok(cqe) = Cqe64::ref_from_bytes(bytes) else {
+    let Ok(block) = <&[u8; 64]>::try_from(bytes) else {
         return Err(CqeDecodeError::Length { len: bytes.len() });
     };
-    let op_own = cqe.op_own;
-    let opcode = cqe.opcode();
-    let format = match cqe.format_bits() {
+    decode_with_op_own(block, block[63])
+}
+
+/// [`decode`] with `op_own` given apart from the bytes, whose own byte 63 is ignored
+/// (see [`brief_with_op_own`]).
+#[inline(always)]
+pub(crate) fn decode_with_op_own(
+    bytes: &[u8; 64],
+    op_own: u8,
+) -> Result<Completion, CqeDecodeError> {
+    let cqe: &Cqe64 = zerocopy::transmute_ref!(bytes);
+    let opcode = CqeOpcode::from_u4(op_own >> 4);
+    let format = match (op_own >> 2) & 3 {
         0 => CqeFormat::Normal,
         1 => CqeFormat::InlineScatter32,
         2 => CqeFormat::InlineScatter64,
@@ -491,8 +509,7 @@ pub fn decode(bytes: &[u8]) -> Result<Completion, CqeDecodeError> {
 
     if opcode.is_error() {
         // Same 64 bytes, error layout: both types are plain bytes of equal size.
-        let err = ErrCqe::ref_from_bytes(bytes)
-            .map_err(|_| CqeDecodeError::Length { len: bytes.len() })?;
+        let err: &ErrCqe = zerocopy::transmute_ref!(bytes);
         let opq = err.s_wqe_opcode_qpn.get();
         return Ok(Completion {
             opcode,
