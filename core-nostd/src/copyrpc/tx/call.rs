@@ -12,9 +12,10 @@ impl Tx {
     /// an append to an open batch does not change that).
     ///
     /// Always inlined: see `Context::reply_with` and `Context::call_with_allowance`.
-    /// Only the append to an open batch is: a call that opens one (once a batch) goes
-    /// out of line to [`write_call_opening`](Self::write_call_opening), so a loop of
-    /// calls keeps the append path's values in registers.
+    /// So is a call that opens a batch ([`write_call_opening`](Self::write_call_opening)),
+    /// all but its wrapping case: out of line, it cost every call at one call in flight
+    /// ~57 instructions of frame, arguments and recomputed sizes, and inlined it costs
+    /// batch 16 nothing and batch 64 under 1 % (docs/PERFORMANCE.md, "Latency path").
     #[inline(always)]
     pub(crate) fn write_call(
         &mut self,
@@ -25,7 +26,7 @@ impl Tx {
         let len = u32::try_from(payload.len()).map_err(|_| Error::PayloadTooLarge)?;
         let padded = padded_message_size(len);
         if !self.ring.fits_open_batch(padded) {
-            return self.write_call_opening(call_id, payload, response_allowance);
+            return self.write_call_opening(call_id, payload, padded, response_allowance);
         }
         let paid = self.pay_for_call(padded, response_allowance)?;
         let size = self.ring.size();
@@ -39,18 +40,16 @@ impl Tx {
     }
 
     /// [`write_call`](Self::write_call) for a request that opens a batch, wrapping the
-    /// ring first if it must.
-    #[inline(never)]
+    /// ring first if it must (out of line, in
+    /// [`pay_for_opening_general`](Self::pay_for_opening_general)).
+    #[inline(always)]
     fn write_call_opening(
         &mut self,
         call_id: u32,
         payload: &[u8],
+        padded: u64,
         response_allowance: u32,
     ) -> Result<Flush, Error> {
-        // Recomputed rather than passed in: keeping `padded` live across the call costs
-        // the inlined caller a register spill on every call.
-        let len = u32::try_from(payload.len()).map_err(|_| Error::PayloadTooLarge)?;
-        let padded = padded_message_size(len);
         // The refusals in the order the append path gives them: the allowance first.
         self.check_allowance(response_allowance)?;
         // A message that opens a batch can wrap, queueing up to two ranges.
@@ -65,20 +64,7 @@ impl Tx {
             let paid = self.pay_for_call(FLOW_METADATA_SIZE + padded, response_allowance)?;
             (paid, self.ring.open_batch_with(padded))
         } else {
-            let advance = self
-                .ring
-                .plan(padded)
-                .map_err(|_| Error::PayloadTooLarge)?
-                .advance;
-            let paid = self.pay_for_call(advance, response_allowance)?;
-            let reserved = self
-                .ring
-                .reserve_message(padded)
-                .map_err(|_| Error::PayloadTooLarge)?;
-            if let Some(w) = reserved.wrap {
-                queue_wrap_ranges(&mut self.ranges, w)?;
-            }
-            (paid, reserved.pos)
+            self.pay_for_opening_general(padded, response_allowance)?
         };
         let buf = self
             .mem
@@ -87,6 +73,30 @@ impl Tx {
             .map_err(|_| Error::PayloadTooLarge)?;
         // Alone in its batch: it opened it (or wrapped into a new one).
         Ok(Flush::needed_if(self.ring.batch_count() == 1))
+    }
+
+    /// [`write_call_opening`](Self::write_call_opening)'s payment and reservation for a
+    /// batch that wraps the ring (or does not fit at all): once a lap, out of line.
+    #[inline(never)]
+    fn pay_for_opening_general(
+        &mut self,
+        padded: u64,
+        response_allowance: u32,
+    ) -> Result<(CallCredit, u64), Error> {
+        let advance = self
+            .ring
+            .plan(padded)
+            .map_err(|_| Error::PayloadTooLarge)?
+            .advance;
+        let paid = self.pay_for_call(advance, response_allowance)?;
+        let reserved = self
+            .ring
+            .reserve_message(padded)
+            .map_err(|_| Error::PayloadTooLarge)?;
+        if let Some(w) = reserved.wrap {
+            queue_wrap_ranges(&mut self.ranges, w)?;
+        }
+        Ok((paid, reserved.pos))
     }
 
     /// The checks a call passes before anything changes, and its payment: a response
