@@ -79,6 +79,17 @@ pub const MAX_INLINE: u32 = (MAX_WQE_BYTES - 2 * SEND_WQE_DS - 4) as u32;
 /// Largest `inline_head` an [`SqConfig`] accepts: ctrl + raddr + inline segment + one
 /// data segment must fit in [`MAX_WQE_BYTES`].
 pub const MAX_INLINE_HEAD: u32 = (MAX_WQE_BYTES - 3 * SEND_WQE_DS - 4) as u32;
+/// `x` rounded up to a multiple of `P`, a power of two, for a size far below
+/// `usize::MAX` (a WQE's): an add and a mask. `next_multiple_of` and `div_ceil` make a
+/// remainder test and a select of it, ~4 instructions more each time a WQE is sized
+/// (docs/PERFORMANCE.md, "Latency path").
+#[inline(always)]
+const fn round_up<const P: usize>(x: usize) -> usize {
+    const { assert!(P.is_power_of_two()) };
+    debug_assert!(x <= usize::MAX - P);
+    (x + (P - 1)) & !(P - 1)
+}
+
 /// Per-WQE plan computed before anything is written.
 struct Plan<'a> {
     inline: &'a [u8],
@@ -160,8 +171,7 @@ fn write_contig(
         rest = after;
     }
     if !inline.is_empty() {
-        let (seg, after) =
-            rest.split_at_mut_checked((4 + inline.len()).next_multiple_of(SEND_WQE_DS))?;
+        let (seg, after) = rest.split_at_mut_checked(round_up::<SEND_WQE_DS>(4 + inline.len()))?;
         // The last 16 bytes zeroed first, so the padding after the data is zero; header
         // and data then overwrite their part (as in `write_wqe`).
         *seg.last_chunk_mut::<SEND_WQE_DS>()? = [0; SEND_WQE_DS];
@@ -516,7 +526,7 @@ impl Sq {
         let inline_bytes = if inline.is_empty() {
             0
         } else {
-            (4 + inline.len()).next_multiple_of(SEND_WQE_DS)
+            round_up::<SEND_WQE_DS>(4 + inline.len())
         };
         let wqe_bytes = SEND_WQE_DS
             * (1 + usize::from(remote.is_some()) + usize::from(tail.is_some()))
@@ -548,7 +558,7 @@ impl Sq {
         imm: [u8; 4],
         flags: FmCeSe,
     ) -> Option<(CtrlSeg, usize, Posted)> {
-        let bbs = wqe_bytes.div_ceil(SEND_WQE_BB) as u32;
+        let bbs = (round_up::<SEND_WQE_BB>(wqe_bytes) / SEND_WQE_BB) as u32;
         if bbs > self.free_bbs() {
             return None;
         }
@@ -585,7 +595,7 @@ impl Sq {
             return None;
         }
         // ctrl, raddr, then the inline header and data padded to a DS.
-        let wqe_bytes = 2 * SEND_WQE_DS + (4 + len).next_multiple_of(SEND_WQE_DS);
+        let wqe_bytes = 2 * SEND_WQE_DS + round_up::<SEND_WQE_DS>(4 + len);
         let (ctrl, start, posted) = self.place(opcode, wqe_bytes, imm, flags)?;
         // SAFETY: as in `post_general`: the blocks start at the producer index, past
         // every WQE a doorbell record published, so the device does not read them
