@@ -213,7 +213,8 @@ fn is_empty_agrees_with_poll_across_laps() {
         // Peeking does not consume: it says so again, and poll then takes the CQE.
         assert!(!cq.is_empty() && !cq.is_empty(), "CQE {p} written");
         assert_eq!(cq.poll().map(|c| c.index()), Some(p));
-        // The next slot holds nothing of this lap (nothing yet, or the last lap's CQE).
+        // The next slot holds nothing of this lap: INVALID, never written or stamped
+        // when the last lap's CQE there was taken.
         assert!(cq.is_empty(), "after CQE {p}");
         assert!(cq.poll().is_none());
         cq.update_ci();
