@@ -164,7 +164,7 @@ impl Cq {
             let off = cq.cqe64_off(slot) + 63;
             // Relaxed: no CQE exists yet (constructor contract); the first consumer-index
             // doorbell or the handing over of the `Cq` orders these stores for the device.
-            cq.ring.store_u8_relaxed(off, CQE_INVALID_OP_OWN);
+            cq.ring.byte(off).store_relaxed(CQE_INVALID_OP_OWN);
         }
         Ok(cq)
     }

@@ -10,8 +10,7 @@
 //! Access discipline (the crate docs list the pairings):
 //! * ring bytes (WQEs, SRQ WQEs, CQE bodies) are plain memory; the single-byte `op_own`
 //!   of a CQE is read and written only through [`RingByte::load_acquire`] /
-//!   [`RingByte::store_relaxed`] / [`RingMem::store_u8_relaxed`] (`AtomicU8::from_ptr`)
-//!   while the device may access it;
+//!   [`RingByte::store_relaxed`] (`AtomicU8::from_ptr`) while the device may access it;
 //! * a doorbell record word is only stored, atomically, with Release ([`DbRec`]);
 //! * the MMIO window is only written, with volatile stores ([`Mmio`]).
 
@@ -188,14 +187,6 @@ impl RingMem {
         RingByte(NonNull::new(self.at(off)).unwrap_or(self.base))
     }
 
-    /// Atomic Relaxed store of the byte at `off` (stamping `op_own` of a fresh CQ).
-    pub(crate) fn store_u8_relaxed(&mut self, off: usize, v: u8) {
-        // SAFETY: `at` stays inside the ring, valid for atomic byte accesses (`new`);
-        // AtomicU8 has alignment 1. Other accesses to this byte while the device may
-        // write it are atomic too (this module is the only accessor).
-        unsafe { AtomicU8::from_ptr(self.at(off)) }.store(v, Ordering::Relaxed);
-    }
-
     /// The `len` bytes at ring offset `off` (taken modulo the length) as one slice, or
     /// `None` when they run past the end of the ring.
     ///
@@ -265,8 +256,9 @@ impl RingByte {
         unsafe { AtomicU8::from_ptr(self.0.as_ptr()) }.load(Ordering::Acquire)
     }
 
-    /// Atomic Relaxed store (stamping a consumed CQE's `op_own` INVALID). The caller
-    /// orders it before the store that hands the byte back to the device.
+    /// Atomic Relaxed store (stamping a CQE's `op_own` INVALID: every slot of a fresh
+    /// CQ, and each CQE as it is taken). The caller orders it before the store that
+    /// hands the byte to the device.
     #[inline]
     pub(crate) fn store_relaxed(self, v: u8) {
         // SAFETY: as in `load_acquire`: inside a ring valid for atomic byte accesses
