@@ -7,7 +7,8 @@
 #   scripts/instr.sh [MESSAGES_PER_SIDE]      (default 64000)
 #
 # Then two lines give the cost of one spin of a caller waiting on `Context::idle` (on
-# fresh CQs, and on CQs that have gone round), and the last two the driver-only floor.
+# fresh CQs, and on CQs that have gone round), one the cache lines an idle test touches
+# when the loop around it ran other work, and the last two the driver-only floor.
 #
 # Payloads are 32 and 128 B: 64 calls of 512 B would need more response allowance than
 # the 64 KiB ring's reservation cap (ring/4) grants, so the caller would be refused.
@@ -80,6 +81,21 @@ for warm in 0 2048; do
   if [ "$warm" = 0 ]; then what="fresh CQs"; else what="after $warm calls, the CQs gone round"; fi
   echo "idle wait with a call pending, $what (A, $spins spins on Context::idle and the polls it asks for, the wait for the call included): $(awk -v c="$idle" -v n="$spins" 'BEGIN { printf "%.1f", c / n }') instr/spin"
 done
+# The same wait in a poll loop that runs other work between its checks: each check of
+# `Context::idle` follows a walk over 256 KiB, so nothing of the context is left in a
+# 32 KiB L1D. Callgrind's cache simulation counts the check's L1D misses, reads and
+# writes: the cache lines one idle test touches (the context's, and the two CQs' next
+# CQEs), what such a loop reloads from farther out per check.
+checks=2000
+f="$out/cg.idle.cold"
+valgrind --tool=callgrind --cache-sim=yes --D1=32768,8,64 --LL=8388608,16,64 \
+  --collect-atstart=no --toggle-collect='copyrpc_tests::echo_rig::core_idle_check' \
+  --callgrind-out-file="$f" target/release/copyrpc-instr idle-cold "$checks" 2048 >/dev/null 2>&1 \
+  || { echo "copyrpc-instr idle-cold $checks 2048 failed" >&2; exit 1; }
+lines=$(awk '/^events:/ { for (i = 2; i <= NF; i++) col[$i] = i - 1 }
+  /^summary:/ { printf "%.1f", ($(col["D1mr"] + 1) + $(col["D1mw"] + 1)) / n }' n="$checks" "$f")
+[ -n "$lines" ] || { echo "no cache-simulation summary in $f" >&2; exit 1; }
+echo "cold idle test, after 2048 calls (A, $checks checks of Context::idle, each after a walk over 256 KiB; 32 KiB L1D): $lines cache lines per check (2 are the CQs' next CQEs)"
 # The floor under the batch-1 rows: the same echo at batch 1 written on the mlx5 driver
 # alone, no RPC layer (tests/src/driver_echo.rs: the batch's bytes written and sent
 # inline, the CQs and SRQ handled as copyrpc does, the rig's four turns a call). What

@@ -19,7 +19,7 @@
 )]
 pub mod rig;
 
-use copyrpc_core::copyrpc::{Context, EndpointConfig, EndpointId};
+use copyrpc_core::copyrpc::{Context, EndpointConfig, EndpointId, RecvHandle};
 use rig::{Opts, Pair};
 
 /// Endpoints, pending calls, requests held per endpoint (ring 64 KiB / 32).
@@ -145,15 +145,10 @@ pub fn device_step(p: &mut EchoPair) {
     p.step();
 }
 
-/// Idle waiting: A first makes `warm` calls, answered, through the uncounted API (so
-/// the CQ slots its spin reads can hold a previous lap's CQEs, as in a context that
-/// has run a while); then makes one call, which B takes and holds unanswered, and waits
-/// at least `spins` spins with nothing arriving: it spins on `Context::idle` and polls
-/// when that says there is work (the device steps after each poll, so the probe READs
-/// the default interval brings complete). A's instructions per spin are then what a
-/// client pays per spin while it waits. Returns the spins made (`idle` calls and polls)
-/// and the probes A posted.
-pub fn idle(p: &mut EchoPair, warm: u64, spins: u64) -> (u64, u64) {
+/// The state both idle measurements start from: A has made `warm` answered calls
+/// through the uncounted API (so its CQ slots can hold earlier laps' CQEs), then one
+/// more, which B has taken and holds unanswered; returns B's handle for it.
+fn hold_a_call(p: &mut EchoPair, warm: u64) -> RecvHandle {
     let ep = p.a.eps[0];
     for i in 0..warm {
         p.a.ctx
@@ -189,6 +184,19 @@ pub fn idle(p: &mut EchoPair, warm: u64, spins: u64) -> (u64, u64) {
         steps += 1;
         assert!(steps < 100, "the call never arrived\n{}", p.dump());
     }
+    held.expect("taken above")
+}
+
+/// Idle waiting: A first makes `warm` calls, answered, through the uncounted API (so
+/// the CQ slots its spin reads can hold a previous lap's CQEs, as in a context that
+/// has run a while); then makes one call, which B takes and holds unanswered, and waits
+/// at least `spins` spins with nothing arriving: it spins on `Context::idle` and polls
+/// when that says there is work (the device steps after each poll, so the probe READs
+/// the default interval brings complete). A's instructions per spin are then what a
+/// client pays per spin while it waits. Returns the spins made (`idle` calls and polls)
+/// and the probes A posted.
+pub fn idle(p: &mut EchoPair, warm: u64, spins: u64) -> (u64, u64) {
+    let held = hold_a_call(p, warm);
     // A waits as a caller should: it spins on `idle` and polls only when that says
     // there is work (a probe sweep falls due every so often; the device steps then, so
     // the probe's READ goes out and comes back). A spin is one call of `idle`.
@@ -198,10 +206,47 @@ pub fn idle(p: &mut EchoPair, warm: u64, spins: u64) -> (u64, u64) {
         assert_eq!(core_poll_caller(&mut p.a.ctx), 0, "B holds the call");
         device_step(p);
     }
-    let h = held.expect("taken above");
-    h.reply(&mut p.b.ctx, b"late")
+    held.reply(&mut p.b.ctx, b"late")
         .expect("the allowance covers it");
     (made, p.a.ctx.stats().probes_posted)
+}
+
+/// One `Context::idle` test, out of line so callgrind's cache simulation counts the
+/// lines it touches on its own.
+#[inline(never)]
+pub fn core_idle_check(ctx: &mut Context<u64, 1, 256, 2048>) -> bool {
+    ctx.idle()
+}
+
+/// Bytes `idle_cold` touches between two checks: eight times a 32 KiB L1D, so none of
+/// the context's lines survive in it.
+const EVICT_BYTES: usize = 256 << 10;
+
+/// Cold idle checks: from the state of [`idle`] (one call held unanswered after `warm`
+/// answered ones), `checks` times: touch a buffer larger than the L1 data cache, then
+/// test `Context::idle` once (polling when it says there is work, as `idle` does).
+/// Under a cache simulation the check's misses are then the cache lines an idle test
+/// reads, what a poll loop that runs other work between its checks pays in loads from
+/// farther out. Returns the checks that found nothing to do.
+pub fn idle_cold(p: &mut EchoPair, warm: u64, checks: u64) -> u64 {
+    let held = hold_a_call(p, warm);
+    let mut evict = vec![0u8; EVICT_BYTES];
+    let mut quiet = 0;
+    for i in 0..checks {
+        for line in evict.chunks_mut(64) {
+            line[0] = line[0].wrapping_add(i as u8);
+        }
+        core::hint::black_box(&mut evict);
+        if core_idle_check(&mut p.a.ctx) {
+            quiet += 1;
+        } else {
+            assert_eq!(core_poll_caller(&mut p.a.ctx), 0, "B holds the call");
+            device_step(p);
+        }
+    }
+    held.reply(&mut p.b.ctx, b"late")
+        .expect("the allowance covers it");
+    quiet
 }
 
 /// How side A issues its calls.

@@ -34,6 +34,11 @@ fn bad_arguments_are_usage_errors_never_panics() {
         (&["idle", "5", "x"], "WARM"),
         (&["idle", "5", HUGE], "WARM"),
         (&["idle", "5", "6", "7"], "unexpected"),
+        (&["idle-cold"], "CHECKS is missing"),
+        (&["idle-cold", "0"], "CHECKS"),
+        (&["idle-cold", HUGE], "CHECKS"),
+        (&["idle-cold", "5", "x"], "WARM"),
+        (&["idle-cold", "5", "6", "7"], "unexpected"),
         (&["driver"], "ROUNDS is missing"),
         (&["driver", "0"], "ROUNDS"),
         (&["driver", "5", "129"], "PAYLOAD"),
@@ -55,6 +60,7 @@ fn a_small_run_reports_its_message_count() {
             "calls=6 messages=12",
         ),
         (&["driver", "7", "128"][..], "calls=7 messages=14"),
+        (&["idle-cold", "9", "3"][..], "checks=9 quiet=9"),
     ] {
         let out = instr(args);
         assert!(

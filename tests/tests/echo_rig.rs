@@ -61,6 +61,32 @@ fn the_idle_run_holds_a_call_and_probes_at_the_default_interval() {
 }
 
 #[test]
+fn the_cold_idle_checks_find_the_held_call_quiet_until_the_probe_sweep() {
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(|| {
+            // Each check counts as a poll, and the probe sweep every 1024 polls is the
+            // only thing that can find work (a poll follows, which posts nothing: no
+            // probe is due before 4096 polls). From a fresh pair the first sweep falls
+            // after 1000 checks and the second before 3000.
+            let mut p = echo_rig::pair();
+            assert_eq!(echo_rig::idle_cold(&mut p, 0, 1000), 1000);
+            let mut p = echo_rig::pair();
+            assert_eq!(echo_rig::idle_cold(&mut p, 0, 3000), 2998);
+            assert_eq!(p.a.ctx.stats().probes_posted, 0);
+            assert_eq!(p.a.ctx.pending_calls(), 1, "the held call still waits");
+            // Warmed past a CQ lap, at most one sweep falls in 1000 checks.
+            let mut p = echo_rig::pair();
+            let quiet = echo_rig::idle_cold(&mut p, 600, 1000);
+            assert!((999..=1000).contains(&quiet), "{quiet} quiet checks");
+            assert_eq!(p.a.ctx.pending_calls(), 1, "the held call still waits");
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+#[test]
 fn the_driver_only_echo_answers_every_call_over_several_laps() {
     // 4 000 calls: the 96 B (32 B payload) and 192 B (128 B) batches go round the 64 KiB
     // rings more than 5 and 11 times, the 255 WQEs of each SRQ are consumed 15 times

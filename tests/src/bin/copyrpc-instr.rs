@@ -11,6 +11,11 @@
 //! slots hold earlier laps' CQEs; the script divides the cost of the spins and polls by
 //! the spins it prints.
 //!
+//! `copyrpc-instr idle-cold CHECKS [WARM]`: from the same state, CHECKS single
+//! `Context::idle` tests, each after touching a buffer larger than the L1 data cache
+//! (`echo_rig::idle_cold`); under callgrind's cache simulation the misses of
+//! `core_idle_check` divided by CHECKS are the cache lines a cold idle test reads.
+//!
 //! `copyrpc-instr driver ROUNDS [PAYLOAD]`: the same echo at batch 1 written directly on
 //! the mlx5 driver, no RPC layer (`copyrpc_tests::driver_echo`): the floor under the
 //! batch-1 rows.
@@ -21,12 +26,16 @@ use std::process::ExitCode;
 
 use copyrpc_tests::echo_rig::{Pattern, Serve};
 
-const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS [WARM]\n       copyrpc-instr driver ROUNDS [PAYLOAD]";
+const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS [WARM]\n       copyrpc-instr idle-cold CHECKS [WARM]\n       copyrpc-instr driver ROUNDS [PAYLOAD]";
 
 /// What to run, from the command line.
 enum Job {
     Idle {
         polls: u64,
+        warm: u64,
+    },
+    IdleCold {
+        checks: u64,
         warm: u64,
     },
     Driver {
@@ -64,6 +73,17 @@ fn parse(args: &[String]) -> Result<Job, String> {
             v => number("WARM", v, 0, 100_000_000)?,
         };
         return Ok(Job::Idle { polls, warm });
+    }
+    if args.first().map(String::as_str) == Some("idle-cold") {
+        if args.len() > 3 {
+            return Err(format!("unexpected argument {:?}", args[3]));
+        }
+        let checks = number("CHECKS", args.get(1), 1, 100_000_000)?;
+        let warm = match args.get(2) {
+            None => 0,
+            v => number("WARM", v, 0, 100_000_000)?,
+        };
+        return Ok(Job::IdleCold { checks, warm });
     }
     if args.first().map(String::as_str) == Some("driver") {
         if args.len() > 3 {
@@ -127,6 +147,11 @@ fn main() -> ExitCode {
             let mut p = copyrpc_tests::echo_rig::pair();
             let (spins, probes) = copyrpc_tests::echo_rig::idle(&mut p, warm, polls);
             println!("spins={spins} probes={probes}");
+        }),
+        Job::IdleCold { checks, warm } => on_big_stack(move || {
+            let mut p = copyrpc_tests::echo_rig::pair();
+            let quiet = copyrpc_tests::echo_rig::idle_cold(&mut p, warm, checks);
+            println!("checks={checks} quiet={quiet}");
         }),
         Job::Driver { rounds, payload } => {
             let payload = vec![0x5a; payload];
