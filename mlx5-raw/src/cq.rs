@@ -74,27 +74,44 @@ pub enum CqInitError {
 }
 
 /// A completion queue poller over raw CQ memory. See the module docs.
+///
+/// `repr(C)` with what an empty poll reads first: `own` and `sw_owner` lie in the
+/// struct's first 16 bytes, so an owner that places the `Cq` behind its own hot words
+/// knows which cache line a poll that finds nothing touches (copyrpc's `Context` puts
+/// the recv CQ's in the line of its poll count, the send CQ's in the next with its dirty
+/// set; docs/PERFORMANCE.md, "Latency path").
 #[derive(Debug)]
+#[repr(C)]
 pub struct Cq {
-    ring: RingMem,
-    /// `[CQ_SET_CI]` of the CQ doorbell record.
-    dbrec: DbRec,
+    /// The `op_own` byte of slot `ci` (ring offset `cqe64_off(ci) + 63`), kept with `ci`
+    /// so an empty poll loads it without recomputing or masking its offset.
+    own: RingByte,
+    /// Consumer index, free-running mod 2^32.
+    ci: u32,
+    /// The owner bit that makes slot `ci` the software's on this lap: `(ci & cqe_cnt)
+    /// != 0`, as `CQE_OWNER_MASK` or 0.
+    sw_owner: u8,
     /// Entries, a power of two ≤ 2^24.
     cqe_cnt: u32,
     /// 64 or 128.
     cqe_size: u32,
     cqn: u32,
-    /// Consumer index, free-running mod 2^32.
-    ci: u32,
-    /// The `op_own` byte of slot `ci` (ring offset `cqe64_off(ci) + 63`), kept with `ci`
-    /// so an empty poll loads it without recomputing or masking its offset.
-    own: RingByte,
-    /// The owner bit that makes slot `ci` the software's on this lap: `(ci & cqe_cnt)
-    /// != 0`, as `CQE_OWNER_MASK` or 0.
-    sw_owner: u8,
     /// Value of `ci` last written to `[SET_CI]`.
     db_ci: u32,
+    /// `[CQ_SET_CI]` of the CQ doorbell record.
+    dbrec: DbRec,
+    /// The CQE ring, `cqe_cnt * cqe_size` bytes (`ring()`): the base alone, not a
+    /// `RingMem`, whose length and SRQ mask would take the struct past 48 bytes.
+    base: NonNull<u8>,
 }
+
+/// The bytes an empty poll reads (`own`, `sw_owner`) end within the first 16.
+pub const CQ_HOT_BYTES: usize = 16;
+const _: () = assert!(core::mem::offset_of!(Cq, own) + 8 <= CQ_HOT_BYTES);
+const _: () = assert!(core::mem::offset_of!(Cq, sw_owner) < CQ_HOT_BYTES);
+// 48 bytes: two `Cq`s and 32 bytes of their owner's words fit two cache lines, each
+// `Cq`'s first 16 in a different one (copyrpc's `Context`).
+const _: () = assert!(core::mem::size_of::<Cq>() == 48);
 
 // SAFETY: `Cq` exclusively owns its CQ memory and consumer-index word (constructor
 // contract), which are not tied to a thread. Not `Sync`: polling needs `&mut self`.
@@ -149,7 +166,7 @@ impl Cq {
         };
         let ring_byte0 = ring.byte(0);
         let mut cq = Self {
-            ring,
+            base: buf,
             dbrec,
             cqe_cnt: desc.cqe_cnt,
             cqe_size: desc.cqe_size,
@@ -164,9 +181,19 @@ impl Cq {
             let off = cq.cqe64_off(slot) + 63;
             // Relaxed: no CQE exists yet (constructor contract); the first consumer-index
             // doorbell or the handing over of the `Cq` orders these stores for the device.
-            cq.ring.byte(off).store_relaxed(CQE_INVALID_OP_OWN);
+            cq.ring().byte(off).store_relaxed(CQE_INVALID_OP_OWN);
         }
         Ok(cq)
+    }
+
+    /// The CQE ring.
+    #[inline(always)]
+    fn ring(&self) -> RingMem {
+        // SAFETY: `base` and `cqe_cnt * cqe_size` (a power of two, at least 64) are the
+        // ring `new` checked and took over under its contract, which holds while `self`
+        // lives; every caller uses the handle within one method of `self`, and it adds no
+        // access that `Cq`'s own handles (`own`) do not make.
+        unsafe { RingMem::new(self.base, self.cqe_cnt as usize * self.cqe_size as usize) }
     }
 
     /// Byte offset of the `mlx5_cqe64` of `slot` (the second half of a 128-byte CQE).
@@ -179,7 +206,7 @@ impl Cq {
     #[inline]
     fn seek(&mut self, ci: u32) {
         self.ci = ci;
-        self.own = self.ring.byte(self.cqe64_off(ci) + 63);
+        self.own = self.ring().byte(self.cqe64_off(ci) + 63);
         self.sw_owner = if ci & self.cqe_cnt != 0 {
             CQE_OWNER_MASK
         } else {
@@ -211,7 +238,7 @@ impl Cq {
     /// `own` is slot `ci`'s `op_own` (what `seek` would compute).
     #[inline(always)]
     fn debug_check(&self) {
-        debug_assert!(self.own == self.ring.byte(self.cqe64_off(self.ci) + 63));
+        debug_assert!(self.own == self.ring().byte(self.cqe64_off(self.ci) + 63));
     }
 
     /// Takes the next CQE if the device has written it, advancing the consumer index
