@@ -53,31 +53,73 @@ pub struct EndpointMem {
 /// an error. `EPS` endpoints (≤ [`MAX_ENDPOINTS`]), `CALLS` pending calls across all endpoints,
 /// `REQS` received requests held per endpoint (a power of two, at least the recv ring
 /// size / 32).
+///
+/// `repr(C)`. The pending-call table comes first: at offset 0 its entries are
+/// addressed from the context pointer itself (anywhere else each lookup pays 1 to 2
+/// instructions more for the table's base). What a poll that finds nothing to do reads
+/// follows from a cache-line boundary: the poll count, the next sweep and the recv CQ's
+/// poller position share one line; the send CQ's position and the dirty set's first word
+/// (endpoints 0..64) the next. A poll loop that runs other work between its polls then
+/// reloads two lines of the context per idle test, not four (docs/PERFORMANCE.md,
+/// "Latency path").
 #[derive(Debug)]
+#[repr(C)]
 pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
-    pub(crate) srq: Srq,
-    pub(crate) send_cq: Cq,
+    pub(crate) pending: Pending<U, CALLS>,
+    /// Starts the idle test's two lines at a line boundary, whatever the table's size.
+    pub(crate) hot_line: [CacheLine; 0],
+    /// Polls so far (`poll` and `poll_serve`, idle ones included): the clock of the
+    /// idle-peer probe.
+    pub(crate) polls: u64,
+    /// The poll count at which the next sweep runs.
+    pub(crate) next_sweep: u64,
     pub(crate) recv_cq: Cq,
+    pub(crate) send_cq: Cq,
+    /// Endpoints `poll` must visit (flush, fail-drain); see [`Dirty`].
+    pub(crate) dirty: Dirty,
+    pub(crate) srq: Srq,
     pub(crate) map: QpnMap<EPS>,
     pub(crate) eps: [Option<Endpoint<REQS>>; EPS],
-    pub(crate) pending: Pending<U, CALLS>,
     /// The receive queue: requests of every endpoint in arrival order, linked
     /// through their entries.
     pub(crate) rq_head: Link,
     pub(crate) rq_tail: Link,
-    /// Endpoints `poll` must visit (flush, fail-drain); see [`Dirty`].
-    pub(crate) dirty: Dirty,
-    /// Polls so far (`poll` and `poll_serve`, idle ones included): the clock of the
-    /// idle-peer probe.
-    pub(crate) polls: u64,
     /// Every this many polls, endpoints with pending calls are visited so a probe that
     /// fell due is posted ([`sweep_probes`](Self::sweep_probes)): a quarter of the
     /// smallest `probe_interval` of the endpoints, or `u64::MAX` with no probing one.
     pub(crate) probe_sweep: u64,
-    /// The poll count at which the next sweep runs.
-    pub(crate) next_sweep: u64,
     pub(crate) stats: Stats,
 }
+
+/// A zero-sized field with a cache line's alignment: what follows it starts a line.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+pub(crate) struct CacheLine;
+
+/// Whether the idle test's words of `Context<U, EPS, CALLS, REQS>` lie in the two lines
+/// from `polls` on (where the table puts `polls` varies; the order after it does not).
+const fn idle_words_in_two_lines<U, const EPS: usize, const CALLS: usize, const REQS: usize>(
+) -> bool {
+    use core::mem::offset_of;
+    use mlx5_raw::cq::CQ_HOT_BYTES;
+    let line0 = offset_of!(Context<U, EPS, CALLS, REQS>, polls);
+    let next_sweep = offset_of!(Context<U, EPS, CALLS, REQS>, next_sweep) - line0;
+    let recv_cq = offset_of!(Context<U, EPS, CALLS, REQS>, recv_cq) - line0;
+    let send_cq = offset_of!(Context<U, EPS, CALLS, REQS>, send_cq) - line0;
+    let dirty = offset_of!(Context<U, EPS, CALLS, REQS>, dirty) - line0;
+    line0 % 64 == 0
+        && next_sweep < 64
+        && recv_cq + CQ_HOT_BYTES <= 64
+        && send_cq >= 64
+        && send_cq + CQ_HOT_BYTES <= 128
+        && dirty >= 64
+        && dirty + 8 <= 128
+}
+
+const _: () = assert!(idle_words_in_two_lines::<u8, 1, 1, 1>());
+const _: () = assert!(idle_words_in_two_lines::<u64, 1, 256, 2048>());
+const _: () = assert!(idle_words_in_two_lines::<[u8; 24], 64, 4096, 4096>());
+const _: () = assert!(core::mem::offset_of!(Context<u64, 1, 256, 2048>, pending) == 0);
 
 /// The endpoints a poll must visit: one bit per endpoint index.
 ///
@@ -193,6 +235,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         // Every field is written below; adding one without writing it fails to compile.
         let _: fn(&Self) = |c| {
             let Self {
+                hot_line: _,
                 srq: _,
                 send_cq: _,
                 recv_cq: _,
@@ -215,6 +258,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         // read before, and none held a value that needed dropping. After the last
         // write every field is initialised, so `assume_init_mut` is sound.
         unsafe {
+            (&raw mut (*p).hot_line).write([]);
             (&raw mut (*p).srq).write(srq);
             (&raw mut (*p).send_cq).write(send_cq);
             (&raw mut (*p).recv_cq).write(recv_cq);
