@@ -8,7 +8,8 @@
 #
 # Then two lines give the cost of one spin of a caller waiting on `Context::idle` (on
 # fresh CQs, and on CQs that have gone round), one the cache lines an idle test touches
-# when the loop around it ran other work, and the last two the driver-only floor.
+# when the loop around it ran other work, two the lines a batch-1 round touches on each
+# side in that case, and the last two the driver-only floor.
 #
 # Payloads are 32 and 128 B: 64 calls of 512 B would need more response allowance than
 # the 64 KiB ring's reservation cap (ring/4) grants, so the caller would be refused.
@@ -86,16 +87,41 @@ done
 # 32 KiB L1D. Callgrind's cache simulation counts the check's L1D misses, reads and
 # writes: the cache lines one idle test touches (the context's, and the two CQs' next
 # CQEs), what such a loop reloads from farther out per check.
+# L1D misses (reads and writes) per unit in callgrind file $1 of a cache-simulated run,
+# over $2 units.
+l1d_misses() {
+  awk '/^events:/ { for (i = 2; i <= NF; i++) col[$i] = i - 1 }
+    /^summary:/ { printf "%.1f", ($(col["D1mr"] + 1) + $(col["D1mw"] + 1)) / n }' n="$2" "$1"
+}
 checks=2000
 f="$out/cg.idle.cold"
 valgrind --tool=callgrind --cache-sim=yes --D1=32768,8,64 --LL=8388608,16,64 \
   --collect-atstart=no --toggle-collect='copyrpc_tests::echo_rig::core_idle_check' \
   --callgrind-out-file="$f" target/release/copyrpc-instr idle-cold "$checks" 2048 >/dev/null 2>&1 \
   || { echo "copyrpc-instr idle-cold $checks 2048 failed" >&2; exit 1; }
-lines=$(awk '/^events:/ { for (i = 2; i <= NF; i++) col[$i] = i - 1 }
-  /^summary:/ { printf "%.1f", ($(col["D1mr"] + 1) + $(col["D1mw"] + 1)) / n }' n="$checks" "$f")
+lines=$(l1d_misses "$f" "$checks")
 [ -n "$lines" ] || { echo "no cache-simulation summary in $f" >&2; exit 1; }
 echo "cold idle test, after 2048 calls (A, $checks checks of Context::idle, each after a walk over 256 KiB; 32 KiB L1D): $lines cache lines per check (2 are the CQs' next CQEs)"
+# A call's round trip when the loop ran other work before it: each round of one call
+# follows a walk over 256 KiB, and the cache simulation counts each side's L1D misses
+# in its core functions (rig stack frames included): the lines one round touches.
+cold_side() { # side mode: lines per round
+  local side=$1 mode=$2 toggle
+  case $side in
+    a) toggle=(--toggle-collect='copyrpc_tests::echo_rig::core_call*' --toggle-collect='copyrpc_tests::echo_rig::core_poll_caller*') ;;
+    b) toggle=(--toggle-collect='copyrpc_tests::echo_rig::core_serve*') ;;
+  esac
+  local f="$out/cg.cold.$mode.$side"
+  valgrind --tool=callgrind --cache-sim=yes --D1=32768,8,64 --LL=8388608,16,64 \
+    --collect-atstart=no "${toggle[@]}" --callgrind-out-file="$f" \
+    target/release/copyrpc-instr cold 1000 32 "$mode" >/dev/null 2>&1 \
+    || { echo "copyrpc-instr cold 1000 32 $mode failed" >&2; return 1; }
+  l1d_misses "$f" 1000
+}
+for mode in recv inpoll; do
+  cold_a=$(cold_side a "$mode") && cold_b=$(cold_side b "$mode") || exit 1
+  echo "cold round, batch 1, 32B $mode (1000 calls, each after a walk over 256 KiB; 32 KiB L1D): A $cold_a, B $cold_b cache lines per round"
+done
 # The floor under the batch-1 rows: the same echo at batch 1 written on the mlx5 driver
 # alone, no RPC layer (tests/src/driver_echo.rs: the batch's bytes written and sent
 # inline, the CQs and SRQ handled as copyrpc does, the rig's four turns a call). What

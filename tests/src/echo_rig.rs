@@ -218,9 +218,18 @@ pub fn core_idle_check(ctx: &mut Context<u64, 1, 256, 2048>) -> bool {
     ctx.idle()
 }
 
-/// Bytes `idle_cold` touches between two checks: eight times a 32 KiB L1D, so none of
-/// the context's lines survive in it.
+/// Bytes `idle_cold` and `cold_rounds` walk between two measured steps: eight times a
+/// 32 KiB L1D, so none of the contexts' lines survive in it.
 const EVICT_BYTES: usize = 256 << 10;
+
+/// Writes a byte of every line of `buf` (a walk over `EVICT_BYTES`, the other work a poll
+/// loop runs between two measured steps).
+fn evict(buf: &mut [u8], round: u64) {
+    for line in buf.chunks_mut(64) {
+        line[0] = line[0].wrapping_add(round as u8);
+    }
+    core::hint::black_box(buf);
+}
 
 /// Cold idle checks: from the state of [`idle`] (one call held unanswered after `warm`
 /// answered ones), `checks` times: touch a buffer larger than the L1 data cache, then
@@ -230,13 +239,10 @@ const EVICT_BYTES: usize = 256 << 10;
 /// farther out. Returns the checks that found nothing to do.
 pub fn idle_cold(p: &mut EchoPair, warm: u64, checks: u64) -> u64 {
     let held = hold_a_call(p, warm);
-    let mut evict = vec![0u8; EVICT_BYTES];
+    let mut buf = vec![0u8; EVICT_BYTES];
     let mut quiet = 0;
     for i in 0..checks {
-        for line in evict.chunks_mut(64) {
-            line[0] = line[0].wrapping_add(i as u8);
-        }
-        core::hint::black_box(&mut evict);
+        evict(&mut buf, i);
         if core_idle_check(&mut p.a.ctx) {
             quiet += 1;
         } else {
@@ -247,6 +253,21 @@ pub fn idle_cold(p: &mut EchoPair, warm: u64, checks: u64) -> u64 {
     held.reply(&mut p.b.ctx, b"late")
         .expect("the allowance covers it");
     quiet
+}
+
+/// Cold rounds at batch 1: `rounds` rounds of one call each (as [`round`]), each after
+/// a walk over a buffer larger than the L1 data cache. Under a cache simulation each
+/// side's misses in its `core_*` functions are then the cache lines one call's round
+/// trip touches on that side when the loop ran other work before it (its footprint,
+/// rig stack frames included). Returns the device steps taken.
+pub fn cold_rounds(p: &mut EchoPair, payload: &[u8], rounds: u64, serve: Serve) -> u64 {
+    let mut buf = vec![0u8; EVICT_BYTES];
+    (0..rounds)
+        .map(|r| {
+            evict(&mut buf, r);
+            round(p, 1, payload, r, serve)
+        })
+        .sum()
 }
 
 /// How side A issues its calls.

@@ -39,6 +39,11 @@ fn bad_arguments_are_usage_errors_never_panics() {
         (&["idle-cold", HUGE], "CHECKS"),
         (&["idle-cold", "5", "x"], "WARM"),
         (&["idle-cold", "5", "6", "7"], "unexpected"),
+        (&["cold"], "ROUNDS is missing"),
+        (&["cold", "0"], "ROUNDS"),
+        (&["cold", "5", "2000"], "PAYLOAD"),
+        (&["cold", "5", "32", "serve"], "serve mode"),
+        (&["cold", "5", "32", "recv", "x"], "unexpected"),
         (&["driver"], "ROUNDS is missing"),
         (&["driver", "0"], "ROUNDS"),
         (&["driver", "5", "129"], "PAYLOAD"),
@@ -61,6 +66,7 @@ fn a_small_run_reports_its_message_count() {
         ),
         (&["driver", "7", "128"][..], "calls=7 messages=14"),
         (&["idle-cold", "9", "3"][..], "checks=9 quiet=9"),
+        (&["cold", "5", "64", "flush"][..], "calls=5 messages=10"),
     ] {
         let out = instr(args);
         assert!(

@@ -87,6 +87,24 @@ fn the_cold_idle_checks_find_the_held_call_quiet_until_the_probe_sweep() {
 }
 
 #[test]
+fn cold_rounds_answer_every_call_in_each_mode() {
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(|| {
+            for serve in [Serve::Recv, Serve::RecvFlush, Serve::InPoll] {
+                let mut p = echo_rig::pair();
+                let steps = echo_rig::cold_rounds(&mut p, &[9; 32], 50, serve);
+                assert!(steps >= 4 * 50, "{serve:?}: {steps} steps");
+                assert_eq!(p.a.ctx.pending_calls(), 0, "{serve:?}");
+                assert_eq!(p.a.ctx.stats().batches_posted, 50, "{serve:?}: one a call");
+            }
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+#[test]
 fn the_driver_only_echo_answers_every_call_over_several_laps() {
     // 4 000 calls: the 96 B (32 B payload) and 192 B (128 B) batches go round the 64 KiB
     // rings more than 5 and 11 times, the 255 WQEs of each SRQ are consumed 15 times

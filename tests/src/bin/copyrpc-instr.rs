@@ -16,6 +16,11 @@
 //! (`echo_rig::idle_cold`); under callgrind's cache simulation the misses of
 //! `core_idle_check` divided by CHECKS are the cache lines a cold idle test reads.
 //!
+//! `copyrpc-instr cold ROUNDS [PAYLOAD [recv|flush|inpoll]]`: ROUNDS rounds of one call,
+//! each after a walk over a buffer larger than the L1 data cache
+//! (`echo_rig::cold_rounds`); under callgrind's cache simulation each side's misses
+//! divided by ROUNDS are the cache lines a call's round trip touches on that side.
+//!
 //! `copyrpc-instr driver ROUNDS [PAYLOAD]`: the same echo at batch 1 written directly on
 //! the mlx5 driver, no RPC layer (`copyrpc_tests::driver_echo`): the floor under the
 //! batch-1 rows.
@@ -26,7 +31,7 @@ use std::process::ExitCode;
 
 use copyrpc_tests::echo_rig::{Pattern, Serve};
 
-const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS [WARM]\n       copyrpc-instr idle-cold CHECKS [WARM]\n       copyrpc-instr driver ROUNDS [PAYLOAD]";
+const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS [WARM]\n       copyrpc-instr idle-cold CHECKS [WARM]\n       copyrpc-instr cold ROUNDS [PAYLOAD [recv|flush|inpoll]]\n       copyrpc-instr driver ROUNDS [PAYLOAD]";
 
 /// What to run, from the command line.
 enum Job {
@@ -41,6 +46,11 @@ enum Job {
     Driver {
         rounds: u64,
         payload: usize,
+    },
+    Cold {
+        rounds: u64,
+        payload: usize,
+        serve: Serve,
     },
     Echo {
         batch: u32,
@@ -62,7 +72,35 @@ fn number(name: &str, v: Option<&String>, lo: u64, hi: u64) -> Result<u64, Strin
     }
 }
 
+/// How side B answers, from its word (`recv` when absent).
+fn serve_mode(v: Option<&String>) -> Result<Serve, String> {
+    match v.map(String::as_str) {
+        None | Some("recv") => Ok(Serve::Recv),
+        Some("flush") => Ok(Serve::RecvFlush),
+        Some("inpoll") => Ok(Serve::InPoll),
+        Some(other) => Err(format!(
+            "unknown serve mode {other:?}: recv, flush or inpoll"
+        )),
+    }
+}
+
 fn parse(args: &[String]) -> Result<Job, String> {
+    if args.first().map(String::as_str) == Some("cold") {
+        if args.len() > 4 {
+            return Err(format!("unexpected argument {:?}", args[4]));
+        }
+        let rounds = number("ROUNDS", args.get(1), 1, 100_000_000)?;
+        let payload = match args.get(2) {
+            None => 32,
+            v => number("PAYLOAD", v, 0, 1024)? as usize,
+        };
+        let serve = serve_mode(args.get(3))?;
+        return Ok(Job::Cold {
+            rounds,
+            payload,
+            serve,
+        });
+    }
     if args.first().map(String::as_str) == Some("idle") {
         if args.len() > 3 {
             return Err(format!("unexpected argument {:?}", args[3]));
@@ -109,16 +147,7 @@ fn parse(args: &[String]) -> Result<Job, String> {
         None => 32,
         v => number("PAYLOAD", v, 0, 1024)? as usize,
     };
-    let serve = match args.get(3).map(String::as_str) {
-        None | Some("recv") => Serve::Recv,
-        Some("flush") => Serve::RecvFlush,
-        Some("inpoll") => Serve::InPoll,
-        Some(other) => {
-            return Err(format!(
-                "unknown serve mode {other:?}: recv, flush or inpoll"
-            ))
-        }
-    };
+    let serve = serve_mode(args.get(3))?;
     let pattern = match args.get(4).map(String::as_str) {
         None | Some("rounds") => Pattern::Rounds,
         Some("window") => Pattern::Window,
@@ -152,6 +181,16 @@ fn main() -> ExitCode {
             let mut p = copyrpc_tests::echo_rig::pair();
             let quiet = copyrpc_tests::echo_rig::idle_cold(&mut p, warm, checks);
             println!("checks={checks} quiet={quiet}");
+        }),
+        Job::Cold {
+            rounds,
+            payload,
+            serve,
+        } => on_big_stack(move || {
+            let payload = vec![0x5a; payload];
+            let mut p = copyrpc_tests::echo_rig::pair();
+            copyrpc_tests::echo_rig::cold_rounds(&mut p, &payload, rounds, serve);
+            println!("calls={rounds} messages={}", 2 * rounds);
         }),
         Job::Driver { rounds, payload } => {
             let payload = vec![0x5a; payload];
