@@ -187,14 +187,13 @@ fn hold_a_call(p: &mut EchoPair, warm: u64) -> RecvHandle {
     held.expect("taken above")
 }
 
-/// Idle waiting: A first makes `warm` calls, answered, through the uncounted API (so
-/// the CQ slots its spin reads can hold a previous lap's CQEs, as in a context that
-/// has run a while); then makes one call, which B takes and holds unanswered, and waits
-/// at least `spins` spins with nothing arriving: it spins on `Context::idle` and polls
-/// when that says there is work (the device steps after each poll, so the probe READs
-/// the default interval brings complete). A's instructions per spin are then what a
-/// client pays per spin while it waits. Returns the spins made (`idle` calls and polls)
-/// and the probes A posted.
+/// Idle waiting: from [`hold_a_call`]'s state (after `warm` answered calls, so the CQ
+/// slots the spin reads can hold a previous lap's CQEs, as in a context that has run a
+/// while), A waits at least `spins` spins with nothing arriving: it spins on
+/// `Context::idle` and polls when that says there is work (the device steps after each
+/// poll, so the probe READs the default interval brings complete). A's instructions per
+/// spin are then what a client pays per spin while it waits. Returns the spins made
+/// (`idle` calls and polls) and the probes A posted.
 pub fn idle(p: &mut EchoPair, warm: u64, spins: u64) -> (u64, u64) {
     let held = hold_a_call(p, warm);
     // A waits as a caller should: it spins on `idle` and polls only when that says
@@ -231,8 +230,7 @@ fn evict(buf: &mut [u8], round: u64) {
     core::hint::black_box(buf);
 }
 
-/// Cold idle checks: from the state of [`idle`] (one call held unanswered after `warm`
-/// answered ones), `checks` times: touch a buffer larger than the L1 data cache, then
+/// Cold idle checks: from [`hold_a_call`]'s state, `checks` times: touch a buffer larger than the L1 data cache, then
 /// test `Context::idle` once (polling when it says there is work, as `idle` does).
 /// Under a cache simulation the check's misses are then the cache lines an idle test
 /// reads, what a poll loop that runs other work between its checks pays in loads from
