@@ -187,7 +187,7 @@ fn hold_a_call(p: &mut EchoPair, warm: u64) -> RecvHandle {
     held.expect("taken above")
 }
 
-/// Idle waiting: from [`hold_a_call`]'s state (after `warm` answered calls, so the CQ
+/// Idle waiting: from `hold_a_call`'s state (after `warm` answered calls, so the CQ
 /// slots the spin reads can hold a previous lap's CQEs, as in a context that has run a
 /// while), A waits at least `spins` spins with nothing arriving: it spins on
 /// `Context::idle` and polls when that says there is work (the device steps after each
@@ -230,8 +230,9 @@ fn evict(buf: &mut [u8], round: u64) {
     core::hint::black_box(buf);
 }
 
-/// Cold idle checks: from [`hold_a_call`]'s state, `checks` times: touch a buffer larger than the L1 data cache, then
-/// test `Context::idle` once (polling when it says there is work, as `idle` does).
+/// Cold idle checks: from `hold_a_call`'s state (as [`idle`]), `checks` times: touch a
+/// buffer larger than the L1 data cache, then test `Context::idle` once (polling when it
+/// says there is work, as `idle` does).
 /// Under a cache simulation the check's misses are then the cache lines an idle test
 /// reads, what a poll loop that runs other work between its checks pays in loads from
 /// farther out. Returns the checks that found nothing to do.
