@@ -181,7 +181,7 @@ impl Cq {
             let off = cq.cqe64_off(slot) + 63;
             // Relaxed: no CQE exists yet (constructor contract); the first consumer-index
             // doorbell or the handing over of the `Cq` orders these stores for the device.
-            cq.ring().byte(off).store_relaxed(CQE_INVALID_OP_OWN);
+            ring.byte(off).store_relaxed(CQE_INVALID_OP_OWN);
         }
         Ok(cq)
     }
