@@ -72,6 +72,22 @@ fn number(name: &str, v: Option<&String>, lo: u64, hi: u64) -> Result<u64, Strin
     }
 }
 
+/// `name` as in [`number`], or `default` when absent.
+fn optional(name: &str, v: Option<&String>, default: u64, lo: u64, hi: u64) -> Result<u64, String> {
+    match v {
+        None => Ok(default),
+        v => number(name, v, lo, hi),
+    }
+}
+
+/// A usage error for the first of `args` past the `n` a job takes.
+fn at_most(args: &[String], n: usize) -> Result<(), String> {
+    match args.get(n) {
+        Some(extra) => Err(format!("unexpected argument {extra:?}")),
+        None => Ok(()),
+    }
+}
+
 /// How side B answers, from its word (`recv` when absent).
 fn serve_mode(v: Option<&String>) -> Result<Serve, String> {
     match v.map(String::as_str) {
@@ -86,14 +102,9 @@ fn serve_mode(v: Option<&String>) -> Result<Serve, String> {
 
 fn parse(args: &[String]) -> Result<Job, String> {
     if args.first().map(String::as_str) == Some("cold") {
-        if args.len() > 4 {
-            return Err(format!("unexpected argument {:?}", args[4]));
-        }
+        at_most(args, 4)?;
         let rounds = number("ROUNDS", args.get(1), 1, 100_000_000)?;
-        let payload = match args.get(2) {
-            None => 32,
-            v => number("PAYLOAD", v, 0, 1024)? as usize,
-        };
+        let payload = optional("PAYLOAD", args.get(2), 32, 0, 1024)? as usize;
         let serve = serve_mode(args.get(3))?;
         return Ok(Job::Cold {
             rounds,
@@ -102,51 +113,31 @@ fn parse(args: &[String]) -> Result<Job, String> {
         });
     }
     if args.first().map(String::as_str) == Some("idle") {
-        if args.len() > 3 {
-            return Err(format!("unexpected argument {:?}", args[3]));
-        }
+        at_most(args, 3)?;
         let polls = number("POLLS", args.get(1), 1, 1 << 32)?;
-        let warm = match args.get(2) {
-            None => 0,
-            v => number("WARM", v, 0, 100_000_000)?,
-        };
+        let warm = optional("WARM", args.get(2), 0, 0, 100_000_000)?;
         return Ok(Job::Idle { polls, warm });
     }
     if args.first().map(String::as_str) == Some("idle-cold") {
-        if args.len() > 3 {
-            return Err(format!("unexpected argument {:?}", args[3]));
-        }
+        at_most(args, 3)?;
         let checks = number("CHECKS", args.get(1), 1, 100_000_000)?;
-        let warm = match args.get(2) {
-            None => 0,
-            v => number("WARM", v, 0, 100_000_000)?,
-        };
+        let warm = optional("WARM", args.get(2), 0, 0, 100_000_000)?;
         return Ok(Job::IdleCold { checks, warm });
     }
     if args.first().map(String::as_str) == Some("driver") {
-        if args.len() > 3 {
-            return Err(format!("unexpected argument {:?}", args[3]));
-        }
+        at_most(args, 3)?;
         let rounds = number("ROUNDS", args.get(1), 1, 100_000_000)?;
         // Up to 128 B the batch (32 B metadata, 16 B header, payload padded to 32 B)
         // stays within the send queue's 220 B inline limit, as copyrpc's small calls do.
-        let payload = match args.get(2) {
-            None => 32,
-            v => number("PAYLOAD", v, 0, 128)? as usize,
-        };
+        let payload = optional("PAYLOAD", args.get(2), 32, 0, 128)? as usize;
         return Ok(Job::Driver { rounds, payload });
     }
-    if args.len() > 5 {
-        return Err(format!("unexpected argument {:?}", args[5]));
-    }
+    at_most(args, 5)?;
     // The rig's context holds 256 calls and a window keeps two batches in flight; its
     // 64 KiB rings take 64 messages of 1 KiB in a batch.
     let batch = number("BATCH", args.first(), 1, 64)? as u32;
     let rounds = number("ROUNDS", args.get(1), 1, 100_000_000)?;
-    let payload = match args.get(2) {
-        None => 32,
-        v => number("PAYLOAD", v, 0, 1024)? as usize,
-    };
+    let payload = optional("PAYLOAD", args.get(2), 32, 0, 1024)? as usize;
     let serve = serve_mode(args.get(3))?;
     let pattern = match args.get(4).map(String::as_str) {
         None | Some("rounds") => Pattern::Rounds,
