@@ -79,18 +79,25 @@ pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
     pub(crate) send_cq: Cq,
     /// Endpoints `poll` must visit (flush, fail-drain); see [`Dirty`].
     pub(crate) dirty: Dirty,
+    /// Starts the SRQ's line: a receive completion reads all of it.
+    pub(crate) srq_line: [CacheLine; 0],
     pub(crate) srq: Srq,
+    /// With one endpoint, the map, the receive queue's ends and the first four
+    /// counters of `stats` (those a batch moves) fill the line after the SRQ's.
     pub(crate) map: QpnMap<EPS>,
-    pub(crate) eps: [Option<Endpoint<REQS>>; EPS],
     /// The receive queue: requests of every endpoint in arrival order, linked
     /// through their entries.
     pub(crate) rq_head: Link,
     pub(crate) rq_tail: Link,
+    pub(crate) stats: Stats,
     /// Every this many polls, endpoints with pending calls are visited so a probe that
     /// fell due is posted ([`sweep_probes`](Self::sweep_probes)): a quarter of the
     /// smallest `probe_interval` of the endpoints, or `u64::MAX` with no probing one.
     pub(crate) probe_sweep: u64,
-    pub(crate) stats: Stats,
+    /// Starts the endpoints at a line boundary, so that where their hot fields fall
+    /// does not depend on what comes before.
+    pub(crate) eps_line: [CacheLine; 0],
+    pub(crate) eps: [Option<Endpoint<REQS>>; EPS],
 }
 
 /// A zero-sized field with a cache line's alignment: what follows it starts a line.
@@ -121,6 +128,27 @@ const _: () = assert!(idle_words_in_two_lines::<u8, 1, 1, 1>());
 const _: () = assert!(idle_words_in_two_lines::<u64, 1, 256, 2048>());
 const _: () = assert!(idle_words_in_two_lines::<[u8; 24], 64, 4096, 4096>());
 const _: () = assert!(core::mem::offset_of!(Context<u64, 1, 256, 2048>, pending) == 0);
+
+/// Whether, with one endpoint, a receive completion's context words lie in two lines:
+/// the SRQ in the one that starts at it, the QPN map, the receive queue's ends and the
+/// four counters a batch moves in the next; and whether the endpoints start a line.
+const fn completion_words_in_two_lines<U, const CALLS: usize, const REQS: usize>() -> bool {
+    use core::mem::{offset_of, size_of};
+    let srq = offset_of!(Context<U, 1, CALLS, REQS>, srq);
+    let map = offset_of!(Context<U, 1, CALLS, REQS>, map);
+    let rq_tail = offset_of!(Context<U, 1, CALLS, REQS>, rq_tail);
+    let stats = offset_of!(Context<U, 1, CALLS, REQS>, stats);
+    let eps = offset_of!(Context<U, 1, CALLS, REQS>, eps);
+    srq % 64 == 0
+        && size_of::<Srq>() <= 64
+        && map >= srq + size_of::<Srq>()
+        && rq_tail < stats
+        && stats + 32 <= srq + 128
+        && eps % 64 == 0
+}
+
+const _: () = assert!(completion_words_in_two_lines::<u8, 1, 1>());
+const _: () = assert!(completion_words_in_two_lines::<u64, 256, 2048>());
 
 /// The endpoints a poll must visit: one bit per endpoint index.
 ///
@@ -238,6 +266,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             let Self {
                 idle_line0: _,
                 idle_line1: _,
+                srq_line: _,
+                eps_line: _,
                 srq: _,
                 send_cq: _,
                 recv_cq: _,
@@ -262,6 +292,8 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         unsafe {
             (&raw mut (*p).idle_line0).write([]);
             (&raw mut (*p).idle_line1).write([]);
+            (&raw mut (*p).srq_line).write([]);
+            (&raw mut (*p).eps_line).write([]);
             (&raw mut (*p).srq).write(srq);
             (&raw mut (*p).send_cq).write(send_cq);
             (&raw mut (*p).recv_cq).write(recv_cq);

@@ -1,12 +1,20 @@
 //! A small fixed-capacity FIFO of `Copy` items (wrap ranges, raw operations).
 
 /// A small FIFO of `N` items.
+///
+/// `repr(C)`, the counters first: every flush reads them, the items only a wrap. Last
+/// in the struct that holds it (`Tx`), the counters sit with that struct's hot fields.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Fifo<T: Copy, const N: usize> {
-    buf: [Option<T>; N],
     head: usize,
     len: usize,
+    buf: [Option<T>; N],
 }
+
+// The counters precede the items (the struct's comment).
+const _: () =
+    assert!(core::mem::offset_of!(Fifo<u64, 4>, buf) == 2 * core::mem::size_of::<usize>());
 
 impl<T: Copy, const N: usize> Fifo<T, N> {
     pub(crate) const fn new() -> Self {

@@ -74,7 +74,7 @@ where
         if m.is_response() {
             match to.pending.remove(ep, from_response_id(m.call_id)) {
                 Some(u) => (to.on_response)(u, Ok(m.payload)),
-                None => to.stats.stray_responses += 1,
+                None => count_stray_response(to.stats),
             }
         } else {
             if SERVE && offer {
@@ -117,6 +117,15 @@ where
     }
     d.rx.parsed_to(span.start + span.len);
     Ok((first, d.rx.requests().tail()))
+}
+
+/// A response matching no pending call. Out of line and cold: inlined, the compiler
+/// kept the counter in a register across the message loop, loading it (and its cache
+/// line) on every batch.
+#[cold]
+#[inline(never)]
+fn count_stray_response(stats: &mut Stats) {
+    stats.stray_responses += 1;
 }
 
 impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {

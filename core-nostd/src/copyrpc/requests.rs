@@ -84,9 +84,12 @@ const EMPTY: Req = Req {
 };
 
 /// `N` requests (a power of two), indexed by a free-running sequence number.
+///
+/// `repr(C)`, the counters first: they sit next to the receive side's other hot fields
+/// (`Rx` ends with this table), not behind the table's `40 N` bytes.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Requests<const N: usize> {
-    entries: [Req; N],
     /// Oldest request not yet popped.
     head: u32,
     /// Sequence number of the next request.
@@ -97,7 +100,11 @@ pub(crate) struct Requests<const N: usize> {
     /// Allowance blocks of the unanswered requests (listed and not released), for
     /// [`unanswered`](Self::unanswered).
     blocks: u64,
+    entries: [Req; N],
 }
+
+// The counters precede the table (the struct's comment).
+const _: () = assert!(core::mem::offset_of!(Requests<2048>, entries) == 24);
 
 impl<const N: usize> Requests<N> {
     pub(crate) const fn new() -> Self {

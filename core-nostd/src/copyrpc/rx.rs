@@ -11,19 +11,29 @@ use crate::ring::{RecvRing, RecvSpan, RingError, RingSize};
 use crate::wire::HEADER_SIZE;
 
 /// The receive side of an endpoint (module docs).
+///
+/// `repr(C)`, the request table last (its counters first): the fields a batch's
+/// arrival and a reply touch lie together, ahead of the table's `40 REQS` bytes.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Rx<const REQS: usize> {
     ring: RecvRing,
     mem: Dma,
     /// The exported consumer word and the landing word of our READ.
     ctrl: Control,
-    requests: Requests<REQS>,
     /// Recv-ring position parsed up to (end of the last batch processed).
     parsed: u64,
     /// A reply popped the oldest request while others are held: the consumer may move,
     /// at the next flush ([`catch_up`](Self::catch_up)), once for all the replies since.
     consumer_behind: bool,
+    requests: Requests<REQS>,
 }
+
+// The request table ends the receive side (the struct's comment).
+const _: () = assert!(
+    core::mem::offset_of!(Rx<2048>, requests) + core::mem::size_of::<Requests<2048>>()
+        == core::mem::size_of::<Rx<2048>>()
+);
 
 impl<const REQS: usize> Rx<REQS> {
     /// Placeholder ring size until `connect`; nothing runs before it.

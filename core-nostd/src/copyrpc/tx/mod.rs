@@ -30,7 +30,12 @@ pub(crate) use reply::ReplyFail;
 pub(crate) const RANGES: usize = 8;
 
 /// The send side of an endpoint (module docs).
+///
+/// `repr(C)`: the wrap ranges come last, their counters first, so the fields a call
+/// and a flush touch lie together and the ranges' storage, which only a wrap touches,
+/// ends the struct (docs/PERFORMANCE.md, "A cold round's cache lines").
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Tx {
     ring: SendRing,
     mem: Dma,
@@ -42,8 +47,6 @@ pub(crate) struct Tx {
     /// refuses a call; between those the exact limit only rises, so testing against
     /// this copy never admits a call `has_room` would refuse.
     call_limit: u64,
-    /// Wrap ranges waiting for send-queue room, in posting order.
-    ranges: Fifo<FlushRange, RANGES>,
     /// Our recv ring's size: that of the peer's send ring, which carries our replies.
     reply_ring: RingSize,
     /// Where the peer's recv ring is.
@@ -51,7 +54,15 @@ pub(crate) struct Tx {
     /// A call found the ring full, or a grant was blocked only by a stale view of the
     /// peer's consumer: read it at the next flush.
     want_read: bool,
+    /// Wrap ranges waiting for send-queue room, in posting order.
+    ranges: Fifo<FlushRange, RANGES>,
 }
+
+// The wrap ranges end the send side (the struct's comment).
+const _: () = assert!(
+    core::mem::offset_of!(Tx, ranges) + core::mem::size_of::<Fifo<FlushRange, RANGES>>()
+        == core::mem::size_of::<Tx>()
+);
 
 impl Tx {
     /// Placeholder sizes until `connect` learns the peer's; nothing runs before it.
