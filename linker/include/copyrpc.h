@@ -111,7 +111,7 @@
 /**
  * Bytes of the memory area `copyrpc_ctx_init` needs (at least).
  */
-#define COPYRPC_CTX_BYTES 380928
+#define COPYRPC_CTX_BYTES 376832
 
 /**
  * Alignment of that area.

@@ -25,7 +25,7 @@ pub const COPYRPC_CTX_CALLS: usize = 512;
 /// Requests held per endpoint: recv rings of up to 32 × this bytes (16 KiB).
 pub const COPYRPC_CTX_REQUESTS: usize = 512;
 /// Bytes of the memory area `copyrpc_ctx_init` needs (at least).
-pub const COPYRPC_CTX_BYTES: usize = 380_928;
+pub const COPYRPC_CTX_BYTES: usize = 376_832;
 /// Alignment of that area.
 pub const COPYRPC_CTX_ALIGN: usize = 64;
 

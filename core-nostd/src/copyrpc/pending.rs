@@ -1,11 +1,18 @@
 //! Pending calls: a fixed-capacity slab whose slot index is the call id on the wire.
 #![allow(unsafe_code)]
 
-/// One pending call: the endpoint it went out on and the caller's data.
+/// One slot: a pending call (the caller's data, and the endpoint it went out on), or,
+/// free, the next free slot. The free list lives in the slots themselves, so an insert
+/// and a remove touch the slot's line and the counters' line, not a third line of a
+/// separate list (docs/PERFORMANCE.md, "A cold round's cache lines").
 #[derive(Debug)]
 struct Slot<U> {
+    /// `Some` while the call is pending.
+    user_data: Option<U>,
+    /// The endpoint of the pending call (stale while free).
     ep: u16,
-    user_data: U,
+    /// While free: the free slot after this one, or `N` for none (stale while used).
+    next_free: u32,
 }
 
 /// The id the next insert takes, as [`Pending::free_id`] found it: below `N`, so the
@@ -26,16 +33,14 @@ const PER_EP: usize = super::MAX_ENDPOINTS;
 
 /// `N` slots with an intrusive free list; insert, remove and lookup are O(1).
 ///
-/// `repr(C)`: the two tables first, where their lookups address them from the context
+/// `repr(C)`: the slots first, where their lookups address them from the context
 /// pointer (docs/PERFORMANCE.md, "Latency path"), then `len`, `free_head` and the
 /// per-endpoint counts side by side, so an insert or a remove loads one line of them,
-/// not three (a cold batch-1 round on the caller: 43 lines instead of 44).
+/// not three.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Pending<U, const N: usize> {
-    slots: [Option<Slot<U>>; N],
-    /// `next_free[i]`: the free slot after `i`, or `N` for none.
-    next_free: [u32; N],
+    slots: [Slot<U>; N],
     len: usize,
     free_head: u32,
     /// Pending calls per endpoint index (for the liveness probe and fail-all), for
@@ -69,7 +74,6 @@ impl<U, const N: usize> Pending<U, N> {
         let _: fn(&Self) = |t| {
             let Self {
                 slots: _,
-                next_free: _,
                 free_head: _,
                 len: _,
                 per_ep: _,
@@ -78,11 +82,13 @@ impl<U, const N: usize> Pending<U, N> {
         // SAFETY: `p` is valid and aligned for `Self` (contract), so each field pointer
         // is valid and aligned for its field, and an array field for its `N` elements.
         unsafe {
-            let slots = (&raw mut (*p).slots).cast::<Option<Slot<U>>>();
-            let next_free = (&raw mut (*p).next_free).cast::<u32>();
+            let slots = (&raw mut (*p).slots).cast::<Slot<U>>();
             for i in 0..N {
-                slots.add(i).write(None);
-                next_free.add(i).write(i as u32 + 1);
+                slots.add(i).write(Slot {
+                    user_data: None,
+                    ep: 0,
+                    next_free: i as u32 + 1,
+                });
             }
             (&raw mut (*p).free_head).write(0);
             (&raw mut (*p).len).write(0);
@@ -120,9 +126,10 @@ impl<U, const N: usize> Pending<U, N> {
         debug_assert_eq!(id.0, self.free_head, "a stale FreeId");
         let id = id.0;
         let slot = &mut self.slots[id as usize];
-        debug_assert!(slot.is_none());
-        *slot = Some(Slot { ep, user_data });
-        self.free_head = self.next_free[id as usize];
+        debug_assert!(slot.user_data.is_none());
+        self.free_head = slot.next_free;
+        slot.user_data = Some(user_data);
+        slot.ep = ep;
         self.len += 1;
         self.per_ep[usize::from(ep) & (PER_EP - 1)] += 1;
         id
@@ -132,15 +139,15 @@ impl<U, const N: usize> Pending<U, N> {
     #[inline]
     pub(crate) fn remove(&mut self, ep: u16, id: u32) -> Option<U> {
         let slot = self.slots.get_mut(id as usize)?;
-        if slot.as_ref()?.ep != ep {
+        if slot.user_data.is_none() || slot.ep != ep {
             return None;
         }
-        let s = slot.take()?;
-        self.next_free[id as usize] = self.free_head;
+        let user_data = slot.user_data.take()?;
+        slot.next_free = self.free_head;
         self.free_head = id;
         self.len -= 1;
         self.per_ep[usize::from(ep) & (PER_EP - 1)] -= 1;
-        Some(s.user_data)
+        Some(user_data)
     }
 
     /// Removes every call of endpoint `ep`, handing each to `f` once. O(N); runs once
@@ -180,5 +187,26 @@ mod tests {
         });
         assert_eq!(&drained[..n], &[10, 12]);
         assert_eq!((p.len(), p.on_ep(0), p.on_ep(2)), (1, 0, 1));
+    }
+
+    /// The free list runs through the slots: after any order of removals every id
+    /// comes back exactly once, most recently freed first, and the table fills again.
+    #[test]
+    fn the_free_list_in_the_slots_hands_every_id_back_once() {
+        let mut p: Pending<u64, 8> = Pending::new();
+        for i in 0..8 {
+            assert_eq!(p.insert(0, 100 + i), Ok(i as u32));
+        }
+        assert_eq!(p.insert(0, 999), Err(999), "full");
+        for id in [5, 0, 7, 2, 3, 6, 1, 4] {
+            assert_eq!(p.remove(0, id), Some(100 + u64::from(id)));
+            assert_eq!(p.remove(0, id), None, "freed slot {id} matches nothing");
+        }
+        assert_eq!((p.len(), p.on_ep(0)), (0, 0));
+        let ids: Vec<u32> = (0..8).map(|i| p.insert(1, i).unwrap()).collect();
+        assert_eq!(ids, [4, 1, 6, 3, 2, 7, 0, 5], "last freed, first reused");
+        assert_eq!(p.insert(1, 8), Err(8), "full again");
+        assert_eq!(p.remove(0, 4), None, "now endpoint 1's");
+        assert_eq!(p.remove(1, 4), Some(0));
     }
 }
