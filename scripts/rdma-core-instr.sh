@@ -4,7 +4,7 @@
 # rdma-core's own mlx5 provider, counted with callgrind as scripts/instr.sh counts
 # mlx5-raw. The harness is tests/anchors/rdma_core_round.c.
 #
-#   scripts/rdma-core-instr.sh [RDMA_CORE_SRC]
+#   scripts/rdma-core-instr.sh [RDMA_CORE_SRC]       (ROUNDS=N: rounds per run, 32000)
 #
 # RDMA_CORE_SRC: an rdma-core source tree, or a git repository (bare or not) that holds
 # the pinned commit below, which is then extracted. Without one, the pinned commit is
