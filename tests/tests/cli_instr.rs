@@ -44,6 +44,11 @@ fn bad_arguments_are_usage_errors_never_panics() {
         (&["cold", "5", "2000"], "PAYLOAD"),
         (&["cold", "5", "32", "serve"], "serve mode"),
         (&["cold", "5", "32", "recv", "x"], "unexpected"),
+        (&["words"], "ROUNDS is missing"),
+        (&["words", "0"], "ROUNDS"),
+        (&["words", "5", "2000"], "PAYLOAD"),
+        (&["words", "5", "32", "serve"], "serve mode"),
+        (&["words", "5", "32", "recv", "x"], "unexpected"),
         (&["driver"], "ROUNDS is missing"),
         (&["driver", "0"], "ROUNDS"),
         (&["driver", "5", "129"], "PAYLOAD"),
@@ -80,4 +85,43 @@ fn a_small_run_reports_its_message_count() {
             "{args:?}"
         );
     }
+}
+
+/// `words` says where the two contexts are (for `scripts/hot-words.sh`), in that
+/// shape, before the run's count.
+#[test]
+fn words_prints_both_contexts_then_the_run() {
+    let out = instr(&["words", "4", "32", "inpoll"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let fields: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(fields.len(), 4, "{stdout}");
+    assert_eq!(fields[0], "contexts");
+    let a = fields[1].strip_prefix("a=0x").expect("a=0x...");
+    let b = fields[2].strip_prefix("b=0x").expect("b=0x...");
+    let bytes: usize = fields[3]
+        .strip_prefix("bytes=")
+        .expect("bytes=")
+        .parse()
+        .unwrap();
+    let (a, b) = (
+        usize::from_str_radix(a, 16).unwrap(),
+        usize::from_str_radix(b, 16).unwrap(),
+    );
+    assert!(
+        a.abs_diff(b) >= bytes,
+        "the two contexts do not overlap: {stdout}"
+    );
+    assert_eq!(
+        (a % 64, b % 64),
+        (0, 0),
+        "contexts are line-aligned: {stdout}"
+    );
+    assert_eq!(lines[1], "calls=4 messages=8");
 }

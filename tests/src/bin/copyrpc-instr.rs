@@ -21,6 +21,11 @@
 //! (`echo_rig::cold_rounds`); under callgrind's cache simulation each side's misses
 //! divided by ROUNDS are the cache lines a call's round trip touches on that side.
 //!
+//! `copyrpc-instr words ROUNDS [PAYLOAD [recv|flush|inpoll]]`: prints where the two
+//! contexts are (`contexts a=ADDR b=ADDR bytes=N`), then runs ROUNDS rounds of one call;
+//! under valgrind's lackey `scripts/hot-words.sh` counts the words of each context a
+//! round touches, and the cache lines they fill.
+//!
 //! `copyrpc-instr driver ROUNDS [PAYLOAD]`: the same echo at batch 1 written directly on
 //! the mlx5 driver, no RPC layer (`copyrpc_tests::driver_echo`): the floor under the
 //! batch-1 rows.
@@ -31,7 +36,7 @@ use std::process::ExitCode;
 
 use copyrpc_tests::echo_rig::{Pattern, Serve};
 
-const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS [WARM]\n       copyrpc-instr idle-cold CHECKS [WARM]\n       copyrpc-instr cold ROUNDS [PAYLOAD [recv|flush|inpoll]]\n       copyrpc-instr driver ROUNDS [PAYLOAD]";
+const USAGE: &str = "usage: copyrpc-instr BATCH ROUNDS [PAYLOAD [recv|flush|inpoll [rounds|window]]]\n       copyrpc-instr idle POLLS [WARM]\n       copyrpc-instr idle-cold CHECKS [WARM]\n       copyrpc-instr cold ROUNDS [PAYLOAD [recv|flush|inpoll]]\n       copyrpc-instr words ROUNDS [PAYLOAD [recv|flush|inpoll]]\n       copyrpc-instr driver ROUNDS [PAYLOAD]";
 
 /// What to run, from the command line.
 enum Job {
@@ -48,6 +53,11 @@ enum Job {
         payload: usize,
     },
     Cold {
+        rounds: u64,
+        payload: usize,
+        serve: Serve,
+    },
+    Words {
         rounds: u64,
         payload: usize,
         serve: Serve,
@@ -101,15 +111,23 @@ fn serve_mode(v: Option<&String>) -> Result<Serve, String> {
 }
 
 fn parse(args: &[String]) -> Result<Job, String> {
-    if args.first().map(String::as_str) == Some("cold") {
+    if let Some(word @ ("cold" | "words")) = args.first().map(String::as_str) {
         at_most(args, 4)?;
         let rounds = number("ROUNDS", args.get(1), 1, 100_000_000)?;
         let payload = optional("PAYLOAD", args.get(2), 32, 0, 1024)? as usize;
         let serve = serve_mode(args.get(3))?;
-        return Ok(Job::Cold {
-            rounds,
-            payload,
-            serve,
+        return Ok(if word == "cold" {
+            Job::Cold {
+                rounds,
+                payload,
+                serve,
+            }
+        } else {
+            Job::Words {
+                rounds,
+                payload,
+                serve,
+            }
         });
     }
     if args.first().map(String::as_str) == Some("idle") {
@@ -181,6 +199,22 @@ fn main() -> ExitCode {
             let payload = vec![0x5a; payload];
             let mut p = copyrpc_tests::echo_rig::pair();
             copyrpc_tests::echo_rig::cold_rounds(&mut p, &payload, rounds, serve);
+            println!("calls={rounds} messages={}", 2 * rounds);
+        }),
+        Job::Words {
+            rounds,
+            payload,
+            serve,
+        } => on_big_stack(move || {
+            let payload = vec![0x5a; payload];
+            let mut p = copyrpc_tests::echo_rig::pair();
+            println!(
+                "contexts a={:p} b={:p} bytes={}",
+                &*p.a.ctx,
+                &*p.b.ctx,
+                core::mem::size_of_val(&*p.a.ctx)
+            );
+            copyrpc_tests::echo_rig::run(&mut p, 1, &payload, 0, rounds, serve, Pattern::Rounds);
             println!("calls={rounds} messages={}", 2 * rounds);
         }),
         Job::Driver { rounds, payload } => {
