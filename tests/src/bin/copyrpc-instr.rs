@@ -52,15 +52,13 @@ enum Job {
         rounds: u64,
         payload: usize,
     },
+    /// `cold`, or with `words` the same rounds without the walks, after a line saying
+    /// where the two contexts are.
     Cold {
         rounds: u64,
         payload: usize,
         serve: Serve,
-    },
-    Words {
-        rounds: u64,
-        payload: usize,
-        serve: Serve,
+        words: bool,
     },
     Echo {
         batch: u32,
@@ -116,18 +114,11 @@ fn parse(args: &[String]) -> Result<Job, String> {
         let rounds = number("ROUNDS", args.get(1), 1, 100_000_000)?;
         let payload = optional("PAYLOAD", args.get(2), 32, 0, 1024)? as usize;
         let serve = serve_mode(args.get(3))?;
-        return Ok(if word == "cold" {
-            Job::Cold {
-                rounds,
-                payload,
-                serve,
-            }
-        } else {
-            Job::Words {
-                rounds,
-                payload,
-                serve,
-            }
+        return Ok(Job::Cold {
+            rounds,
+            payload,
+            serve,
+            words: word == "words",
         });
     }
     if args.first().map(String::as_str) == Some("idle") {
@@ -195,26 +186,29 @@ fn main() -> ExitCode {
             rounds,
             payload,
             serve,
+            words,
         } => on_big_stack(move || {
             let payload = vec![0x5a; payload];
             let mut p = copyrpc_tests::echo_rig::pair();
-            copyrpc_tests::echo_rig::cold_rounds(&mut p, &payload, rounds, serve);
-            println!("calls={rounds} messages={}", 2 * rounds);
-        }),
-        Job::Words {
-            rounds,
-            payload,
-            serve,
-        } => on_big_stack(move || {
-            let payload = vec![0x5a; payload];
-            let mut p = copyrpc_tests::echo_rig::pair();
-            println!(
-                "contexts a={:p} b={:p} bytes={}",
-                &*p.a.ctx,
-                &*p.b.ctx,
-                core::mem::size_of_val(&*p.a.ctx)
-            );
-            copyrpc_tests::echo_rig::run(&mut p, 1, &payload, 0, rounds, serve, Pattern::Rounds);
+            if words {
+                println!(
+                    "contexts a={:p} b={:p} bytes={}",
+                    &*p.a.ctx,
+                    &*p.b.ctx,
+                    core::mem::size_of_val(&*p.a.ctx)
+                );
+                copyrpc_tests::echo_rig::run(
+                    &mut p,
+                    1,
+                    &payload,
+                    0,
+                    rounds,
+                    serve,
+                    Pattern::Rounds,
+                );
+            } else {
+                copyrpc_tests::echo_rig::cold_rounds(&mut p, &payload, rounds, serve);
+            }
             println!("calls={rounds} messages={}", 2 * rounds);
         }),
         Job::Driver { rounds, payload } => {
