@@ -313,7 +313,11 @@ impl Cq {
     /// polls: the device must never have more than `cqe_cnt` CQEs unconsumed (overrun).
     #[inline]
     pub fn update_ci(&mut self) {
-        if self.db_ci != self.ci {
+        let ci = self.ci;
+        if self.db_ci != ci {
+            // Recorded first: after the doorbell store (through a pointer the compiler
+            // cannot tell apart from `self`) it reloaded `ci`, one instruction a call.
+            self.db_ci = ci;
             // The INVALID stamps `poll` wrote into the consumed slots reach the device
             // before the index that lets it rewrite them (DPDK: `rte_io_wmb` before its
             // CQ doorbell); on x86-64 this emits nothing.
@@ -321,8 +325,7 @@ impl Cq {
             // R-CQ-CI (pairs with the device model's Acquire load of [SET_CI] before it
             // reuses a slot): everything this thread read from the consumed CQEs, and its
             // stamps, happen before the device overwrites them.
-            self.dbrec.store_be_release(self.ci & CQ_CI_MASK);
-            self.db_ci = self.ci;
+            self.dbrec.store_be_release(ci & CQ_CI_MASK);
         }
     }
 
