@@ -139,7 +139,8 @@ impl<U, const N: usize> Pending<U, N> {
     #[inline]
     pub(crate) fn remove(&mut self, ep: u16, id: u32) -> Option<U> {
         let slot = self.slots.get_mut(id as usize)?;
-        if slot.user_data.is_none() || slot.ep != ep {
+        // A free slot's `ep` is stale; `take` finds it empty either way.
+        if slot.ep != ep {
             return None;
         }
         let user_data = slot.user_data.take()?;
