@@ -82,17 +82,17 @@ for warm in 0 2048; do
   if [ "$warm" = 0 ]; then what="fresh CQs"; else what="after $warm calls, the CQs gone round"; fi
   echo "idle wait with a call pending, $what (A, $spins spins on Context::idle and the polls it asks for, the wait for the call included): $(awk -v c="$idle" -v n="$spins" 'BEGIN { printf "%.1f", c / n }') instr/spin"
 done
-# The same wait in a poll loop that runs other work between its checks: each check of
-# `Context::idle` follows a walk over 256 KiB, so nothing of the context is left in a
-# 32 KiB L1D. Callgrind's cache simulation counts the check's L1D misses, reads and
-# writes: the cache lines one idle test touches (the context's, and the two CQs' next
-# CQEs), what such a loop reloads from farther out per check.
 # L1D misses (reads and writes) per unit in callgrind file $1 of a cache-simulated run,
 # over $2 units.
 l1d_misses() {
   awk '/^events:/ { for (i = 2; i <= NF; i++) col[$i] = i - 1 }
     /^summary:/ { printf "%.1f", ($(col["D1mr"] + 1) + $(col["D1mw"] + 1)) / n }' n="$2" "$1"
 }
+# The same wait in a poll loop that runs other work between its checks: each check of
+# `Context::idle` follows a walk over 256 KiB, so nothing of the context is left in a
+# 32 KiB L1D. Callgrind's cache simulation counts the check's L1D misses, reads and
+# writes: the cache lines one idle test touches (the context's, and the two CQs' next
+# CQEs), what such a loop reloads from farther out per check.
 checks=2000
 f="$out/cg.idle.cold"
 valgrind --tool=callgrind --cache-sim=yes --D1=32768,8,64 --LL=8388608,16,64 \
