@@ -13,6 +13,16 @@
 //! WQE's index as the CQE's `wqe_counter`. The sentinel makes reading the link at consume
 //! time safe: the last posted WQE always links to a slot the software still owns.
 //!
+//! **In order.** `new` links the ring `i → i + 1 mod wqe_cnt`. While every completion
+//! frees the WQE after the tail (the device consumes in list order, and a single CQ
+//! reports in consume order), `free`'s link write would store the value the link already
+//! holds, so it is skipped; and the list stays `head, head + 1, …, tail`, so a post moves
+//! the head by arithmetic instead of reading one link per WQE. The SRQ memory is then the
+//! same, byte for byte, as rdma-core's after the same calls, but a steady-state
+//! completion and repost touch none of it. The first completion out of that order is
+//! linked as above and ends the mode for good (a list relinked out of order has no cheap
+//! way back); from then on every post reads the links and reports a corrupt one.
+//!
 //! copyrpc receives only RDMA WRITE with immediate, which scatters nothing, so every
 //! WQE is a receive with an empty scatter list: its first data segment is the
 //! `MLX5_INVALID_LKEY` terminator `{0, 0x100, 0}`, which is what rdma-core's
@@ -63,7 +73,7 @@ pub enum SrqPostError {
     /// `head == tail`: every WQE but the sentinel is posted. Free completed ones first.
     Full,
     /// The free list links out of range (`next` of WQE `index`): the SRQ memory was
-    /// corrupted.
+    /// corrupted. Links are read only once the list is out of order (module docs).
     CorruptLink {
         /// The WQE whose link is bad.
         index: u16,
@@ -104,6 +114,9 @@ pub struct Srq {
     db_counter: u16,
     /// Posted and not yet freed; range `0 ..= wqe_cnt - 1`.
     outstanding: u32,
+    /// Every link still holds what `new` wrote, `next[i] = i + 1 mod wqe_cnt`, so the
+    /// free list is `head, head + 1, …, tail` (module docs, "In order").
+    in_order: bool,
 }
 
 // SAFETY: `Srq` exclusively owns its SRQ memory and doorbell word (constructor
@@ -169,6 +182,7 @@ impl Srq {
             counter: 0,
             db_counter: 0,
             outstanding: 0,
+            in_order: true,
         };
         for i in 0..desc.wqe_cnt {
             // next[i] = i + 1 for i < tail; next[tail] = 0 (rdma-core leaves the zero of
@@ -187,6 +201,12 @@ impl Srq {
 
     fn wqe_off(&self, idx: u16) -> usize {
         usize::from(idx) * self.stride as usize
+    }
+
+    /// The WQE after `idx` in ring order, the one its link names while `in_order`.
+    #[inline(always)]
+    fn after(&self, idx: u16) -> u16 {
+        (u32::from(idx).wrapping_add(1) & (self.wqe_cnt - 1)) as u16
     }
 
     // The link is 2-aligned (`NEXT_OFF` is even, the stride a power of two ≥ 32), so
@@ -212,7 +232,11 @@ impl Srq {
             return Err(SrqPostError::Full);
         }
         let idx = self.head;
-        let next = self.next_of(idx);
+        let next = if self.in_order {
+            self.after(idx)
+        } else {
+            self.next_of(idx)
+        };
         if u32::from(next) >= self.wqe_cnt {
             return Err(SrqPostError::CorruptLink { index: idx, next });
         }
@@ -240,8 +264,19 @@ impl Srq {
     /// Returns how many were posted.
     ///
     /// The same walk as `n` calls of [`post`](Self::post), with the head, counter and
-    /// count kept in registers until the end (a repost is tens of WQEs per poll).
+    /// count kept in registers until the end (a repost is tens of WQEs per poll); in
+    /// order (module docs) no walk: the head moves by the count.
     pub fn post_batch(&mut self, n: u32) -> Result<u32, SrqPostError> {
+        if self.in_order {
+            // The free list is head, head + 1, …, tail: all but the sentinel can go.
+            let free = u32::from(self.tail).wrapping_sub(u32::from(self.head)) & (self.wqe_cnt - 1);
+            let posted = n.min(free);
+            self.head = (u32::from(self.head).wrapping_add(posted) & (self.wqe_cnt - 1)) as u16;
+            self.counter = self.counter.wrapping_add(posted as u16);
+            self.outstanding += posted;
+            self.ring_doorbell();
+            return Ok(posted);
+        }
         let mut head = self.head;
         let mut posted: u32 = 0;
         let mut result = Ok(());
@@ -264,7 +299,20 @@ impl Srq {
 
     /// Returns the WQE a responder CQE consumed (its `wqe_counter`) to the free list,
     /// appending it at the tail (completion order; rdma-core v44 `mlx5_free_srq_wqe`).
+    /// In order (module docs) the tail's link already names it and is not rewritten.
     pub fn free(&mut self, idx: u16) -> Result<(), SrqFreeError> {
+        // In order: the oldest posted WQE, which the tail's link already names.
+        if self.in_order && idx == self.after(self.tail) && self.outstanding != 0 {
+            self.tail = idx;
+            self.outstanding -= 1;
+            return Ok(());
+        }
+        self.free_linked(idx)
+    }
+
+    /// [`free`](Self::free) out of order (or with an index it rejects): the link write.
+    #[inline(never)]
+    fn free_linked(&mut self, idx: u16) -> Result<(), SrqFreeError> {
         if u32::from(idx) >= self.wqe_cnt {
             return Err(SrqFreeError::OutOfRange(idx));
         }
@@ -272,6 +320,8 @@ impl Srq {
             return Err(SrqFreeError::NotPosted(idx));
         }
         self.set_next(self.tail, idx);
+        // Only reached with `idx` not after the tail (or out of order already).
+        self.in_order = false;
         self.tail = idx;
         self.outstanding -= 1;
         Ok(())

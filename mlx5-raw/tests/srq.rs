@@ -192,14 +192,25 @@ fn free_rejects_impossible_indices() {
     assert_eq!(srq.free(0), Err(SrqFreeError::NotPosted(0)));
 }
 
+/// An SRQ whose free list has been relinked out of order (WQE 1 completed before 0),
+/// so posts follow the links: head 2 → 3 → … → 7 → 1 → 0 (the sentinel).
+fn relinked(mem: &SrqMem) -> Srq {
+    let mut srq = mem.srq(1);
+    assert_eq!(srq.post_batch(2), Ok(2));
+    srq.free(1).unwrap();
+    srq.free(0).unwrap();
+    assert_eq!((mem.next(7), mem.next(1)), (1, 0));
+    srq
+}
+
 #[test]
 fn corrupt_link_is_reported() {
     let mem = SrqMem::new(8, 32);
-    let mut srq = mem.srq(1);
-    mem.buf.write(2, &[0x00, 0x09]); // next[0] = 9, out of range
+    let mut srq = relinked(&mem);
+    mem.buf.write(2 * 32 + 2, &[0x00, 0x09]); // next[2] = 9, out of range
     assert_eq!(
         srq.post(),
-        Err(SrqPostError::CorruptLink { index: 0, next: 9 })
+        Err(SrqPostError::CorruptLink { index: 2, next: 9 })
     );
     assert_eq!(srq.outstanding(), 0);
 }
@@ -207,20 +218,85 @@ fn corrupt_link_is_reported() {
 #[test]
 fn post_batch_stops_at_a_corrupt_link_keeping_what_it_posted() {
     let mem = SrqMem::new(8, 32);
-    let mut srq = mem.srq(1);
-    mem.buf.write(3 * 32 + 2, &[0x00, 0x0c]); // next[3] = 12, out of range
+    let mut srq = relinked(&mem);
+    mem.buf.write(5 * 32 + 2, &[0x00, 0x0c]); // next[5] = 12, out of range
     assert_eq!(
         srq.post_batch(6),
-        Err(SrqPostError::CorruptLink { index: 3, next: 12 })
+        Err(SrqPostError::CorruptLink { index: 5, next: 12 })
     );
-    // 0, 1 and 2 went out (their links were sound), with their doorbell.
-    assert_eq!((srq.outstanding(), srq.counter()), (3, 3));
-    assert_eq!(mem.dbr(), 3);
+    // 2, 3 and 4 went out (their links were sound), with their doorbell.
+    assert_eq!((srq.outstanding(), srq.counter()), (3, 5));
+    assert_eq!(mem.dbr(), 5);
     assert_eq!(
         srq.post(),
-        Err(SrqPostError::CorruptLink { index: 3, next: 12 }),
+        Err(SrqPostError::CorruptLink { index: 5, next: 12 }),
         "the head stays on the corrupt WQE"
     );
+}
+
+#[test]
+fn in_order_completions_leave_the_links_as_initialised() {
+    let mem = SrqMem::new(16, 32);
+    let mut srq = mem.srq(1);
+    let links = mem.buf.read(0, 16 * 32);
+    let mut hw = HwSrq { head: 0, count: 0 };
+    let mut in_hw = std::collections::VecDeque::new();
+    let (mut x, mut total, mut taken) = (7u32, 0u64, 0u64);
+    let target = if cfg!(miri) { 3_000 } else { 70_000 };
+    while total < target {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        total += u64::from(srq.post_batch(x % 12).unwrap());
+        assert_eq!(mem.dbr(), u32::from(srq.counter()));
+        assert_eq!(u64::from(srq.counter()), total % 65_536);
+        for _ in 0..x % 9 {
+            let Some(idx) = hw.take(&mem) else { break };
+            // The device meets the WQEs in ring order: the links are i → i + 1.
+            assert_eq!(u64::from(idx), taken % 16, "consumed out of ring order");
+            taken += 1;
+            in_hw.push_back(idx);
+        }
+        // Completions in consumption order, a few at a time.
+        for _ in 0..(x >> 8) % 6 {
+            let Some(idx) = in_hw.pop_front() else { break };
+            srq.free(idx).unwrap();
+        }
+        assert_eq!(mem.buf.read(0, 16 * 32), links, "no link written");
+    }
+    let pending = (mem.dbr() as u16).wrapping_sub(hw.count);
+    assert_eq!(u32::from(pending) + in_hw.len() as u32, srq.outstanding());
+    assert!(
+        taken > target / 2,
+        "the device consumed most of it: {taken}"
+    );
+}
+
+#[test]
+fn the_first_out_of_order_completion_links_as_rdma_core_does() {
+    let mem = SrqMem::new(8, 32);
+    let mut srq = mem.srq(1);
+    let mut hw = HwSrq { head: 0, count: 0 };
+    assert_eq!(srq.post_batch(7), Ok(7));
+    let consumed: Vec<u16> = std::iter::from_fn(|| hw.take(&mem)).collect();
+    assert_eq!(consumed, [0, 1, 2, 3, 4, 5, 6]);
+    let links = mem.buf.read(0, 8 * 32);
+    srq.free(0).unwrap();
+    srq.free(1).unwrap();
+    assert_eq!(mem.buf.read(0, 8 * 32), links, "in order: nothing written");
+    // 3 before 2: its link is written (rdma-core's `mlx5_free_srq_wqe`), and from
+    // here on every free and post goes through the links.
+    for idx in [3, 2, 4, 5, 6] {
+        srq.free(idx).unwrap();
+    }
+    let chain: Vec<u16> = [1, 3, 2, 4, 5].iter().map(|&i| mem.next(i)).collect();
+    assert_eq!(chain, [3, 2, 4, 5, 6]);
+    // The repost follows the links: the old sentinel 7, then 0 and 1 (linked since
+    // `new`), then the rest in completion order; 6 is the new sentinel.
+    assert_eq!(srq.post_batch(10), Ok(7));
+    let consumed: Vec<u16> = std::iter::from_fn(|| hw.take(&mem)).collect();
+    assert_eq!(consumed, [7, 0, 1, 3, 2, 4, 5]);
+    assert_eq!(srq.post(), Err(SrqPostError::Full));
 }
 
 #[test]
