@@ -347,7 +347,15 @@ fn cq_owner_bit_over_five_laps() {
         ..Opts::default()
     });
     let mut n = 0u32;
-    while n < 40 {
+    for round in 0.. {
+        if n >= 40 {
+            break;
+        }
+        assert!(
+            round < 1_000,
+            "{n} of 40 CQEs in {round} rounds\n{}",
+            r.dump()
+        );
         let mut b = r.a.sq.batch();
         for _ in 0..3 {
             b.nop(SIG).unwrap();
@@ -384,7 +392,15 @@ fn srq_consumption_follows_the_free_list_and_reposts() {
     r.b.srq.ring_doorbell();
     let mut got = 0;
     let mut sent = 0u32;
-    while got < 60 {
+    for step in 0.. {
+        if got == 60 {
+            break;
+        }
+        assert!(
+            step < 10_000,
+            "{got} of 60 received in {step} steps\n{}",
+            r.dump()
+        );
         if sent < 60 && r.a.sq.free_bbs() > 8 {
             let mut b = r.a.sq.batch();
             b.rdma_write_imm(

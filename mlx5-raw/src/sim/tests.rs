@@ -362,6 +362,18 @@ fn write_imm_read_and_send_through_the_driver() {
     assert!(r[35..].iter().all(|&b| b == 0));
 }
 
+/// Sets its flag when dropped, so that a failing assert in a scope body stops the device
+/// thread `step_until` runs and the scope ends with the failure instead of waiting for
+/// that thread forever.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        // Relaxed: the flag publishes nothing; the device's own atomics do.
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// The engine loop of these tests: step (yielding when idle) until `stop`.
 fn step_until<const Q: usize, const C: usize, const S: usize, const M: usize>(
     stop: &AtomicBool,
@@ -388,12 +400,22 @@ fn device_on_another_thread() {
         let stop = &stop;
         let dev = &mut p.dev;
         s.spawn(move || step_until(stop, dev));
+        let _stop = StopOnDrop(stop);
         let (sq_a, cq_a, cq_b, srq_b) = (&mut p.sq_a, &mut p.cq_a, &mut p.cq_b, &mut p.srq_b);
         let (data_b, mem) = (p.data_b, &p.mem);
         let mut got = 0;
         let mut sent = 0;
         srq_b.post_batch(7).unwrap();
-        while got < n {
+        // ~200 to 2 500 turns deliver the 200 here; the bound ends a wait on a device
+        // that stopped delivering (a lost doorbell, an SRQ never reposted).
+        for turn in 0.. {
+            if got == n {
+                break;
+            }
+            assert!(
+                turn < 200_000,
+                "b received {got} of {n} WRITE_IMMs ({sent} posted) in {turn} turns"
+            );
             if sent < n && sq_a.free_bbs() >= 1 {
                 let mut b = sq_a.batch();
                 let v = sent.to_be_bytes();
@@ -432,8 +454,6 @@ fn device_on_another_thread() {
             cq_b.update_ci();
             std::thread::yield_now();
         }
-        // Relaxed: see the loop.
-        stop.store(true, Ordering::Relaxed);
     });
 }
 
@@ -449,6 +469,7 @@ fn read_of_a_word_its_owner_is_storing() {
         let stop = &stop;
         let dev = &mut p.dev;
         s.spawn(move || step_until(stop, dev));
+        let _stop = StopOnDrop(stop);
         let (sq_a, cq_a) = (&mut p.sq_a, &mut p.cq_a);
         let (data_a, data_b, mem) = (p.data_a, p.data_b, &p.mem);
         // SAFETY: offset 512 of b's region is 8-aligned and in range; only this thread
@@ -479,10 +500,16 @@ fn read_of_a_word_its_owner_is_storing() {
             b.finish();
             // Keep storing while the READ is in flight.
             word.store(i * 3 + 1, Ordering::Relaxed);
+            let mut turns = 0u32;
             let c = loop {
                 if let Some(c) = cq_a.poll() {
                     break c.decode().unwrap();
                 }
+                turns += 1;
+                assert!(
+                    turns < 200_000,
+                    "no completion for READ {i} in {turns} turns"
+                );
                 std::thread::yield_now();
             };
             cq_a.update_ci();
@@ -493,8 +520,6 @@ fn read_of_a_word_its_owner_is_storing() {
             assert!(got >= last_seen);
             last_seen = got;
         }
-        // Relaxed: see the loop.
-        stop.store(true, Ordering::Relaxed);
     });
 }
 
