@@ -3,7 +3,7 @@
 
 use super::layout::Claim;
 use super::*;
-use crate::shm::{EvictError, LayoutError, ZeroedMem as Mem};
+use crate::shm::{EvictError, LayoutError, Stall, ZeroedMem as Mem};
 use std::vec::Vec;
 
 type Req = [u64; 2];
@@ -345,15 +345,17 @@ fn full_ring_blocks_until_tail_moves() {
                 }
             }
             let mut got = 0;
+            let mut stall = Stall::new("the clients' 6 answers");
             while got < 6 {
                 for c in clients.iter_mut() {
                     got += c.poll(|_, r| assert_eq!(r[1], r[0] + 100));
                 }
-                std::hint::spin_loop();
+                stall.turn(got as u64);
             }
             clients
         });
         let mut done = 0;
+        let mut stall = Stall::new("the server's 6 requests");
         while done < 6 {
             server.poll(0);
             while let Some(e) = server.recv() {
@@ -362,7 +364,7 @@ fn full_ring_blocks_until_tail_moves() {
                 done += 1;
             }
             server.advance_tail();
-            std::hint::spin_loop();
+            stall.turn(done);
         }
         drop(h.join().unwrap());
     });
@@ -394,6 +396,7 @@ fn threaded_stress_conserves_requests() {
                 let me = c.id() as u64;
                 let mut sent = [u64::MAX; 4];
                 let (mut next, mut answered) = (0u64, 0u64);
+                let mut stall = Stall::new("a client's calls");
                 while answered < per_client {
                     while next < per_client && c.in_flight() < 4 {
                         let slot = c.call(&[me, next]).unwrap();
@@ -406,13 +409,14 @@ fn threaded_stress_conserves_requests() {
                         assert_eq!(resp[1], sent[slot as usize] * 3 + 1);
                         sent[slot as usize] = u64::MAX;
                     }) as u64;
-                    std::hint::spin_loop();
+                    stall.turn(next + answered);
                 }
             });
         }
         let mut seen = [0u64; 3];
         let mut total = 0;
         let mut now = 0;
+        let mut stall = Stall::new("the server's requests");
         while total < 3 * per_client {
             now += 1;
             server.poll(now);
@@ -425,7 +429,7 @@ fn threaded_stress_conserves_requests() {
                 total += 1;
             }
             server.advance_tail();
-            std::hint::spin_loop();
+            stall.turn(total);
         }
         assert_eq!(server.stats().abandoned, 0);
     });

@@ -1,5 +1,5 @@
 use super::*;
-use crate::shm::SlabEntry;
+use crate::shm::{SlabEntry, Stall};
 use std::vec::Vec;
 
 struct Mem<T> {
@@ -152,8 +152,9 @@ fn all_to_all_threads_conserve_calls() {
             s.spawn(move || {
                 let mut node = mesh.node(id, Slab::new(slab)).unwrap();
                 let mut deferred: Vec<FluxRequest<(u64, u64)>> = Vec::new();
-                let (mut sent, mut answered) = (0u64, 0u64);
+                let (mut sent, mut answered, mut served) = (0u64, 0u64, 0u64);
                 let mut finished = false;
+                let mut stall = Stall::new("a node's calls, replies and peers");
                 loop {
                     if sent < calls {
                         let to = (id + 1 + (sent as usize % (N - 1))) % N;
@@ -170,6 +171,7 @@ fn all_to_all_threads_conserve_calls() {
                         let (from, seq) = h.payload;
                         assert_eq!(from as usize, h.from());
                         node.reply(h, (seq, seq ^ 0xABCD)).unwrap();
+                        served += 1;
                     }
                     if sent == calls && answered == calls && !finished {
                         finished = true;
@@ -182,13 +184,15 @@ fn all_to_all_threads_conserve_calls() {
                         for h in deferred.drain(..) {
                             let (_, seq) = h.payload;
                             node.reply(h, (seq, seq ^ 0xABCD)).unwrap();
+                            served += 1;
                         }
                     }
                     answered += node.poll(|(to, seq), (rseq, check)| {
                         assert_eq!(rseq, seq, "reply to another call (from {to})");
                         assert_eq!(check, seq ^ 0xABCD);
                     }) as u64;
-                    std::thread::yield_now();
+                    let peers = done.load(std::sync::atomic::Ordering::SeqCst) as u64;
+                    stall.turn(sent + answered + served + peers);
                 }
                 assert_eq!(node.in_flight(), 0);
             });

@@ -2,7 +2,7 @@
 #![allow(unsafe_code)]
 
 use super::*;
-use crate::shm::{EvictError, LayoutError, Slab, SlabEntry, ZeroedMem};
+use crate::shm::{EvictError, LayoutError, Slab, SlabEntry, Stall, ZeroedMem};
 use std::vec::Vec;
 
 type Req = [u64; 2];
@@ -141,17 +141,19 @@ fn threaded_clients_conserve_requests() {
                 let mut c = Client::connect(r, t, Slab::new(&mut sm)).unwrap();
                 let me = c.id() as u64;
                 let (mut next, mut done) = (0u64, 0u64);
+                let mut stall = Stall::new("a client's calls");
                 while done < per {
                     if next < per && c.call(&[me, next], next).is_ok() {
                         next += 1;
                     }
                     done += c.poll(|seq, r| assert_eq!(*r, [me, seq * 2])) as u64;
-                    std::hint::spin_loop();
+                    stall.turn(next + done);
                 }
             });
         }
         let mut seen = [0u64; 3];
         let mut held = Vec::new();
+        let mut stall = Stall::new("the server's requests");
         while seen.iter().sum::<u64>() < 3 * per {
             server.poll();
             while let Some(h) = server.recv() {
@@ -165,7 +167,7 @@ fn threaded_clients_conserve_requests() {
                 let [id, seq] = h.payload;
                 server.reply(h, &[id, seq * 2]).unwrap();
             }
-            std::hint::spin_loop();
+            stall.turn(seen.iter().sum());
         }
     });
 }

@@ -34,4 +34,4 @@ pub struct Msg<T> {
 #[cfg(all(test, not(loom)))]
 mod tests;
 #[cfg(all(test, not(loom)))]
-pub(crate) use tests::ZeroedMem;
+pub(crate) use tests::{Stall, ZeroedMem};

@@ -435,16 +435,18 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 let mut i = 0;
+                let mut stall = crate::shm::Stall::new("the producer's pushes");
                 while i < n {
                     // SAFETY: this thread is the only producer.
                     if unsafe { ctl.push(&slots[..], i) }.is_ok() {
                         i += 1;
                     } else {
-                        std::thread::yield_now();
+                        stall.turn(i);
                     }
                 }
             });
             let mut want = 0;
+            let mut stall = crate::shm::Stall::new("the consumer's pops");
             while want < n {
                 // SAFETY: this thread is the only consumer; the producer wrote every slot.
                 match unsafe { ctl.pop(&slots[..]) } {
@@ -452,7 +454,7 @@ mod tests {
                         assert_eq!(v, want);
                         want += 1;
                     }
-                    None => std::thread::yield_now(),
+                    None => stall.turn(want),
                 }
             }
         });

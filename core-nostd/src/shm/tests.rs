@@ -1,7 +1,66 @@
-//! What the shm protocols' unit tests share: heap memory standing in for a mapping.
+//! What the shm protocols' unit tests share: heap memory standing in for a mapping, and
+//! a bound on the waits of their threaded tests.
 #![allow(unsafe_code)]
 
+use std::time::{Duration, Instant};
 use std::vec::Vec;
+
+/// A wait loop's bound in a threaded test: [`turn`](Self::turn) yields (so a test's
+/// pollers share 2 cores instead of starving each other) and fails the test once the
+/// loop's progress count has not moved for [`STALL`](Self::STALL). A failing assert in
+/// one thread of a `thread::scope` then ends the others too, at their own bound, instead
+/// of leaving them spinning on a peer that is gone.
+pub(crate) struct Stall {
+    what: &'static str,
+    limit: Duration,
+    progress: u64,
+    since: Option<Instant>,
+    turns: u32,
+}
+
+impl Stall {
+    /// Far above any wait these tests make when they work (seconds for the whole test).
+    pub(crate) const STALL: Duration = Duration::from_secs(30);
+
+    /// A wait for `what` (named in the failure).
+    pub(crate) fn new(what: &'static str) -> Self {
+        Self::with_limit(what, Self::STALL)
+    }
+
+    /// A wait that fails after `limit` without progress.
+    fn with_limit(what: &'static str, limit: Duration) -> Self {
+        Self {
+            what,
+            limit,
+            progress: 0,
+            since: None,
+            turns: 0,
+        }
+    }
+
+    /// One turn of the loop, with `progress` the count it waits on so far.
+    pub(crate) fn turn(&mut self, progress: u64) {
+        if progress != self.progress || self.since.is_none() {
+            self.progress = progress;
+            self.since = Some(Instant::now());
+            self.turns = 0;
+        } else {
+            self.turns += 1;
+            // The clock only every 1 024 idle turns: a turn is a yield, the clock is
+            // not free (and under Miri, slow).
+            if self.turns.is_multiple_of(1024) {
+                let idle = self.since.map_or(Duration::ZERO, |t| t.elapsed());
+                assert!(
+                    idle < self.limit,
+                    "{}: stuck at {progress} for {idle:?} ({} turns)",
+                    self.what,
+                    self.turns
+                );
+            }
+        }
+        std::thread::yield_now();
+    }
+}
 
 #[repr(C, align(128))]
 #[derive(Clone, Copy)]
@@ -25,5 +84,26 @@ impl ZeroedMem {
     /// Bytes available from [`ptr`](Self::ptr).
     pub(crate) fn len(&self) -> usize {
         self.0.len() * 128
+    }
+}
+
+#[test]
+#[should_panic(expected = "the test's wait: stuck at 7")]
+fn a_wait_without_progress_fails_naming_what_it_waited_for() {
+    let mut stall = Stall::with_limit("the test's wait", Duration::from_millis(20));
+    for _ in 0..u32::MAX {
+        stall.turn(7);
+    }
+}
+
+#[test]
+fn a_wait_that_progresses_is_not_cut_short() {
+    let mut stall = Stall::with_limit("the test's wait", Duration::from_millis(20));
+    let start = Instant::now();
+    let mut n = 0;
+    // Three times the limit, moving all along.
+    while start.elapsed() < Duration::from_millis(60) {
+        n += 1;
+        stall.turn(n);
     }
 }
