@@ -14,8 +14,9 @@
 //! time safe: the last posted WQE always links to a slot the software still owns.
 //!
 //! **In order.** `new` links the ring `i → i + 1 mod wqe_cnt`. While every completion
-//! frees the WQE after the tail (the device consumes in list order, and a single CQ
-//! reports in consume order), `free`'s link write would store the value the link already
+//! frees the WQE after the tail (the device consumes in list order, and a WRITE with
+//! immediate, all copyrpc receives, takes its WQE with its last packet, as it
+//! completes), `free`'s link write would store the value the link already
 //! holds, so it is skipped; and the list stays `head, head + 1, …, tail`, so a post moves
 //! the head by arithmetic instead of reading one link per WQE. The SRQ memory is then the
 //! same, byte for byte, as rdma-core's after the same calls, but a steady-state

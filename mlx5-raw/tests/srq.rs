@@ -63,6 +63,13 @@ impl SrqMem {
     }
 }
 
+/// The tests' pseudo-random sequence (xorshift32): steps `x`.
+fn xorshift(x: &mut u32) {
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+}
+
 /// The device side: consumes posted WQEs by following the links.
 struct HwSrq {
     head: u16,
@@ -248,9 +255,7 @@ fn in_order_completions_leave_the_links_as_initialised() {
         rounds += 1;
         // ~28 000 rounds post 70 000 WQEs here; a broken post or free stops short.
         assert!(rounds < 200_000, "no progress after {total} WQEs");
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
+        xorshift(&mut x);
         total += u64::from(srq.post_batch(x % 12).unwrap());
         assert_eq!(mem.dbr(), u32::from(srq.counter()));
         assert_eq!(u64::from(srq.counter()), total % 65_536);
@@ -319,9 +324,7 @@ fn counter_wraps_past_65536_with_shuffled_completions() {
         rounds += 1;
         // ~21 000 rounds post 70 000 WQEs here; a broken post or free stops short.
         assert!(rounds < 100_000, "no progress after {total} WQEs");
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
+        xorshift(&mut x);
         let posted = srq.post_batch(1 + x % 7).unwrap();
         total += u64::from(posted);
         assert_eq!(mem.dbr(), u32::from(srq.counter()));
@@ -339,9 +342,7 @@ fn counter_wraps_past_65536_with_shuffled_completions() {
         // Complete a pseudo-random subset, out of order.
         let mut i = 0;
         while i < in_hw.len() {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
+            xorshift(&mut x);
             if x.is_multiple_of(3) {
                 srq.free(in_hw.swap_remove(i)).unwrap();
             } else {
