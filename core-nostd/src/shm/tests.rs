@@ -14,7 +14,8 @@ pub(crate) struct Stall {
     what: &'static str,
     limit: Duration,
     progress: u64,
-    since: Option<Instant>,
+    /// When `progress` last moved (or the wait began).
+    since: Instant,
     turns: u32,
 }
 
@@ -33,23 +34,23 @@ impl Stall {
             what,
             limit,
             progress: 0,
-            since: None,
+            since: Instant::now(),
             turns: 0,
         }
     }
 
     /// One turn of the loop, with `progress` the count it waits on so far.
     pub(crate) fn turn(&mut self, progress: u64) {
-        if progress != self.progress || self.since.is_none() {
+        if progress != self.progress {
             self.progress = progress;
-            self.since = Some(Instant::now());
+            self.since = Instant::now();
             self.turns = 0;
         } else {
             self.turns += 1;
             // The clock only every 1 024 idle turns: a turn is a yield, the clock is
             // not free (and under Miri, slow).
             if self.turns.is_multiple_of(1024) {
-                let idle = self.since.map_or(Duration::ZERO, |t| t.elapsed());
+                let idle = self.since.elapsed();
                 assert!(
                     idle < self.limit,
                     "{}: stuck at {progress} for {idle:?} ({} turns)",
