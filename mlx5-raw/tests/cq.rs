@@ -5,6 +5,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::DmaBuf;
 use mlx5_raw::layout::{
@@ -327,7 +328,17 @@ fn threaded_producer_many_laps() {
         })
     };
     let mut next = 0u32;
+    // A bound in time, not turns: the producer is another thread, which a loaded machine
+    // may not schedule for many of this thread's yields. Far above the test's run.
+    let mut since = (0, Instant::now());
     while next < N {
+        if next != since.0 {
+            since = (next, Instant::now());
+        }
+        assert!(
+            since.1.elapsed() < Duration::from_secs(30),
+            "CQE {next} of {N} never came (producer gone?)"
+        );
         let n = cq.poll_batch(5, |c| {
             let d = c.decode().unwrap();
             assert_eq!(

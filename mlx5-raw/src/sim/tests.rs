@@ -7,6 +7,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::layout::{decode_cqe, CqeOpcode, FmCeSe};
 use crate::{Cq, Payload, Remote, Sge, Sq, SqConfig, Srq};
@@ -374,6 +375,40 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// How long a threaded test's wait may go without progress before it fails. A count of
+/// turns is no bound here: the device runs on another thread, and on a loaded machine
+/// this thread can yield 200 000 times in a fraction of a second while that one is not
+/// scheduled at all (CI saw it). Time is what the device thread needs; 30 s is far above
+/// the whole test's run (under a second, Miri included).
+const NO_PROGRESS: Duration = Duration::from_secs(30);
+
+/// Fails the test, naming the wait, once its progress count has not moved for
+/// [`NO_PROGRESS`].
+struct Waiting {
+    progress: u64,
+    since: Instant,
+}
+
+impl Waiting {
+    fn new() -> Self {
+        Self {
+            progress: 0,
+            since: Instant::now(),
+        }
+    }
+
+    fn turn(&mut self, progress: u64, what: impl FnOnce() -> String) {
+        if progress != self.progress {
+            self.progress = progress;
+            self.since = Instant::now();
+        } else {
+            let idle = self.since.elapsed();
+            assert!(idle < NO_PROGRESS, "{} for {idle:?}", what());
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// The engine loop of these tests: step (yielding when idle) until `stop`.
 fn step_until<const Q: usize, const C: usize, const S: usize, const M: usize>(
     stop: &AtomicBool,
@@ -406,16 +441,13 @@ fn device_on_another_thread() {
         let mut got = 0;
         let mut sent = 0;
         srq_b.post_batch(7).unwrap();
-        // ~200 to 2 500 turns deliver the 200 here; the bound ends a wait on a device
-        // that stopped delivering (a lost doorbell, an SRQ never reposted).
-        for turn in 0.. {
-            if got == n {
-                break;
-            }
-            assert!(
-                turn < 200_000,
-                "b received {got} of {n} WRITE_IMMs ({sent} posted) in {turn} turns"
-            );
+        // The bound ends a wait on a device that stopped delivering (a lost doorbell, an
+        // SRQ never reposted).
+        let mut wait = Waiting::new();
+        while got < n {
+            wait.turn(u64::from(got + sent), || {
+                format!("b received {got} of {n} WRITE_IMMs ({sent} posted), no progress")
+            });
             if sent < n && sq_a.free_bbs() >= 1 {
                 let mut b = sq_a.batch();
                 let v = sent.to_be_bytes();
@@ -452,7 +484,6 @@ fn device_on_another_thread() {
                 got += 1;
             }
             cq_b.update_ci();
-            std::thread::yield_now();
         }
     });
 }
@@ -500,17 +531,12 @@ fn read_of_a_word_its_owner_is_storing() {
             b.finish();
             // Keep storing while the READ is in flight.
             word.store(i * 3 + 1, Ordering::Relaxed);
-            let mut turns = 0u32;
+            let mut wait = Waiting::new();
             let c = loop {
                 if let Some(c) = cq_a.poll() {
                     break c.decode().unwrap();
                 }
-                turns += 1;
-                assert!(
-                    turns < 200_000,
-                    "no completion for READ {i} in {turns} turns"
-                );
-                std::thread::yield_now();
+                wait.turn(0, || format!("no completion for READ {i}"));
             };
             cq_a.update_ci();
             assert!(c.error.is_none(), "{c:?}");
