@@ -536,7 +536,7 @@ fn read_of_a_word_its_owner_is_storing() {
                 if let Some(c) = cq_a.poll() {
                     break c.decode().unwrap();
                 }
-                wait.turn(0, || format!("no completion for READ {i}"));
+                wait.turn(0, || format!("READ {i} without a completion"));
             };
             cq_a.update_ci();
             assert!(c.error.is_none(), "{c:?}");
