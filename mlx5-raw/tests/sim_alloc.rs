@@ -70,15 +70,13 @@ fn the_data_path_allocates_nothing() {
         }
         r.b.post_recv_sges(&recv_sge);
         r.b.post_recv_sges(&recv_sge);
-        let mut done = 0;
-        for step in 0.. {
-            if done == 3 {
-                break;
-            }
+        let (mut done, mut step) = (0, 0);
+        while done < 3 {
             assert!(
                 step < 10_000,
                 "{done} of 3 send completions in {step} steps"
             );
+            step += 1;
             r.dev.step_traced(r.now, &mut trace);
             r.now += 1000;
             while let Some(c) = r.a.scq.poll() {
@@ -101,15 +99,13 @@ fn the_data_path_allocates_nothing() {
         .unwrap();
     b.nop(FmCeSe::CQ_UPDATE).unwrap();
     b.finish();
-    let mut errors = 0;
-    for step in 0.. {
-        if errors == 2 {
-            break;
-        }
+    let (mut errors, mut step) = (0, 0);
+    while errors < 2 {
         assert!(
             step < 10_000,
             "{errors} of 2 error completions in {step} steps"
         );
+        step += 1;
         r.dev.step_traced(r.now, &mut trace);
         r.now += 1000;
         while let Some(c) = r.a.scq.poll() {

@@ -346,16 +346,14 @@ fn cq_owner_bit_over_five_laps() {
         cqe_size: 128,
         ..Opts::default()
     });
-    let mut n = 0u32;
-    for round in 0.. {
-        if n >= 40 {
-            break;
-        }
+    let (mut n, mut round) = (0u32, 0);
+    while n < 40 {
         assert!(
             round < 1_000,
             "{n} of 40 CQEs in {round} rounds\n{}",
             r.dump()
         );
+        round += 1;
         let mut b = r.a.sq.batch();
         for _ in 0..3 {
             b.nop(SIG).unwrap();
@@ -391,16 +389,14 @@ fn srq_consumption_follows_the_free_list_and_reposts() {
     }
     r.b.srq.ring_doorbell();
     let mut got = 0;
-    let mut sent = 0u32;
-    for step in 0.. {
-        if got == 60 {
-            break;
-        }
+    let (mut sent, mut step) = (0u32, 0);
+    while got < 60 {
         assert!(
             step < 10_000,
             "{got} of 60 received in {step} steps\n{}",
             r.dump()
         );
+        step += 1;
         if sent < 60 && r.a.sq.free_bbs() > 8 {
             let mut b = r.a.sq.batch();
             b.rdma_write_imm(
