@@ -388,13 +388,12 @@ fn item9_respawned_client_reclaims_a_dead_clients_id() {
     let (mut victim, victim_id) = holders.remove(1);
     victim.child.kill().unwrap();
     victim.child.wait().unwrap();
-    let t = Instant::now();
-    let c = DelegClient::<Req, Resp>::connect(&name).unwrap();
+    // The server's reaper runs once an hour, so only the connecting client can have
+    // declared the dead id; `connect` gives up with `ClientIdNotFreed` after
+    // `CONNECT_WAIT` otherwise. No clock is read here: a success near that bound on a
+    // loaded machine is still a success.
+    let c = DelegClient::<Req, Resp>::connect(&name)
+        .unwrap_or_else(|e| panic!("the respawned client could not attach: {e}"));
     assert_eq!(c.id(), victim_id, "the dead client's id");
-    assert!(
-        t.elapsed() < Duration::from_secs(2),
-        "attach took {:?}",
-        t.elapsed()
-    );
     drop(holders);
 }
