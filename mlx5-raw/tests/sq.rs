@@ -91,6 +91,11 @@ fn advance(sq: &mut Sq, n: u64) {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "4 660 posts to reach the vector's WQE index take Miri ~45 s; the native run \
+              checks the bytes, and Miri sees the same post path in the tests below"
+)]
 fn tv1_rdma_write_imm_bytes_in_queue() {
     let mem = Mem::new(64);
     let mut sq = mem.sq(0xabcde, SqConfig::COPYRPC);
@@ -403,7 +408,11 @@ fn every_length_at_every_ring_position_matches_the_reference_layout() {
     } else {
         (0..=221).chain([250, 300]).collect()
     };
-    for _ in 0..16 {
+    // Every starting WQEBB natively; under Miri (whose concern is the writes at the ring
+    // end, which every round makes at several positions) the first four, one per
+    // residue of the largest WQE's 4 WQEBBs.
+    let rounds = if cfg!(miri) { 4 } else { 16 };
+    for _ in 0..rounds {
         for &len in &lens {
             for registered in [false, true] {
                 if !registered && len > 220 {
@@ -799,7 +808,8 @@ fn u16_counter_wraps_with_retirement() {
     let mut pos: u64 = 0;
     let mut n = 0u64;
     let payload = [0x42u8; 150];
-    let target = if cfg!(miri) { 3_000 } else { 70_000 };
+    // Under Miri six laps of the ring, the wrap of the u16 index being arithmetic.
+    let target = if cfg!(miri) { 400 } else { 70_000 };
     while pos < target {
         // Varying sizes: 1, 2 and 3 WQEBBs.
         let len = [0usize, 40, 150][(n % 3) as usize];
