@@ -61,8 +61,9 @@ aarch64_tests() {
   # compiled for aarch64 Linux and run under qemu: the barrier bodies and any ordering
   # assumptions differ from x86. copyrpc_faults runs 250 of its 1 000 random-fault seeds
   # here (every fault kind still comes up; the native run above does all 1 000): under
-  # qemu each seed costs what ten do natively.
-  FAULT_SEEDS=250 \
+  # qemu each seed costs what ten do natively. The credit proptest runs 2 500 of its
+  # 10 000 cases for the same reason.
+  FAULT_SEEDS=250 CREDIT_MODEL_CASES=2500 \
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
     cargo test --quiet --target aarch64-unknown-linux-gnu -p copyrpc-core -p mlx5-raw --tests
