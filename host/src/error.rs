@@ -62,6 +62,30 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// `/dev/shm` could not hold bytes a region hands out (`posix_fallocate` failed).
+    /// Claimed up front because tmpfs grants a larger `ftruncate` than it can back and
+    /// then answers the first touch of a page it has no room for with SIGBUS: a
+    /// container's default 64 MiB `/dev/shm` did that to a 100 MiB bulk transfer.
+    #[error(
+        "no room in /dev/shm for {len} bytes of {name} (at offset {offset}): {source}; \
+         /dev/shm has {free} of {size} bytes free (`df -h /dev/shm`): free some, or give it \
+         more (a container's --shm-size)"
+    )]
+    ShmNoRoom {
+        /// The region name.
+        name: String,
+        /// Start of the range within the region.
+        offset: usize,
+        /// Bytes asked for.
+        len: usize,
+        /// Free bytes of the `/dev/shm` file system when it refused (0 if unknown).
+        free: u64,
+        /// Its size (0 if unknown).
+        size: u64,
+        /// The OS error (ENOSPC for a full or too small tmpfs).
+        #[source]
+        source: io::Error,
+    },
     /// `fstat` of an opened region.
     #[error("fstat({name}) failed: {source}")]
     ShmStat {

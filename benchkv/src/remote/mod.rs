@@ -183,7 +183,8 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         // RLIMIT_MEMLOCK is checked against this at open.
         opts.verbs.pinned_bytes = pinned_bytes(cfg, ranks.saturating_sub(1));
         // The sim fabric carves the same objects from one region (virtual size; only
-        // touched pages count): at least its default, and room for what this rank pins.
+        // carved pieces claim /dev/shm): at least its default, and room for what this
+        // rank pins.
         let pinned = usize::try_from(opts.verbs.pinned_bytes).unwrap_or(usize::MAX);
         opts.sim.region_bytes = opts.sim.region_bytes.max(pinned.saturating_add(64 << 20));
         let (fabric, _) =

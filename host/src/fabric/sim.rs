@@ -20,8 +20,11 @@
 //! in it, and [`QpEndpoint::FLAG_SIM`] marks it, so a sim endpoint handed to a verbs QP (or
 //! the reverse) is refused rather than misread. Only processes on one machine can connect.
 //!
-//! The region is sized up front ([`SimOptions::region_bytes`], default 256 MiB); tmpfs
-//! allocates pages only when touched, so the size is a ceiling, not a cost.
+//! The region is sized up front ([`SimOptions::region_bytes`], default 256 MiB) but
+//! sparse: each queue, CQ and MR carved from it is claimed from `/dev/shm` as it is
+//! carved, so the size is a ceiling, not a cost, and a `/dev/shm` too small for what is
+//! carved (a container's default 64 MiB) is an [`Error::ShmNoRoom`] naming the
+//! region rather than a SIGBUS at its first touch.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -63,7 +66,7 @@ const CQE_BYTES: u32 = 64;
 /// Options of the `sim` fabric.
 #[derive(Clone, Debug)]
 pub struct SimOptions {
-    /// Virtual size of this fabric's `/dev/shm` region (touched pages only are allocated).
+    /// Virtual size of this fabric's `/dev/shm` region (only carved pieces are claimed).
     pub region_bytes: usize,
     /// What the engine thread does when idle. [`Idle::Yield`] by default: on a machine
     /// with few cores a spinning engine starves the threads it serves.
@@ -282,7 +285,8 @@ impl SimFabric {
         // Relaxed: a unique number, nothing is published through it.
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let name = format!("/{REGION_PREFIX}{pid}-{instance}");
-        let region = ShmRegion::create(&name, opts.region_bytes)?;
+        // Sparse: the default 256 MiB costs /dev/shm only what `carve` hands out.
+        let region = ShmRegion::create_sparse(&name, opts.region_bytes)?;
         // QPNs in 24 bits: 10 for the slot (SIM_MAX_QPS), 2 for the instance, 12 from the
         // pid (1..=4095, so never QP 0 or 1), which keeps a machine's devices apart in
         // traces (a CQE only ever names its own device's QPs, so this is not needed for
@@ -357,6 +361,9 @@ impl SimFabric {
                 size: self.region.len(),
             });
         };
+        // Claimed before it is handed out: a full /dev/shm is an error naming it here,
+        // not a SIGBUS at the first touch (of this process or of a peer's device).
+        self.region.commit(start, len)?;
         a.next = end;
         // The region is page-aligned; `start` is inside it (checked above).
         Ok((self.region.as_ptr().wrapping_add(start), start))
@@ -624,6 +631,36 @@ mod tests {
         );
         // Our own region is alive and stays.
         assert!(std::path::Path::new(&format!("/dev/shm{}", f.region_name())).exists());
+    }
+
+    #[test]
+    fn an_object_dev_shm_cannot_hold_is_an_error_and_the_region_stays_usable() {
+        // SAFETY: `statvfs` is plain data; zeroed is a valid value to be overwritten.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a valid out pointer.
+        assert_eq!(unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut st) }, 0);
+        let size = (st.f_blocks as u64 * st.f_frsize as u64) as usize;
+        assert!(
+            size > 0,
+            "/dev/shm reports no size limit; this test needs a sized tmpfs"
+        );
+        // A region larger than /dev/shm opens (it is sparse, nothing is claimed)...
+        let f = SimFabric::open(&SimOptions {
+            region_bytes: size + (2 << 30),
+            ..SimOptions::default()
+        })
+        .unwrap();
+        // ...an MR larger than /dev/shm is refused by name...
+        match f.alloc_mr("huge", size + (1 << 30), SimAccess::ALL) {
+            Err(Error::ShmNoRoom { name, source, .. }) => {
+                assert_eq!(name, f.region_name());
+                assert_eq!(source.raw_os_error(), Some(libc::ENOSPC));
+            }
+            other => panic!("{other:?}"),
+        }
+        // ...and carves nothing: a small one still fits and takes the region's start.
+        let mr = f.alloc_mr("small", 4096, SimAccess::ALL).unwrap();
+        assert_eq!(mr.as_ptr(), f.region.as_ptr());
     }
 
     #[test]

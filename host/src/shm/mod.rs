@@ -25,6 +25,7 @@ pub mod layout;
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -40,6 +41,8 @@ pub struct ShmRegion {
     ptr: NonNull<u8>,
     len: usize,
     creator: bool,
+    /// Kept open for [`ShmRegion::commit`] (`posix_fallocate` needs a descriptor).
+    fd: OwnedFd,
 }
 
 // SAFETY: the mapping is process-wide memory; the handle only owns the mapping (munmap
@@ -67,44 +70,59 @@ fn c_name(name: &str) -> Result<CString> {
 }
 
 impl ShmRegion {
-    /// Creates `name` exclusively with mode 0600, sizes it to `len` zero bytes and maps
-    /// it. Fails with [`Error::ShmOpen`] (kind `AlreadyExists`) if the name exists.
+    /// Creates `name` exclusively with mode 0600, sizes it to `len` zero bytes, claims
+    /// all of them from `/dev/shm` and maps it. Fails with [`Error::ShmOpen`] (kind
+    /// `AlreadyExists`) if the name exists, and with [`Error::ShmNoRoom`] (leaving no
+    /// name behind) if `/dev/shm` cannot hold `len` bytes.
     pub fn create(name: &str, len: usize) -> Result<Self> {
+        Self::create_with(name, len, true)
+    }
+
+    /// [`create`](Self::create) without claiming the bytes: pages are taken from
+    /// `/dev/shm` as they are touched. For a region handed out piece by piece, each
+    /// piece [`commit`](Self::commit)ted before use, so that a large default size costs
+    /// only what is used. Touching an uncommitted page of a full `/dev/shm` raises SIGBUS.
+    pub fn create_sparse(name: &str, len: usize) -> Result<Self> {
+        Self::create_with(name, len, false)
+    }
+
+    fn create_with(name: &str, len: usize, commit_all: bool) -> Result<Self> {
         let c = c_name(name)?;
         // Registered before the name exists: a sweep in another thread that lists the
         // new file then finds it ours, instead of taking it for a predecessor's.
         created_here().push(name.to_owned());
-        let r = Self::create_named(name, &c, len);
-        if r.is_err() {
-            forget_created(name);
+        let r = Self::create_named(name, &c, len).inspect_err(|_| forget_created(name))?;
+        if commit_all {
+            // On error `r` drops here: unmapped, unlinked and its registration dropped.
+            r.commit(0, len)?;
         }
-        r
+        Ok(r)
     }
 
     fn create_named(name: &str, c: &CString, len: usize) -> Result<Self> {
         // SAFETY: `c` is a valid C string.
-        let fd = unsafe {
+        let raw = unsafe {
             libc::shm_open(
                 c.as_ptr(),
                 libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
                 0o600 as libc::mode_t,
             )
         };
-        if fd < 0 {
+        if raw < 0 {
             return Err(Error::ShmOpen {
                 name: name.to_owned(),
                 source: io::Error::last_os_error(),
             });
         }
+        // SAFETY: `raw` is a descriptor we just opened and own alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let unlink = || {
             // SAFETY: `c` is a valid C string; we created this name.
             unsafe { libc::shm_unlink(c.as_ptr()) };
         };
         // SAFETY: `fd` is our open descriptor.
-        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             let source = io::Error::last_os_error();
-            // SAFETY: our descriptor, closed once.
-            unsafe { libc::close(fd) };
             unlink();
             return Err(Error::ShmTruncate {
                 name: name.to_owned(),
@@ -112,12 +130,13 @@ impl ShmRegion {
                 source,
             });
         }
-        match Self::map(name, fd, len) {
+        match Self::map(name, &fd, len) {
             Ok(ptr) => Ok(Self {
                 name: name.to_owned(),
                 ptr,
                 len,
                 creator: true,
+                fd,
             }),
             Err(e) => {
                 unlink();
@@ -126,42 +145,87 @@ impl ShmRegion {
         }
     }
 
+    /// Claims bytes `offset..offset + len` of the region from `/dev/shm` (zero bytes
+    /// stay zero), so that touching them cannot raise SIGBUS. [`Error::ShmNoRoom`] if
+    /// the file system cannot hold them; nothing is claimed then.
+    pub fn commit(&self, offset: usize, len: usize) -> Result<()> {
+        let end = offset.checked_add(len).filter(|&e| e <= self.len);
+        assert!(
+            end.is_some(),
+            "commit of {len} bytes at {offset} is outside {} ({} bytes)",
+            self.name,
+            self.len
+        );
+        if len == 0 {
+            return Ok(());
+        }
+        // A signal may interrupt the allocation; a bounded number of retries, then the
+        // EINTR is the error.
+        let mut rc = libc::EINTR;
+        for _ in 0..64 {
+            // SAFETY: `fd` is our open descriptor of this region; the range is inside
+            // its size (checked above), so the file does not grow.
+            rc = unsafe {
+                libc::posix_fallocate(
+                    self.fd.as_raw_fd(),
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                )
+            };
+            if rc != libc::EINTR {
+                break;
+            }
+        }
+        if rc == 0 {
+            return Ok(());
+        }
+        let (free, size) = shm_room().unwrap_or((0, 0));
+        Err(Error::ShmNoRoom {
+            name: self.name.clone(),
+            offset,
+            len,
+            free,
+            size,
+            source: io::Error::from_raw_os_error(rc),
+        })
+    }
+
     /// Opens an existing region and maps all of it.
     pub fn open(name: &str) -> Result<Self> {
         let c = c_name(name)?;
         // SAFETY: `c` is a valid C string.
-        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-        if fd < 0 {
+        let raw = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+        if raw < 0 {
             return Err(Error::ShmOpen {
                 name: name.to_owned(),
                 source: io::Error::last_os_error(),
             });
         }
+        // SAFETY: `raw` is a descriptor we just opened and own alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // SAFETY: `stat` is plain data; zeroed is a valid value to be overwritten.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `fd` is open, `st` is a valid out pointer.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            let source = io::Error::last_os_error();
-            // SAFETY: our descriptor, closed once.
-            unsafe { libc::close(fd) };
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
             return Err(Error::ShmStat {
                 name: name.to_owned(),
-                source,
+                source: io::Error::last_os_error(),
             });
         }
         let len = st.st_size as usize;
-        let ptr = Self::map(name, fd, len)?;
+        let ptr = Self::map(name, &fd, len)?;
         Ok(Self {
             name: name.to_owned(),
             ptr,
             len,
             creator: false,
+            fd,
         })
     }
 
-    /// Maps `len` bytes of `fd` shared read/write and closes `fd` (the mapping stays).
-    fn map(name: &str, fd: libc::c_int, len: usize) -> Result<NonNull<u8>> {
-        let p = if len == 0 {
+    /// Maps `len` bytes of `fd` shared read/write.
+    fn map(name: &str, fd: &OwnedFd, len: usize) -> Result<NonNull<u8>> {
+        if len == 0 {
             // An empty region has nothing to map; a dangling aligned pointer stands in and
             // the layout checks refuse it as truncated.
             Ok(NonNull::<u64>::dangling().cast())
@@ -174,7 +238,7 @@ impl ShmRegion {
                     len,
                     libc::PROT_READ | libc::PROT_WRITE,
                     libc::MAP_SHARED,
-                    fd,
+                    fd.as_raw_fd(),
                     0,
                 )
             };
@@ -187,10 +251,7 @@ impl ShmRegion {
             } else {
                 Ok(NonNull::new(p.cast()).expect("mmap returned null"))
             }
-        };
-        // SAFETY: our descriptor, closed once; the mapping does not need it.
-        unsafe { libc::close(fd) };
-        p
+        }
     }
 
     /// Removes a name from `/dev/shm` (mappings stay valid until unmapped).
@@ -244,6 +305,18 @@ impl Drop for ShmRegion {
             forget_created(&self.name);
         }
     }
+}
+
+/// Free and total bytes of the file system behind `/dev/shm`, for error messages.
+fn shm_room() -> Option<(u64, u64)> {
+    // SAFETY: `statvfs` is plain data; zeroed is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid out pointer.
+    let rc = unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut st) };
+    (rc == 0).then(|| {
+        let unit = st.f_frsize as u64;
+        (st.f_bavail as u64 * unit, st.f_blocks as u64 * unit)
+    })
 }
 
 /// Names (with their leading `/`) of the regions this process created and has not
@@ -449,7 +522,7 @@ pub fn my_pid() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     pub(crate) fn unique(tag: &str) -> String {
@@ -492,6 +565,67 @@ mod tests {
             ShmRegion::open(&name),
             Err(Error::ShmOpen { source, .. }) if source.kind() == io::ErrorKind::NotFound
         ));
+    }
+
+    #[test]
+    fn bytes_dev_shm_cannot_hold_are_an_error_not_a_sigbus() {
+        let (_, size) = shm_room().expect("statvfs(/dev/shm)");
+        assert!(
+            size > 0,
+            "/dev/shm reports no size limit; this test needs a sized tmpfs to refuse"
+        );
+        // More than the whole file system: tmpfs refuses it before allocating a page.
+        let too_big = (size + (1 << 30)) as usize;
+        let name = unique("noroom");
+        match ShmRegion::create(&name, too_big) {
+            Err(Error::ShmNoRoom {
+                name: n,
+                offset,
+                len,
+                size: s,
+                source,
+                ..
+            }) => {
+                assert_eq!(
+                    (n.as_str(), offset, len, s),
+                    (name.as_str(), 0, too_big, size)
+                );
+                assert_eq!(source.raw_os_error(), Some(libc::ENOSPC));
+            }
+            other => panic!("{other:?}"),
+        }
+        let path = format!("/dev/shm{name}");
+        assert!(
+            std::fs::metadata(&path).is_err(),
+            "a refused create leaves no name"
+        );
+        assert!(!created_here().contains(&name), "nor a registration");
+
+        // Sparse, the same size is granted (nothing is claimed); a piece the file system
+        // cannot hold is refused, and a small piece is claimed and usable.
+        let r = ShmRegion::create_sparse(&name, too_big).unwrap();
+        let e = r.commit(8192, too_big - 8192).unwrap_err();
+        assert!(
+            e.to_string().contains(&name) && e.to_string().contains("--shm-size"),
+            "{e}"
+        );
+        r.commit(4096, 4096).unwrap();
+        let blocks = |p: &str| std::fs::metadata(p).unwrap().blocks();
+        assert!(
+            blocks(&path) >= 8,
+            "4096 bytes claimed: {} blocks",
+            blocks(&path)
+        );
+        assert!(
+            blocks(&path) < 64,
+            "nothing more claimed: {} blocks",
+            blocks(&path)
+        );
+        // SAFETY: byte 4096 is inside the mapping and claimed; single-threaded access.
+        unsafe {
+            r.as_ptr().add(4096).write(0x5A);
+            assert_eq!(r.as_ptr().add(4096).read(), 0x5A);
+        }
     }
 
     #[test]
