@@ -185,7 +185,8 @@ fn client(node: &mut Node, a: &Args, max: usize) -> Result<String, String> {
             if Instant::now() > deadline {
                 c.cancel_all();
                 return Err(format!(
-                    "{pat:?}: no reply from rank 1 within {:?}",
+                    "{pat:?}: no reply from rank 1 within {:?} (--deadline-s: one \
+                     transfer of a large size on the sim fabric can take longer)",
                     a.deadline
                 ));
             }
@@ -354,6 +355,16 @@ fn server(node: &mut Node, a: &Args, max: usize) -> Result<String, String> {
     }
 }
 
+/// Each rank carves two pools of the largest size (put and get) from its sim region, on
+/// top of the RPC node's queues and rings: the region's default leaves room for those,
+/// and grows by the pools so that every size `--sizes` takes (up to 1 GiB) fits. The
+/// region is sparse; `/dev/shm` is claimed only as the pools are carved.
+fn fabric_options(max: usize) -> FabricOptions {
+    let mut o = FabricOptions::default();
+    o.sim.region_bytes += 2 * max.next_multiple_of(4096);
+    o
+}
+
 fn main() -> ExitCode {
     let a = match parse(std::env::args().skip(1)) {
         Ok(Some(a)) => a,
@@ -375,7 +386,7 @@ fn main() -> ExitCode {
     let result = if n != 2 {
         Err(format!("needs exactly 2 ranks (mpirun -np 2), got {n}"))
     } else {
-        fabric::open(a.kind, &FabricOptions::default())
+        fabric::open(a.kind, &fabric_options(max))
             .map_err(|e| e.to_string())
             .and_then(|(f, sel)| {
                 if r == 0 {
