@@ -55,6 +55,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before MPI and the daemons start threads (they inherit the blocked signals).
+    if let Err(e) = copyrpc_host::signals::unlink_regions_on_termination("benchkv") {
+        eprintln!("benchkv: error: cannot set up the clean-up on SIGINT/SIGTERM: {e}");
+        return ExitCode::from(1);
+    }
     let out = match orchestrate::run(&cfg) {
         Ok(o) => o,
         Err(orchestrate::Fail::Usage(e)) => {

@@ -241,3 +241,40 @@ fn item7_a_sigstopped_rank_ends_the_job_naming_it_and_the_next_run_is_clean() {
     assert!(!err.contains("panicked"), "{err}");
     next_run_is_clean(&pids);
 }
+
+/// Ctrl-C on `mpirun`: it passes SIGTERM to the ranks, and each unlinks its own regions
+/// before it ends, without waiting for a later run's sweep.
+#[test]
+fn ctrl_c_on_mpirun_leaves_no_region_of_any_rank() {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = format!("int{}", std::process::id());
+    let job = start(&tag);
+    wait_for_line(&job, "run 1/1", Duration::from_secs(120));
+    let pids: Vec<u32> = (0..3).map(|r| rank_pid(&tag, r)).collect();
+    signal(job.child.id(), libc::SIGINT);
+    let (st, lines) = finish(job, END_WITHIN);
+    let err = lines.join("\n");
+    assert!(!st.success(), "the job succeeded after Ctrl-C: {err}");
+    let t0 = Instant::now();
+    while pids
+        .iter()
+        .any(|p| Path::new(&format!("/proc/{p}")).exists())
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "a rank never went away: {pids:?}"
+        );
+        std::thread::yield_now();
+    }
+    // No other benchkv or copyrpc process ran since (ONE_JOB), so nothing swept them.
+    for &p in &pids {
+        assert!(
+            no_regions_of(p),
+            "regions of rank pid {p} left in /dev/shm:\n{err}"
+        );
+        assert!(
+            err.contains(&format!("region(s) of pid {p}")),
+            "rank pid {p} did not say it removed its regions:\n{err}"
+        );
+    }
+}

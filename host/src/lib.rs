@@ -8,6 +8,7 @@
 //! | [`sim_engine`] | the thread that steps a software device in real time |
 //! | [`exchange`] | endpoint records across ranks: MPI (rsmpi) or threads of one process |
 //! | [`shm`] | named `/dev/shm` regions and the core's shm protocols (delegation, ipc) over them |
+//! | [`signals`] | a tool's regions unlinked when SIGINT, SIGTERM or SIGHUP ends it |
 //! | [`affinity`], [`topology`] | usable cores, pinning, the NIC's NUMA node |
 //! | [`error`] | the one error type: a variant per failing call, with context |
 
@@ -18,5 +19,6 @@ pub mod exchange;
 pub mod fabric;
 pub mod rpc;
 pub mod shm;
+pub mod signals;
 pub mod sim_engine;
 pub mod topology;

@@ -307,6 +307,17 @@ impl Drop for ShmRegion {
     }
 }
 
+/// Unlinks every region this process created and has not dropped, and returns how many.
+/// For a process about to end without running destructors (a signal, `_exit`): mappings
+/// stay valid until the process is gone, but no later process finds the names.
+pub fn unlink_created() -> usize {
+    let names = created_here().clone();
+    names
+        .iter()
+        .filter(|n| ShmRegion::unlink(n).is_ok())
+        .count()
+}
+
 /// Free and total bytes of the file system behind `/dev/shm`, for error messages.
 fn shm_room() -> Option<(u64, u64)> {
     // SAFETY: `statvfs` is plain data; zeroed is a valid value to be overwritten.

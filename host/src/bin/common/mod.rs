@@ -7,7 +7,16 @@ use copyrpc_host::exchange::MpiExchange;
 /// `MPI_COMM_WORLD`; when MPI cannot start, the rank's one output line (`rank ?/?: FAIL
 /// MPI init: <why>`, the same shape as every other result line) is printed here and the
 /// exit code to return is handed back.
+///
+/// First, before MPI starts its threads, the tool's `/dev/shm` regions are set to be
+/// unlinked when SIGINT, SIGTERM or SIGHUP ends it (Ctrl-C on `mpirun`).
 pub fn init_mpi() -> Result<MpiExchange, ExitCode> {
+    let arg0 = std::env::args().next().unwrap_or_default();
+    let tool = arg0.rsplit('/').next().unwrap_or("copyrpc");
+    if let Err(err) = copyrpc_host::signals::unlink_regions_on_termination(tool) {
+        println!("rank ?/?: FAIL clean-up on SIGINT/SIGTERM: {err}");
+        return Err(ExitCode::FAILURE);
+    }
     MpiExchange::init().map_err(|err| {
         println!("rank ?/?: FAIL MPI init: {err}");
         ExitCode::FAILURE
