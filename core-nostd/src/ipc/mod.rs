@@ -100,6 +100,12 @@ pub enum IpcCallError {
 pub enum IpcReplyError {
     /// The client closed, was evicted, or its id was reused since the request.
     ClientGone,
+    /// No client has this id: not a request this server handed out.
+    UnknownClient,
+    /// Every request this client sent has been answered: a second reply to one, or a
+    /// request this server never received. Accepting it could overwrite an answer the
+    /// client has not read yet (its response ring holds one per call in flight).
+    NothingOutstanding,
 }
 
 impl fmt::Display for IpcConnectError {
@@ -125,6 +131,8 @@ impl fmt::Display for IpcReplyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::ClientGone => "client closed or evicted",
+            Self::UnknownClient => "no client has this id",
+            Self::NothingOutstanding => "every request of this client is already answered",
         })
     }
 }

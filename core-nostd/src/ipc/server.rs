@@ -114,6 +114,12 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         unsafe {
             self.region.req_ctl[id as usize].discard_all(&self.region.req_slots(id));
         }
+        // The next owner starts with no request outstanding: the responses count on from
+        // the requests taken (replies to this epoch are refused from here on).
+        let taken = self.region.req_ctl[id as usize].consumer_index();
+        // SAFETY: the server is the only producer of every response ring; the id's
+        // client has left, and the next one adopts the ring after R4 below.
+        unsafe { self.region.resp_ctl[id as usize].restart_producer_at(taken) };
         let e = &self.region.clients[id as usize];
         // Relaxed: published by R4 below; the next owner reads 0 until its R7.
         e.owner.store(0, Ordering::Relaxed);
@@ -162,16 +168,30 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     }
 
     /// Answers `h` (in any order relative to other requests).
+    ///
+    /// Each request is answered once. The server counts, per client, requests taken
+    /// (`recv`) against replies sent, and refuses a reply with none outstanding
+    /// ([`IpcReplyError::NothingOutstanding`]); a second reply while the same client has
+    /// other requests outstanding cannot be told from theirs and takes the place of one.
     pub fn reply(&mut self, h: IpcRequest<Req>, resp: &Resp) -> Result<(), IpcReplyError> {
         let id = h.client_id;
+        let entry = self
+            .region
+            .clients
+            .get(id as usize)
+            .ok_or(IpcReplyError::UnknownClient)?;
         // Relaxed: only this thread frees ids, so the epoch cannot change under us.
-        let (st, epoch) = ClientState::unpack(
-            self.region.clients[id as usize]
-                .state
-                .load(Ordering::Relaxed),
-        );
+        let (st, epoch) = ClientState::unpack(entry.state.load(Ordering::Relaxed));
         if st != ClientState::Active || epoch != h.epoch {
             return Err(IpcReplyError::ClientGone);
+        }
+        // Both positions are this thread's own (consumer of the requests, producer of
+        // the responses), and `retire` lined them up for the epoch: their difference is
+        // the requests taken and not yet answered.
+        let taken = self.region.req_ctl[id as usize].consumer_index();
+        let answered = self.region.resp_ctl[id as usize].producer_index();
+        if taken == answered {
+            return Err(IpcReplyError::NothingOutstanding);
         }
         let msg = Msg {
             token: h.token,

@@ -104,6 +104,81 @@ fn closed_client_frees_its_id_and_stale_replies_are_refused() {
 }
 
 #[test]
+fn a_reply_with_nothing_outstanding_or_no_such_client_is_refused_and_loses_nothing() {
+    let cfg = Config {
+        max_clients: 1,
+        depth: 1,
+    };
+    let mut mem = mem_for(&cfg);
+    let r = region(&mut mem, &cfg);
+    let mut server = Server::new(r);
+    let (mut s1, mut s2) = (slab::<u32>(1), slab::<u32>(1));
+    let mut a = Client::connect(r, 1, Slab::new(&mut s1)).unwrap();
+    a.call(&[1, 0], 1).unwrap();
+    server.poll();
+    let (raw, p) = server.recv().unwrap().into_raw();
+    server
+        .reply(IpcRequest::from_raw(raw, p), &[10, 0])
+        .unwrap();
+    // The same request again, before and after the client read the answer: refused, and
+    // the answer waiting in the one-slot response ring is not overwritten.
+    assert_eq!(
+        server.reply(IpcRequest::from_raw(raw, p), &[11, 0]),
+        Err(IpcReplyError::NothingOutstanding)
+    );
+    let mut got = Vec::new();
+    assert_eq!(a.poll(|u, r| got.push((u, *r))), 1);
+    a.call(&[2, 0], 2).unwrap();
+    assert_eq!(
+        server.reply(IpcRequest::from_raw(raw, p), &[12, 0]),
+        Err(IpcReplyError::NothingOutstanding),
+        "a reply to the first call while the second is not yet taken"
+    );
+    server.poll();
+    let h = server.recv().unwrap();
+    server.reply(h, &[20, 0]).unwrap();
+    assert_eq!(a.poll(|u, r| got.push((u, *r))), 1);
+    assert_eq!(
+        got,
+        [(1, [10, 0]), (2, [20, 0])],
+        "each call its own answer, once"
+    );
+    // A client id past the table: an error, not an index out of bounds.
+    let bad = IpcRequest::from_raw((cfg.max_clients, raw.1, raw.2), p);
+    assert_eq!(
+        server.reply(bad, &[0, 0]),
+        Err(IpcReplyError::UnknownClient)
+    );
+    let huge = IpcRequest::from_raw((u32::MAX, raw.1, raw.2), p);
+    assert_eq!(
+        server.reply(huge, &[0, 0]),
+        Err(IpcReplyError::UnknownClient)
+    );
+
+    // A client that leaves with a request taken and unanswered: the next owner of the id
+    // starts with nothing outstanding, and its own request is answered.
+    a.call(&[3, 0], 3).unwrap();
+    server.poll();
+    let (old, _) = server.recv().unwrap().into_raw();
+    a.close();
+    server.poll();
+    let mut b = Client::connect(r, 2, Slab::new(&mut s2)).unwrap();
+    let stale = IpcRequest::from_raw((old.0, b.epoch(), old.2), [0, 0]);
+    assert_eq!(
+        server.reply(stale, &[0, 0]),
+        Err(IpcReplyError::NothingOutstanding),
+        "the old epoch's unanswered request is not the new client's"
+    );
+    b.call(&[4, 0], 4).unwrap();
+    server.poll();
+    let h = server.recv().unwrap();
+    server.reply(h, &[40, 0]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(b.poll(|u, r| got.push((u, *r))), 1);
+    assert_eq!(got, [(4, [40, 0])]);
+}
+
+#[test]
 fn attach_validates() {
     let mut mem = mem_for(&CFG);
     let len = mem.len();

@@ -339,6 +339,20 @@ impl RingCtl {
         self.prod.pos.store(c, Ordering::Relaxed);
     }
 
+    /// The producer continues at position `pos`, with no message published between its
+    /// old position and `pos`: the ipc server lines a retired client's response count
+    /// up with its request count, so the next owner starts with nothing outstanding.
+    ///
+    /// # Safety
+    ///
+    /// The caller is the only producer, no consumer pops concurrently, and the next
+    /// consumer takes the ring over with [`adopt_consumer`](Self::adopt_consumer) after a
+    /// handshake that orders this store before it (ipc: R4/A4).
+    pub unsafe fn restart_producer_at(&self, pos: u64) {
+        // Relaxed: producer-private position, published by the caller's handshake.
+        self.prod.pos.store(pos, Ordering::Relaxed);
+    }
+
     /// A new consumer takes over the ring: messages published for its predecessor are
     /// dropped and every slot is reset to empty for the lap the producer will use next.
     ///
