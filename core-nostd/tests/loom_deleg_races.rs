@@ -27,12 +27,12 @@ use loom::thread;
 use loom_common::model_bounded;
 
 /// One server turn: poll, take every request ready and answer `p` with `p * 10`,
-/// publish `tail`. `on_recv(payload, (client, slot, epoch), replied)` sees each request
+/// publish `tail`. `on_recv(payload, (client, slot, epoch, call), replied)` sees each request
 /// delivered and whether its reply was taken. True if the turn found work.
 fn turn(
     server: &mut Server<'_, Req, u64>,
     now: u64,
-    mut on_recv: impl FnMut(Req, (u32, u32, u32), bool),
+    mut on_recv: impl FnMut(Req, (u32, u32, u32, u32), bool),
 ) -> bool {
     let ready = server.poll(now);
     let mut got = 0;
@@ -54,7 +54,7 @@ fn turn(
 fn serve_until<'a>(
     parts: &'a Parts,
     hole_timeout: u64,
-    mut on_recv: impl FnMut(Req, (u32, u32, u32), bool),
+    mut on_recv: impl FnMut(Req, (u32, u32, u32, u32), bool),
     mut done: impl FnMut(&mut Server<'a, Req, u64>) -> bool,
 ) -> Server<'a, Req, u64> {
     let mut server = Server::new(parts.region(), ServerConfig { hole_timeout });
@@ -129,7 +129,7 @@ fn reconnect_on_server_thread(
 ) {
     let mut now = 0;
     let mut new: Option<Client<'_, Req, u64>> = None;
-    let check = |p: Req, (_, _, epoch): (u32, u32, u32), ok: bool| {
+    let check = |p: Req, (_, _, epoch, _): (u32, u32, u32, u32), ok: bool| {
         let want = if p == 2 { 2 } else { 1 };
         assert_eq!(epoch, want, "request {p} delivered under epoch {epoch}");
         if p == 2 {

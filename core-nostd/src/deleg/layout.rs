@@ -128,7 +128,13 @@ pub struct RespSlot<Resp> {
     /// @+1 (addition, the seed's padding) 1 while the owning client has a call out on this
     /// slot. Written and read only by that client.
     pub pending: AtomicU8,
-    _pad2: [u8; 6],
+    _pad2: [u8; 2],
+    /// @+4 (addition, the seed's padding) the server's record of calls on this slot:
+    /// bit 0 set while one it took is unanswered, bits 1.. count the calls it took (the
+    /// reply token carries the count). Written and read only by the server, so that a
+    /// second reply to a call, which `valid` alone cannot tell once the client has read
+    /// the first, is refused instead of answering the slot's next call.
+    pub served: AtomicU32,
     payload: UnsafeCell<Resp>,
 }
 
@@ -186,6 +192,7 @@ mod asserts {
     const _: () = assert!(size_of::<RespSlot<[u8; 57]>>() == 128);
     const _: () = assert!(offset_of!(RespSlot<u64>, valid) == 0);
     const _: () = assert!(offset_of!(RespSlot<u64>, pending) == 1);
+    const _: () = assert!(offset_of!(RespSlot<u64>, served) == 4);
     const _: () = assert!(offset_of!(RespSlot<u64>, payload) == 8);
     const _: () = assert!(size_of::<ClientEntry>() == CLIENT_ENTRY_SIZE);
     const _: () = assert!(offset_of!(ClientEntry, owner) == 4);
@@ -456,7 +463,8 @@ impl<Resp: Payload> RespSlot<Resp> {
         Self {
             valid: AtomicU8::new(0),
             pending: AtomicU8::new(0),
-            _pad2: [0; 6],
+            _pad2: [0; 2],
+            served: AtomicU32::new(0),
             payload: UnsafeCell::new(Resp::new_zeroed()),
         }
     }

@@ -183,7 +183,9 @@ pub enum ReplyError {
     ClientGone,
     /// The token names no slot of this region.
     BadToken,
-    /// The slot already holds an unread response: this token was answered already.
+    /// The token's call is not one the server took and has not answered: it was answered
+    /// already (whether or not the client has read the answer, or called again on the
+    /// slot since), or it was never taken.
     Duplicate,
 }
 
@@ -221,7 +223,7 @@ impl fmt::Display for ReplyError {
         f.write_str(match self {
             Self::ClientGone => "client closed or evicted",
             Self::BadToken => "token names no response slot",
-            Self::Duplicate => "slot already holds an unread response",
+            Self::Duplicate => "the token's call is already answered (or was never taken)",
         })
     }
 }

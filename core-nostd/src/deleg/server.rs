@@ -38,15 +38,18 @@ pub struct ServerStats {
     pub reclaimed: u64,
 }
 
-/// Where to send a reply: client, response slot, and the client id's epoch. Not `Clone`:
-/// one request, one reply. [`into_raw`](Self::into_raw) / [`from_raw`](Self::from_raw)
-/// store it elsewhere (e.g. as copyrpc user data); a duplicated raw token is caught by
-/// [`Server::reply`] as [`ReplyError::Duplicate`] while the first reply is unread.
+/// Where to send a reply: client, response slot, the client id's epoch, and which of the
+/// slot's calls it answers. Not `Clone`: one request, one reply.
+/// [`into_raw`](Self::into_raw) / [`from_raw`](Self::from_raw) store it elsewhere (e.g.
+/// as copyrpc user data); a duplicated raw token is refused by [`Server::reply`] as
+/// [`ReplyError::Duplicate`], before or after the client read the first reply, and
+/// after the client made its next call on the slot.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ReplyToken {
     client_id: u32,
     resp_slot_idx: u32,
     epoch: u32,
+    call: u32,
 }
 
 impl ReplyToken {
@@ -58,19 +61,25 @@ impl ReplyToken {
     pub fn resp_slot_idx(&self) -> u32 {
         self.resp_slot_idx
     }
-    /// `(client_id, resp_slot_idx, epoch)`.
-    pub fn into_raw(self) -> (u32, u32, u32) {
-        (self.client_id, self.resp_slot_idx, self.epoch)
+    /// `(client_id, resp_slot_idx, epoch, call)`.
+    pub fn into_raw(self) -> (u32, u32, u32, u32) {
+        (self.client_id, self.resp_slot_idx, self.epoch, self.call)
     }
-    /// Rebuilds a token from [`into_raw`](Self::into_raw).
-    pub fn from_raw(raw: (u32, u32, u32)) -> Self {
+    /// Rebuilds a token from [`into_raw`](Self::into_raw). Any value is safe: one that
+    /// names no call the server took and has not answered is refused by `reply`.
+    pub fn from_raw(raw: (u32, u32, u32, u32)) -> Self {
         Self {
             client_id: raw.0,
             resp_slot_idx: raw.1,
             epoch: raw.2,
+            call: raw.3,
         }
     }
 }
+
+/// The call counts a response slot's `served` word keeps (31 bits, above the
+/// unanswered flag); they wrap, so a token 2^31 calls old on one slot would match again.
+const CALL_MASK: u32 = u32::MAX >> 1;
 
 /// One received request.
 #[derive(Debug)]
@@ -364,11 +373,18 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 continue;
             }
             self.stats.received += 1;
+            let served = &self.region.resp_slot(client_id, resp_slot_idx).served;
+            // Relaxed, load and store: a word only this thread touches. A client that
+            // calls again on a slot before reading its answer (against the protocol) only
+            // makes the earlier call's token stale.
+            let call = (served.load(Ordering::Relaxed) >> 1).wrapping_add(1) & CALL_MASK;
+            served.store(call << 1 | 1, Ordering::Relaxed);
             return Some(RecvEntry {
                 token: ReplyToken {
                     client_id,
                     resp_slot_idx,
                     epoch,
+                    call,
                 },
                 payload,
             });
@@ -398,6 +414,13 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             return Err(ReplyError::ClientGone);
         }
         let s = self.region.resp_slot(token.client_id, token.resp_slot_idx);
+        // Relaxed: the server's own word. Not the slot's call taken and unanswered: a
+        // second reply (the client may have read the first and called again on the slot,
+        // which `valid` cannot show), or a call never taken.
+        let taken = (token.call & CALL_MASK) << 1 | 1;
+        if token.call > CALL_MASK || s.served.load(Ordering::Relaxed) != taken {
+            return Err(ReplyError::Duplicate);
+        }
         // Relaxed: if 1, the client has not consumed an earlier reply on this slot (it
         // clears it before publishing a new call here), so this reply is a duplicate.
         if s.valid.load(Ordering::Relaxed) != 0 {
@@ -406,6 +429,8 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         s.write_payload(resp);
         // R3 (pairs with A3 in Client::poll): publishes the payload (seed §2.2 reply).
         s.valid.store(1, Ordering::Release);
+        // Relaxed: the server's own word; the call is answered.
+        s.served.store(taken & !1, Ordering::Relaxed);
         Ok(())
     }
 

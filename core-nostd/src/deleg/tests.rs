@@ -199,10 +199,56 @@ fn response_slots_bound_calls_in_flight() {
         Err(ReplyError::Duplicate)
     );
     assert_eq!(
-        server.reply(ReplyToken::from_raw((9, 0, 1)), &[0, 0]),
+        server.reply(ReplyToken::from_raw((9, 0, 1, 1)), &[0, 0]),
         Err(ReplyError::BadToken)
     );
     c.poll(|_, r| assert_eq!(*r, [3, 1]));
+}
+
+/// A second reply to a call the client has already read must not answer the client's
+/// next call on the same response slot (it would get the first call's answer and lose
+/// its own).
+#[test]
+fn a_second_reply_after_the_first_was_read_answers_no_later_call() {
+    let cfg = Config {
+        max_clients: 1,
+        ring_depth: 4,
+        resp_depth: 1,
+    };
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&cfg).unwrap());
+    let r = region(&mut mem, &cfg);
+    let mut server = Server::new(r, SC);
+    let mut c = Client::connect(r, 1).unwrap();
+    let mut got = Vec::new();
+    c.call(&[1, 0]).unwrap();
+    server.poll(1);
+    let raw_a = server.recv().unwrap().token.into_raw();
+    server.reply(ReplyToken::from_raw(raw_a), &[10, 0]).unwrap();
+    assert_eq!(c.poll(|_, r| got.push(*r)), 1);
+    // Read by the client, so `valid` is 0 again: the duplicate is caught by the call count.
+    assert_eq!(
+        server.reply(ReplyToken::from_raw(raw_a), &[11, 0]),
+        Err(ReplyError::Duplicate)
+    );
+    let slot_b = c.call(&[2, 0]).unwrap();
+    assert_eq!(slot_b, raw_a.1, "one response slot: the next call takes it");
+    assert_eq!(c.poll(|_, r| got.push(*r)), 0, "nothing answers B yet");
+    server.poll(2);
+    let b = server.recv().unwrap();
+    assert_eq!(
+        server.reply(ReplyToken::from_raw(raw_a), &[12, 0]),
+        Err(ReplyError::Duplicate),
+        "A's token while B, on the same slot, is taken and unanswered"
+    );
+    server.reply(b.token, &[20, 0]).unwrap();
+    assert_eq!(c.poll(|_, r| got.push(*r)), 1);
+    assert_eq!(got, [[10, 0], [20, 0]], "each call its own answer, once");
+    // A token for a call the server never took is refused too.
+    let never = (raw_a.0, raw_a.1, raw_a.2, raw_a.3 + 7);
+    assert_eq!(
+        server.reply(ReplyToken::from_raw(never), &[0, 0]),
+        Err(ReplyError::Duplicate)
+    );
 }
 
 #[test]

@@ -54,6 +54,11 @@ const _: () = {
     assert!(size_of::<Client>() <= COPYRPC_DELEG_CLIENT_BYTES);
     assert!(align_of::<Server>() <= COPYRPC_SHM_HANDLE_ALIGN);
     assert!(align_of::<Client>() <= COPYRPC_SHM_HANDLE_ALIGN);
+    // `call` took the padding after `epoch`: programs built against the older header
+    // keep the same size and `msg` offset.
+    assert!(size_of::<copyrpc_deleg_request>() == 80);
+    assert!(core::mem::offset_of!(copyrpc_deleg_request, call) == 12);
+    assert!(core::mem::offset_of!(copyrpc_deleg_request, msg) == 16);
 };
 
 /// A request the server took, from `copyrpc_deleg_server_recv`.
@@ -66,6 +71,11 @@ pub struct copyrpc_deleg_request {
     pub slot: u32,
     /// Leave as `copyrpc_deleg_server_recv` wrote it.
     pub epoch: u32,
+    /// Which of the slot's calls this is. Leave as `copyrpc_deleg_server_recv` wrote it:
+    /// `copyrpc_deleg_server_reply` answers only the call the server took and has not
+    /// answered, so a second reply cannot answer the client's next call on the slot.
+    /// (Formerly padding: the struct's size and `msg`'s offset are unchanged.)
+    pub call: u32,
     /// The request.
     pub msg: copyrpc_shm_msg,
 }
@@ -177,20 +187,23 @@ pub unsafe extern "C" fn copyrpc_deleg_server_recv(
     let Some(r) = h.s.recv() else {
         return 0;
     };
-    let (client_id, slot, epoch) = r.token.into_raw();
+    let (client_id, slot, epoch, call) = r.token.into_raw();
     // SAFETY: non-null, caller contract.
     unsafe {
         out.write(copyrpc_deleg_request {
             client_id,
             slot,
             epoch,
+            call,
             msg: r.payload,
         })
     };
     1
 }
 
-/// Answers `req` with `*resp`.
+/// Answers `req` with `*resp`. Each request is answered once: `COPYRPC_E_SHM_REPLY` if
+/// the client has left, `req` names no slot, or its call is not one the server took and
+/// has not answered (a second reply, whether or not the client read the first).
 ///
 /// # Safety
 ///
@@ -210,7 +223,7 @@ pub unsafe extern "C" fn copyrpc_deleg_server_reply(
     let (Some(req), Some(resp)) = (unsafe { req.as_ref() }, unsafe { resp.as_ref() }) else {
         return COPYRPC_E_NULL;
     };
-    let token = ReplyToken::from_raw((req.client_id, req.slot, req.epoch));
+    let token = ReplyToken::from_raw((req.client_id, req.slot, req.epoch, req.call));
     match h.s.reply(token, resp) {
         Ok(()) => COPYRPC_OK,
         Err(_) => COPYRPC_E_SHM_REPLY,

@@ -315,6 +315,7 @@ fn shm_calls_allocate_nothing() {
         client_id: 0,
         slot: 0,
         epoch: 0,
+        call: 0,
         msg,
     };
     for k in 0..2000u64 {
