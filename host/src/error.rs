@@ -41,6 +41,22 @@ pub enum Error {
         /// The creator recorded in the region (0 if it never finished initialising).
         pid: u32,
     },
+    /// Exclusive create found a region of that name that is not initialised and was made
+    /// moments ago, or that another process is replacing: it may be being created.
+    #[error("shm region {name} exists but is not initialised yet: another process may be creating or replacing it; retry, or remove /dev/shm{name} if no process uses it")]
+    ShmUnfinished {
+        /// The region name.
+        name: String,
+    },
+    /// Exclusive create found an object of that name that is not a delegationrpc or ipc
+    /// region: it is left alone, whatever `replace_stale` says.
+    #[error("shm region {name} exists and is not a copyrpc region (magic {magic:#x}): not replaced; choose another name, or remove /dev/shm{name} if it is yours")]
+    ShmForeign {
+        /// The region name.
+        name: String,
+        /// The first 8 bytes (0 if shorter than a region header).
+        magic: u64,
+    },
     /// A region whose creator process is gone (left behind by a crash): no process with
     /// the recorded pid and start time exists (the pid may have been reused since), or the
     /// region is of an older layout that records no start time.

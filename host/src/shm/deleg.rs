@@ -533,6 +533,79 @@ mod tests {
         drop(s2);
     }
 
+    fn replacing() -> ServerOptions {
+        ServerOptions {
+            replace_stale: true,
+            ..ServerOptions::default()
+        }
+    }
+
+    #[test]
+    fn an_object_that_is_not_a_copyrpc_region_is_never_replaced() {
+        let name = unique("foreign");
+        let path = format!("/dev/shm{name}");
+        let bytes = b"another program's shared segment".repeat(64);
+        std::fs::write(&path, &bytes).unwrap();
+        match DelegServer::<Req, Resp>::create(&name, CFG, replacing()) {
+            Err(e @ Error::ShmForeign { .. }) => {
+                assert!(e.to_string().contains("not a copyrpc region"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "left as it was");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn an_uninitialised_region_is_left_while_recent_and_replaced_once_old() {
+        let name = unique("unfinished");
+        let path = format!("/dev/shm{name}");
+        // What a creator leaves between its exclusive create and its init (or forever,
+        // if it dies in between): zero bytes, no magic, no owner.
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(4096).unwrap();
+        match DelegServer::<Req, Resp>::create(&name, CFG, replacing()) {
+            Err(Error::ShmUnfinished { name: n }) => assert_eq!(n, name),
+            other => panic!("{other:?}"),
+        }
+        assert!(std::path::Path::new(&path).exists());
+        let old = std::time::SystemTime::now() - Duration::from_secs(60);
+        f.set_modified(old).unwrap();
+        let s = DelegServer::<Req, Resp>::create(&name, CFG, replacing()).unwrap();
+        let mut c = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        c.call(&[1, 1]).unwrap();
+        drop(c);
+        drop(s);
+    }
+
+    #[test]
+    fn two_servers_creating_one_name_at_once_never_both_succeed() {
+        for i in 0..200 {
+            let name = unique("race");
+            let barrier = std::sync::Barrier::new(2);
+            let won: Vec<bool> = std::thread::scope(|t| {
+                let hs: Vec<_> = (0..2)
+                    .map(|_| {
+                        t.spawn(|| {
+                            barrier.wait();
+                            let r = DelegServer::<Req, Resp>::create(&name, CFG, replacing());
+                            // Held until both tried: a dropped winner would unlink the
+                            // name and let the other create it legitimately.
+                            barrier.wait();
+                            r.is_ok()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(
+                won.iter().filter(|&&w| w).count(),
+                1,
+                "iteration {i}: {won:?}"
+            );
+        }
+    }
+
     #[test]
     fn live_server_region_is_not_replaced() {
         let name = unique("live");

@@ -7,6 +7,8 @@ use copyrpc_core::deleg::{self, DelegRegion};
 use copyrpc_core::ipc::{self, IpcRegion};
 use copyrpc_core::shm::{peek_header, ClientInfo, ClientState, LayoutError, Owner, Payload};
 
+use std::os::unix::fs::MetadataExt;
+
 use super::{ProcessId, ShmRegion};
 use crate::error::{Error, Result};
 
@@ -147,43 +149,102 @@ pub(crate) fn server_alive<L: ShmLayout>(region: &L) -> bool {
     region.server_flag() && ProcessId::from(region.server_owner()).alive()
 }
 
-/// The creator of an existing region, if it is a delegationrpc or ipc region of the
-/// current layout versions (both keep magic @0, version @8, the creator's pid @32 and its
-/// start time @48). `None` for anything else: too short, not initialised, another
-/// protocol, or an older layout, whose creator cannot be told from a reused pid.
-pub(crate) fn header_owner(shm: &ShmRegion) -> Option<ProcessId> {
+/// What an existing region of the name asked for is, to `create`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Existing {
+    /// A delegationrpc or ipc region whose creator (pid and start time) lives.
+    Live(u32),
+    /// One whose creator is gone, or of an older layout (which records no start time,
+    /// so its creator cannot be told from a reused pid): replaceable when asked.
+    Stale(u32),
+    /// Magic still 0 and no creator recorded, and the file is recent: another process
+    /// may be creating it right now (between its exclusive create and its magic store).
+    Unfinished,
+    /// Anything else: not ours to delete.
+    Foreign(u64),
+}
+
+/// How long a region with no magic and no creator may be another process's creation in
+/// progress. Past it, it is taken for one whose creator died while initialising it.
+const INIT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn classify(shm: &ShmRegion) -> Existing {
     // SAFETY: the mapping covers `shm.len()` bytes, which other processes touch only
     // atomically.
-    let h = unsafe { peek_header(shm.as_ptr(), shm.len()) }?;
+    let Some(h) = (unsafe { peek_header(shm.as_ptr(), shm.len()) }) else {
+        // Shorter than a header: no layout of ours is.
+        return Existing::Foreign(0);
+    };
+    let owner = ProcessId::from(h.server);
+    let ours = h.magic == deleg::MAGIC || h.magic == ipc::MAGIC;
     let current = (h.magic == deleg::MAGIC && h.version == deleg::VERSION)
         || (h.magic == ipc::MAGIC && h.version == ipc::VERSION);
-    current.then(|| h.server.into())
+    if current || (h.magic == 0 && owner.pid != 0) {
+        // A creator that recorded itself (the magic is stored last).
+        return if owner.alive() {
+            Existing::Live(owner.pid)
+        } else {
+            Existing::Stale(owner.pid)
+        };
+    }
+    if ours {
+        return Existing::Stale(owner.pid);
+    }
+    if h.magic != 0 {
+        return Existing::Foreign(h.magic);
+    }
+    let recent = std::fs::metadata(format!("/dev/shm{}", shm.name()))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age < INIT_GRACE);
+    if recent {
+        Existing::Unfinished
+    } else {
+        Existing::Stale(0)
+    }
 }
 
 /// Creates `name` exclusively. If it exists: [`Error::ShmExists`] when its creator (pid
-/// and start time) is
-/// alive, else [`Error::ShmStale`] (or, with `replace_stale`, unlink and create anew).
+/// and start time) is alive, [`Error::ShmUnfinished`] while another process may be
+/// creating it, [`Error::ShmForeign`] when it is not a delegationrpc or ipc region, else
+/// (its creator gone) [`Error::ShmStale`], or with `replace_stale`, unlink and create
+/// anew. Only a region of ours whose creator is gone is ever unlinked.
 pub(crate) fn create_exclusive(name: &str, len: usize, replace_stale: bool) -> Result<ShmRegion> {
     match ShmRegion::create(name, len) {
         Err(Error::ShmOpen { source, .. })
             if source.kind() == std::io::ErrorKind::AlreadyExists =>
         {
-            let owner = ShmRegion::open(name).ok().and_then(|r| header_owner(&r));
-            let pid = owner.map_or(0, |o| o.pid);
-            if owner.is_some_and(|o| o.alive()) {
-                return Err(Error::ShmExists {
-                    name: name.to_owned(),
-                    pid,
-                });
+            let (existing, seen) = match ShmRegion::open(name) {
+                Ok(r) => (classify(&r), r.inode()),
+                // Gone between the two calls: its owner removed it; try once more.
+                Err(Error::ShmOpen { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    return ShmRegion::create(name, len);
+                }
+                Err(e) => return Err(e),
+            };
+            let name = name.to_owned();
+            match existing {
+                Existing::Live(pid) => Err(Error::ShmExists { name, pid }),
+                Existing::Unfinished => Err(Error::ShmUnfinished { name }),
+                Existing::Foreign(magic) => Err(Error::ShmForeign { name, magic }),
+                Existing::Stale(pid) if !replace_stale => Err(Error::ShmStale { name, pid }),
+                Existing::Stale(_) => {
+                    // The name still the object judged stale: another process replacing
+                    // it at the same time may have put a fresh one there already.
+                    let path = format!("/dev/shm{name}");
+                    let now = std::fs::metadata(&path).map(|m| m.ino()).ok();
+                    if seen.is_none() || now != seen {
+                        return Err(Error::ShmUnfinished { name });
+                    }
+                    ShmRegion::unlink(&name)?;
+                    // Exclusive again: of two processes replacing the same stale region,
+                    // one creates and the other gets `ShmOpen` (exists).
+                    ShmRegion::create(&name, len)
+                }
             }
-            if !replace_stale {
-                return Err(Error::ShmStale {
-                    name: name.to_owned(),
-                    pid,
-                });
-            }
-            ShmRegion::unlink(name)?;
-            ShmRegion::create(name, len)
         }
         other => other,
     }

@@ -287,6 +287,15 @@ impl ShmRegion {
         self.len == 0
     }
 
+    /// The inode of the object mapped (`None` if `fstat` fails): tells whether a name
+    /// still refers to this object.
+    pub fn inode(&self) -> Option<u64> {
+        // SAFETY: `stat` is plain data; zeroed is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: our open descriptor and a valid out pointer.
+        (unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) } == 0).then_some(st.st_ino)
+    }
+
     /// True if this handle created the region (and unlinks it on drop).
     pub fn is_creator(&self) -> bool {
         self.creator

@@ -88,7 +88,9 @@ pub type copyrpc_deleg_response_fn =
 /// Creates region `name` ("/something") for up to `max_clients` clients, a request ring
 /// of `ring_depth` slots and `resp_depth` calls in flight per client (powers of two),
 /// and serves it from the handle placed in `mem`. A stale region of a dead server is
-/// replaced.
+/// replaced; any other object of that name is left alone and refused with
+/// `COPYRPC_E_SYSTEM` (`copyrpc_last_error` says which: a live server, one being
+/// created, or an object that is not a copyrpc region).
 ///
 /// # Safety
 ///

@@ -76,7 +76,9 @@ pub type copyrpc_ipc_response_fn =
 
 /// Creates ipc region `name` for up to `max_clients` clients with `depth` calls in
 /// flight each (a power of two), served from the handle placed in `mem`. A stale region
-/// of a dead server is replaced.
+/// of a dead server is replaced; any other object of that name is left alone and refused
+/// with `COPYRPC_E_SYSTEM` (`copyrpc_last_error` says which: a live server, one being
+/// created, or an object that is not a copyrpc region).
 ///
 /// # Safety
 ///
