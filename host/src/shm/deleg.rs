@@ -9,7 +9,10 @@ use copyrpc_core::deleg::{
 };
 use copyrpc_core::shm::{ClientInfo, ClientState, EvictError, Payload};
 
-use super::layout::{create_region, dead_clients, open_region, owner_gone, server_alive};
+use super::layout::{
+    create_region, dead_clients, open_region, owner_gone, server_alive, RefusedCalls,
+    LIVENESS_EVERY,
+};
 use super::{ProcessId, ShmRegion};
 use crate::error::{Error, Result};
 
@@ -251,9 +254,6 @@ fn connect_reclaiming<Req: Payload, Resp: Payload>(
 /// How long [`DelegClient::call`] waits for room in a full ring by default.
 pub const DEFAULT_CALL_WAIT: Duration = Duration::from_secs(5);
 
-/// How often a waiting call checks that the server's process lives.
-const LIVENESS_EVERY: Duration = Duration::from_millis(1);
-
 /// A client of a delegationrpc region created by another process (or thread).
 pub struct DelegClient<Req: Payload, Resp: Payload> {
     // Field order matters: `client` borrows the mapping owned by `shm` and drops first.
@@ -261,6 +261,7 @@ pub struct DelegClient<Req: Payload, Resp: Payload> {
     region: DelegRegion<'static, Req, Resp>,
     shm: ShmRegion,
     call_wait: Duration,
+    refused: RefusedCalls,
 }
 
 impl<Req: Payload, Resp: Payload> std::fmt::Debug for DelegClient<Req, Resp> {
@@ -284,6 +285,7 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
             region,
             shm,
             call_wait: DEFAULT_CALL_WAIT,
+            refused: RefusedCalls::default(),
         })
     }
 
@@ -306,12 +308,15 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
     /// it checks the server's process (pid and start time; a SIGKILLed server never
     /// clears `server_alive`) and ends with `ServerDisconnected` if it is gone, and after
     /// [`set_call_wait`](Self::set_call_wait) (default [`DEFAULT_CALL_WAIT`]) it ends with
-    /// `RingFull`. `RingCorrupt` if `head`/`tail` were overwritten.
+    /// `RingFull`. `RingCorrupt` if `head`/`tail` were overwritten. With every call in
+    /// flight (`NoResponseSlot`) it checks the server's process too, at most once a
+    /// millisecond, and says `ServerDisconnected` once it is gone: a client that polls
+    /// and retries does not wait for answers a killed server will never send.
     pub fn call(&mut self, req: &Req) -> Result<u32, CallError> {
         let server = ProcessId::from(self.region.header().server_owner());
         let bound = self.call_wait;
         let mut since: Option<(Instant, Instant)> = None;
-        self.client.call_with(req, || {
+        let r = self.client.call_with(req, || {
             let now = Instant::now();
             let (start, checked) = since.get_or_insert((now, now));
             if now.duration_since(*checked) >= LIVENESS_EVERY {
@@ -326,7 +331,13 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
             // Waiting for another process: leave it the core if it shares ours.
             std::thread::yield_now();
             Ok(())
-        })
+        });
+        match r {
+            Err(CallError::NoResponseSlot) if self.refused.server_gone(&self.region) => {
+                Err(CallError::ServerDisconnected)
+            }
+            r => r,
+        }
     }
 
     /// Core `poll`.
@@ -531,6 +542,42 @@ mod tests {
         drop(h);
         drop(c);
         drop(s2);
+    }
+
+    /// All calls in flight and the server killed (its flag still set): the next call
+    /// says the server is gone instead of "no response slot, poll and retry" for ever.
+    #[test]
+    fn a_client_with_every_call_in_flight_learns_that_a_killed_server_is_gone() {
+        let name = unique("deleg-killed");
+        let _s = DelegServer::<Req, Resp>::create(&name, CFG, ServerOptions::default()).unwrap();
+        let mut c = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        for i in 0..CFG.resp_depth {
+            c.call(&[u64::from(i), 0]).unwrap();
+        }
+        assert_eq!(
+            c.call(&[9, 0]),
+            Err(CallError::NoResponseSlot),
+            "server alive"
+        );
+        let dead = dead_pid();
+        c.region
+            .header()
+            .server_owner
+            .store(dead, Ordering::Relaxed);
+        let t0 = Instant::now();
+        loop {
+            match c.call(&[9, 0]) {
+                Err(CallError::ServerDisconnected) => break,
+                Err(CallError::NoResponseSlot) => {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(10),
+                        "still NoResponseSlot 10 s after the server died"
+                    );
+                    std::thread::yield_now();
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     fn replacing() -> ServerOptions {

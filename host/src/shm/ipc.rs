@@ -6,7 +6,7 @@ use copyrpc_core::ipc::{
 };
 use copyrpc_core::shm::{ClientInfo, EvictError, Payload, Slab, SlabEntry};
 
-use super::layout::{create_region, dead_clients, open_region, server_alive};
+use super::layout::{create_region, dead_clients, open_region, server_alive, RefusedCalls};
 use super::{ProcessId, ShmRegion};
 use crate::error::{Error, Result};
 
@@ -103,6 +103,7 @@ pub struct IpcClient<Req: Payload, Resp: Payload, U: 'static> {
     _slab: SlabBox<U>,
     region: IpcRegion<'static, Req, Resp>,
     shm: ShmRegion,
+    refused: RefusedCalls,
 }
 
 // SAFETY: the raw slab pointer is owned exclusively by this value (like a Box), and the
@@ -139,6 +140,7 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
             _slab: slab_box,
             region,
             shm,
+            refused: RefusedCalls::default(),
         })
     }
 
@@ -152,9 +154,17 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
         self.client.in_flight()
     }
 
-    /// Core `call`.
+    /// Core `call`. With every call in flight (`Full`) it checks the server's process
+    /// too, at most once a millisecond, and says `ServerDisconnected` once it is gone: a
+    /// SIGKILLed server never clears its flag, and a client that polls and retries would
+    /// otherwise wait for ever.
     pub fn call(&mut self, req: &Req, user_data: U) -> Result<(), IpcCallError> {
-        self.client.call(req, user_data)
+        match self.client.call(req, user_data) {
+            Err(IpcCallError::Full) if self.refused.server_gone(&self.region) => {
+                Err(IpcCallError::ServerDisconnected)
+            }
+            r => r,
+        }
     }
 
     /// Core `poll`.
@@ -220,5 +230,40 @@ mod tests {
         drop(c);
         s.poll();
         let _c2 = IpcClient::<Req, Resp, u32>::connect(&name).unwrap();
+    }
+
+    /// All calls in flight and the server killed (its flag still set): the next call
+    /// says the server is gone instead of "full, poll and retry" for ever.
+    #[test]
+    fn a_client_with_every_call_in_flight_learns_that_a_killed_server_is_gone() {
+        let name = unique("ipc-killed");
+        let _s = IpcServer::<Req, Resp>::create(&name, CFG, false).unwrap();
+        let mut c = IpcClient::<Req, Resp, u32>::connect(&name).unwrap();
+        for i in 0..CFG.depth {
+            c.call(&[u64::from(i), 0], i).unwrap();
+        }
+        assert_eq!(c.call(&[9, 0], 9), Err(IpcCallError::Full), "server alive");
+        let mut dead = std::process::Command::new("true").spawn().unwrap();
+        let pid = dead.id();
+        dead.wait().unwrap();
+        // What a SIGKILL leaves: the flag set, the recorded process gone.
+        c.region
+            .header()
+            .server_owner
+            .store(pid, std::sync::atomic::Ordering::Relaxed);
+        let t0 = std::time::Instant::now();
+        loop {
+            match c.call(&[9, 0], 9) {
+                Err(IpcCallError::ServerDisconnected) => break,
+                Err(IpcCallError::Full) => {
+                    assert!(
+                        t0.elapsed() < std::time::Duration::from_secs(10),
+                        "still Full 10 s after the server died"
+                    );
+                    std::thread::yield_now();
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

@@ -149,6 +149,34 @@ pub(crate) fn server_alive<L: ShmLayout>(region: &L) -> bool {
     region.server_flag() && ProcessId::from(region.server_owner()).alive()
 }
 
+/// How often a client waiting on the server checks that the server's process lives.
+pub(crate) const LIVENESS_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// A client's liveness check for calls refused because all its calls are in flight: the
+/// core cannot tell "wait for an answer" from "the server was killed" (a SIGKILLed server
+/// never clears `server_alive`), so without it a client that retries is told to poll and
+/// retry for ever.
+#[derive(Debug, Default)]
+pub(crate) struct RefusedCalls {
+    checked: Option<std::time::Instant>,
+}
+
+impl RefusedCalls {
+    /// True if the server's process is gone. Looks at most once per [`LIVENESS_EVERY`]
+    /// (a `/proc` read), false in between.
+    pub(crate) fn server_gone<L: ShmLayout>(&mut self, region: &L) -> bool {
+        let now = std::time::Instant::now();
+        if self
+            .checked
+            .is_some_and(|t| now.duration_since(t) < LIVENESS_EVERY)
+        {
+            return false;
+        }
+        self.checked = Some(now);
+        !server_alive(region)
+    }
+}
+
 /// What an existing region of the name asked for is, to `create`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Existing {

@@ -290,7 +290,10 @@ pub unsafe extern "C" fn copyrpc_deleg_client_attach(
 }
 
 /// Sends `*req`; returns the call's id (>= 0, handed to the poll callback with the
-/// response) or an error code.
+/// response) or an error code. `COPYRPC_E_TOO_MANY_CALLS`: poll and retry.
+/// `COPYRPC_E_SHM_UNAVAILABLE`: the ring stayed full past the bound, or the server is
+/// gone, also when every call is in flight (its process is checked at most once a
+/// millisecond then, so a killed server ends the retrying).
 ///
 /// # Safety
 ///

@@ -264,7 +264,9 @@ pub unsafe extern "C" fn copyrpc_ipc_client_attach(
 }
 
 /// Sends `*req`; `token` comes back with the response. `COPYRPC_E_TOO_MANY_CALLS`:
-/// poll and retry.
+/// poll and retry. `COPYRPC_E_SHM_UNAVAILABLE`: the server is gone, also when every
+/// call is in flight (its process is checked at most once a millisecond then, so a
+/// killed server ends the retrying).
 ///
 /// # Safety
 ///
