@@ -44,6 +44,14 @@
 #define COPYRPC_FABRIC_VERBS 2
 
 /**
+ * The smallest `ring_bytes` of `copyrpc_fabric_open`. A quarter of the ring is
+ * reserved for responses, and a response takes 64 bytes (its header block and the flow
+ * metadata) beyond its payload, padded to 32: 512 leaves room for responses of up to
+ * 64 bytes, 256 for empty ones only, and at 128 the endpoint is refused.
+ */
+#define COPYRPC_FABRIC_MIN_RING 512
+
+/**
  * Bytes of the memory area an ipc server handle needs.
  */
 #define COPYRPC_IPC_SERVER_BYTES 192
@@ -311,6 +319,13 @@ typedef struct copyrpc_deleg_request {
    */
   uint32_t epoch;
   /**
+   * Which of the slot's calls this is. Leave as `copyrpc_deleg_server_recv` wrote it:
+   * `copyrpc_deleg_server_reply` answers only the call the server took and has not
+   * answered, so a second reply cannot answer the client's next call on the slot.
+   * (Formerly padding: the struct's size and `msg`'s offset are unchanged.)
+   */
+  uint32_t call;
+  /**
    * The request.
    */
   struct copyrpc_shm_msg msg;
@@ -440,7 +455,8 @@ typedef void (*copyrpc_response_fn)(void *arg,
                                     size_t len);
 
 /**
- * A received request, from `copyrpc_recv`. Answer it once with `copyrpc_reply`.
+ * A received request, from `copyrpc_recv`. Answer it once with `copyrpc_reply`, on
+ * the context that received it (another context refuses it: `COPYRPC_E_STALE_REQUEST`).
  */
 typedef struct copyrpc_request {
   /**
@@ -455,6 +471,12 @@ typedef struct copyrpc_request {
    * The endpoint it came on.
    */
   uint16_t ep;
+  /**
+   * Which context received it. It takes the two bytes that were padding after `ep`,
+   * so the struct's size and every other field's offset are as before. Leave as
+   * `copyrpc_recv` wrote it.
+   */
+  uint16_t ctx_tag;
   /**
    * The caller's call id.
    */
@@ -473,7 +495,9 @@ extern "C" {
  * Creates region `name` ("/something") for up to `max_clients` clients, a request ring
  * of `ring_depth` slots and `resp_depth` calls in flight per client (powers of two),
  * and serves it from the handle placed in `mem`. A stale region of a dead server is
- * replaced.
+ * replaced; any other object of that name is left alone and refused with
+ * `COPYRPC_E_SYSTEM` (`copyrpc_last_error` says which: a live server, one being
+ * created, or an object that is not a copyrpc region).
  *
  * # Safety
  *
@@ -509,7 +533,9 @@ int32_t copyrpc_deleg_server_recv(struct copyrpc_deleg_server *s,
                                   struct copyrpc_deleg_request *out);
 
 /**
- * Answers `req` with `*resp`.
+ * Answers `req` with `*resp`. Each request is answered once: `COPYRPC_E_SHM_REPLY` if
+ * the client has left, `req` names no slot, or its call is not one the server took and
+ * has not answered (a second reply, whether or not the client read the first).
  *
  * # Safety
  *
@@ -544,7 +570,10 @@ int32_t copyrpc_deleg_client_attach(void *mem,
 
 /**
  * Sends `*req`; returns the call's id (>= 0, handed to the poll callback with the
- * response) or an error code.
+ * response) or an error code. `COPYRPC_E_TOO_MANY_CALLS`: poll and retry.
+ * `COPYRPC_E_SHM_UNAVAILABLE`: the ring stayed full past the bound, or the server is
+ * gone, also when every call is in flight (its process is checked at most once a
+ * millisecond then, so a killed server ends the retrying).
  *
  * # Safety
  *
@@ -575,8 +604,9 @@ int32_t copyrpc_deleg_client_close(struct copyrpc_deleg_client *c);
 
 /**
  * Opens fabric `kind` (`COPYRPC_FABRIC_*`) with rings of `ring_bytes` per endpoint (a
- * power of two, 128 ..= 32 × `COPYRPC_CTX_REQUESTS`) and creates one context's
- * queues. Close it with `copyrpc_fabric_close` after `copyrpc_ctx_fini`.
+ * power of two, `COPYRPC_FABRIC_MIN_RING` (512) ..= 32 × `COPYRPC_CTX_REQUESTS`; else
+ * `COPYRPC_E_BAD_ARG`) and creates one context's queues. Close it with
+ * `copyrpc_fabric_close` after `copyrpc_ctx_fini`.
  *
  * # Safety
  *
@@ -606,7 +636,11 @@ int32_t copyrpc_fabric_endpoint(struct copyrpc_fabric *f, struct copyrpc_ep_desc
 /**
  * Connects endpoint `ep` of `ctx` (created from this fabric) to its peer: builds the
  * local peer info, trades it for the peer's through `exchange(arg, ..)`, checks it,
- * brings the QP up towards the peer's and connects the endpoint.
+ * connects the endpoint and brings the QP up towards the peer's. An endpoint connected
+ * already is refused with `COPYRPC_E_ALREADY_CONNECTED` before the exchange, nothing
+ * changed. A peer whose rings the endpoint refuses (`COPYRPC_E_BAD_SETUP`, e.g. another
+ * ring size) leaves the QP untouched, so the endpoint can still be connected to
+ * another; if the QP cannot be brought up (`COPYRPC_E_SYSTEM`) the endpoint is failed.
  *
  * # Safety
  *
@@ -631,7 +665,9 @@ int32_t copyrpc_fabric_close(struct copyrpc_fabric *f);
 /**
  * Creates ipc region `name` for up to `max_clients` clients with `depth` calls in
  * flight each (a power of two), served from the handle placed in `mem`. A stale region
- * of a dead server is replaced.
+ * of a dead server is replaced; any other object of that name is left alone and refused
+ * with `COPYRPC_E_SYSTEM` (`copyrpc_last_error` says which: a live server, one being
+ * created, or an object that is not a copyrpc region).
  *
  * # Safety
  *
@@ -665,7 +701,10 @@ int32_t copyrpc_ipc_server_poll(struct copyrpc_ipc_server *s);
 int32_t copyrpc_ipc_server_recv(struct copyrpc_ipc_server *s, struct copyrpc_ipc_request *out);
 
 /**
- * Answers `req` with `*resp`.
+ * Answers `req` with `*resp`. Each request is answered once: `COPYRPC_E_SHM_REPLY` if
+ * the client has left, `req` names no client, or every request the client sent is
+ * answered already (a second reply while the same client has other requests unanswered
+ * cannot be told from theirs and takes the place of one of them).
  *
  * # Safety
  *
@@ -698,7 +737,9 @@ int32_t copyrpc_ipc_client_attach(void *mem,
 
 /**
  * Sends `*req`; `token` comes back with the response. `COPYRPC_E_TOO_MANY_CALLS`:
- * poll and retry.
+ * poll and retry. `COPYRPC_E_SHM_UNAVAILABLE`: the server is gone, also when every
+ * call is in flight (its process is checked at most once a millisecond then, so a
+ * killed server ends the retrying).
  *
  * # Safety
  *
@@ -730,7 +771,8 @@ int32_t copyrpc_ipc_client_close(struct copyrpc_ipc_client *c);
 
 /**
  * The cause of the last `COPYRPC_E_SYSTEM` returned on this thread ("" if none);
- * valid until the next one.
+ * valid until the next one. Called while the thread exits (from an `atexit` handler),
+ * a fixed sentence saying the cause was not kept.
  */
 const char *copyrpc_last_error(void);
 
@@ -741,8 +783,9 @@ const char *copyrpc_last_error(void);
 uint64_t copyrpc_padded_message_size(uint32_t payload_len);
 
 /**
- * Encodes a batch length as the 32-bit immediate value (host order). Returns 0 and leaves
- * `*out` untouched when `delta` is not a multiple of 32 or does not fit, or `out` is NULL.
+ * Encodes a batch length as the 32-bit immediate value (host order) into `*out`.
+ * Returns `COPYRPC_OK`, `COPYRPC_E_NULL` if `out` is NULL, or `COPYRPC_E_BAD_ARG`
+ * (leaving `*out` untouched) when `delta` is not a multiple of 32 or does not fit.
  */
 int32_t copyrpc_encode_imm(uint64_t delta, uint32_t *out);
 
@@ -874,7 +917,8 @@ int32_t copyrpc_recv(struct copyrpc_ctx *ctx, struct copyrpc_request *out);
 
 /**
  * Answers `req` with `len` bytes at `buf` (which may be `req->data`: an echo), sent
- * by the next poll or flush.
+ * by the next poll or flush. A request answered already, or received by another
+ * context, is refused with `COPYRPC_E_STALE_REQUEST`.
  *
  * # Safety
  *

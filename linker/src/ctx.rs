@@ -7,9 +7,10 @@
 //! allocates: the handle lives where the caller put it.
 
 use core::ffi::c_void;
-use core::mem::{align_of, size_of, MaybeUninit};
+use core::mem::{align_of, offset_of, size_of, MaybeUninit};
+use core::sync::atomic::{AtomicU32, Ordering};
 
-use copyrpc_core::copyrpc::{Context, EndpointConfig, EndpointId, RecvHandle};
+use copyrpc_core::copyrpc::{Context, EndpointConfig, EndpointId, Error, RecvHandle};
 
 use crate::desc::{
     copyrpc_ep_desc, copyrpc_peer_info, copyrpc_queues, open_peer_info, peer_info, read_ep,
@@ -46,7 +47,22 @@ pub(crate) struct CtxHandle {
     magic: u64,
     /// The fabric address of each endpoint's QP, for its peer info.
     qp: [[u8; 32]; COPYRPC_CTX_ENDPOINTS],
+    /// Stamped on every request this context hands out, checked by `copyrpc_reply`: the
+    /// core knows a request only by (endpoint, sequence, call id), which another context
+    /// (or this memory's previous context) may hold a live request under too.
+    tag: u16,
     pub(crate) ctx: Ctx,
+}
+
+/// Contexts initialised in this process, for their tags.
+static CONTEXTS: AtomicU32 = AtomicU32::new(0);
+
+/// A tag no other context initialised among the last 65 535 in this process has, and
+/// never 0, so a request zero-filled by hand is not taken for one of a context's.
+fn next_tag() -> u16 {
+    let n = CONTEXTS.fetch_add(1, Ordering::Relaxed) % u32::from(u16::MAX);
+    // `n < u16::MAX`, so the sum fits.
+    n as u16 + 1
 }
 
 const _: () = {
@@ -119,7 +135,9 @@ pub unsafe extern "C" fn copyrpc_ctx_init(
     if mem.is_null() || queues.is_null() || out.is_null() {
         return COPYRPC_E_NULL;
     }
-    if len < size_of::<CtxHandle>() {
+    // The documented size, not the handle's: a caller that passes less works with this
+    // build and breaks with one whose handle grew up to that bound.
+    if len < COPYRPC_CTX_BYTES {
         return COPYRPC_E_TOO_SMALL;
     }
     if !(mem as usize).is_multiple_of(COPYRPC_CTX_ALIGN) {
@@ -141,6 +159,7 @@ pub unsafe extern "C" fn copyrpc_ctx_init(
             return status::of(e);
         }
         (&raw mut (*h).qp).write([[0; 32]; COPYRPC_CTX_ENDPOINTS]);
+        (&raw mut (*h).tag).write(next_tag());
         (&raw mut (*h).magic).write(CTX_MAGIC);
         out.write(h.cast());
         use_up_queues(&mut *queues);
@@ -267,6 +286,47 @@ pub unsafe extern "C" fn copyrpc_ep_connect(
     }
 }
 
+/// `COPYRPC_OK` while endpoint `ep` of `ctx` still takes a `copyrpc_ep_connect`, else
+/// the code that call would return (`COPYRPC_E_ALREADY_CONNECTED` once it was connected,
+/// or failed). For the setup API, which must know before it touches the QP.
+///
+/// # Safety
+///
+/// `ctx` as in `copyrpc_ctx_fini`.
+pub unsafe fn ep_connectable(ctx: *mut copyrpc_ctx, ep: u16) -> i32 {
+    // SAFETY: forwarded.
+    let h = match unsafe { handle(ctx) } {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
+    // The core's one public view of an endpoint's state: its allowance limit is
+    // `NotConnected` exactly while `connect` would still accept the endpoint.
+    match h.ctx.max_response_allowance(EndpointId(ep)) {
+        Err(Error::NotConnected) => COPYRPC_OK,
+        Ok(_) => COPYRPC_E_ALREADY_CONNECTED,
+        Err(e) => status::of(e),
+    }
+}
+
+/// Fails endpoint `ep` of `ctx` (cause `COPYRPC_CAUSE_APPLICATION`). For the setup API,
+/// when the QP under an endpoint it connected could not be brought up: the endpoint's
+/// calls are then refused instead of waiting on a QP that sends nothing.
+///
+/// # Safety
+///
+/// `ctx` as in `copyrpc_ctx_fini`.
+pub unsafe fn fail_ep(ctx: *mut copyrpc_ctx, ep: u16) -> i32 {
+    // SAFETY: forwarded.
+    let h = match unsafe { handle(ctx) } {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
+    match h.ctx.fail_endpoint(EndpointId(ep)) {
+        Ok(()) => COPYRPC_OK,
+        Err(e) => status::of(e),
+    }
+}
+
 /// Sends a request of `len` bytes at `buf` on endpoint `ep`, reserving room for a
 /// response of up to `allowance` bytes. `token` comes back with the response in the
 /// poll callback. Codes -1..=-4: poll and retry.
@@ -369,7 +429,8 @@ pub unsafe extern "C" fn copyrpc_idle(ctx: *mut copyrpc_ctx) -> i32 {
     }
 }
 
-/// A received request, from `copyrpc_recv`. Answer it once with `copyrpc_reply`.
+/// A received request, from `copyrpc_recv`. Answer it once with `copyrpc_reply`, on
+/// the context that received it (another context refuses it: `COPYRPC_E_STALE_REQUEST`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct copyrpc_request {
@@ -379,11 +440,26 @@ pub struct copyrpc_request {
     pub len: usize,
     /// The endpoint it came on.
     pub ep: u16,
+    /// Which context received it. It takes the two bytes that were padding after `ep`,
+    /// so the struct's size and every other field's offset are as before. Leave as
+    /// `copyrpc_recv` wrote it.
+    pub ctx_tag: u16,
     /// The caller's call id.
     pub call_id: u32,
     /// Leave as `copyrpc_recv` wrote it.
     pub seq: u32,
 }
+
+// The tag went into padding: C built against the header without it still finds every
+// field where it was.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(offset_of!(copyrpc_request, ep) == 16);
+    assert!(offset_of!(copyrpc_request, ctx_tag) == 18);
+    assert!(offset_of!(copyrpc_request, call_id) == 20);
+    assert!(offset_of!(copyrpc_request, seq) == 24);
+    assert!(size_of::<copyrpc_request>() == 32);
+};
 
 /// Takes the oldest unanswered request into `*out`: returns 1, or 0 when there is none.
 ///
@@ -412,6 +488,7 @@ pub unsafe extern "C" fn copyrpc_recv(ctx: *mut copyrpc_ctx, out: *mut copyrpc_r
             data,
             len,
             ep,
+            ctx_tag: h.tag,
             call_id,
             seq,
         })
@@ -420,7 +497,8 @@ pub unsafe extern "C" fn copyrpc_recv(ctx: *mut copyrpc_ctx, out: *mut copyrpc_r
 }
 
 /// Answers `req` with `len` bytes at `buf` (which may be `req->data`: an echo), sent
-/// by the next poll or flush.
+/// by the next poll or flush. A request answered already, or received by another
+/// context, is refused with `COPYRPC_E_STALE_REQUEST`.
 ///
 /// # Safety
 ///
@@ -443,6 +521,9 @@ pub unsafe extern "C" fn copyrpc_reply(
     }
     // SAFETY: non-null, caller contract.
     let r = unsafe { req.read() };
+    if r.ctx_tag != h.tag {
+        return COPYRPC_E_STALE_REQUEST;
+    }
     // SAFETY: forwarded.
     let payload = match unsafe { bytes(buf, len) } {
         Ok(p) => p,

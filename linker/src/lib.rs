@@ -30,16 +30,20 @@ pub extern "C" fn copyrpc_padded_message_size(payload_len: u32) -> u64 {
     wire::padded_message_size(payload_len)
 }
 
-/// Encodes a batch length as the 32-bit immediate value (host order). Returns 0 and leaves
-/// `*out` untouched when `delta` is not a multiple of 32 or does not fit, or `out` is NULL.
+/// Encodes a batch length as the 32-bit immediate value (host order) into `*out`.
+/// Returns `COPYRPC_OK`, `COPYRPC_E_NULL` if `out` is NULL, or `COPYRPC_E_BAD_ARG`
+/// (leaving `*out` untouched) when `delta` is not a multiple of 32 or does not fit.
 #[unsafe(no_mangle)]
 pub extern "C" fn copyrpc_encode_imm(delta: u64, out: Option<&mut u32>) -> i32 {
-    match (wire::encode_imm(delta), out) {
-        (Ok(imm), Some(out)) => {
+    let Some(out) = out else {
+        return status::COPYRPC_E_NULL;
+    };
+    match wire::encode_imm(delta) {
+        Ok(imm) => {
             *out = imm.value();
-            1
+            status::COPYRPC_OK
         }
-        _ => 0,
+        Err(_) => status::COPYRPC_E_BAD_ARG,
     }
 }
 
@@ -57,12 +61,20 @@ mod tests {
     fn c_abi_matches_the_core() {
         assert_eq!(copyrpc_padded_message_size(21), 64);
         let mut imm = 0;
-        assert_eq!(copyrpc_encode_imm(96, Some(&mut imm)), 1);
+        assert_eq!(copyrpc_encode_imm(96, Some(&mut imm)), status::COPYRPC_OK);
         assert_eq!(imm, 3);
         assert_eq!(copyrpc_decode_imm(imm), 96);
         let mut untouched = 7;
-        assert_eq!(copyrpc_encode_imm(33, Some(&mut untouched)), 0);
-        assert_eq!(copyrpc_encode_imm(96, None), 0);
+        assert_eq!(
+            copyrpc_encode_imm(33, Some(&mut untouched)),
+            status::COPYRPC_E_BAD_ARG
+        );
+        // A multiple of 32 whose count of 32-byte units needs 33 bits.
+        assert_eq!(
+            copyrpc_encode_imm(32 << 32, Some(&mut untouched)),
+            status::COPYRPC_E_BAD_ARG
+        );
+        assert_eq!(copyrpc_encode_imm(96, None), status::COPYRPC_E_NULL);
         assert_eq!(untouched, 7);
     }
 }

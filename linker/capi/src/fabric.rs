@@ -11,8 +11,8 @@ use std::sync::Arc;
 use copyrpc_host::fabric::{self, FabricKind, FabricOptions, QpEndpoint};
 use copyrpc_host::rpc::{NodeParts, RpcConfig};
 use copyrpc_linker::ctx::{
-    copyrpc_ctx, copyrpc_ep_connect, copyrpc_ep_local_info, COPYRPC_CTX_ENDPOINTS,
-    COPYRPC_CTX_REQUESTS,
+    copyrpc_ctx, copyrpc_ep_connect, copyrpc_ep_local_info, ep_connectable, fail_ep,
+    COPYRPC_CTX_ENDPOINTS, COPYRPC_CTX_REQUESTS,
 };
 use copyrpc_linker::desc::{
     copyrpc_ep_desc, copyrpc_peer_info, copyrpc_queues, open_peer_info, write_ep, write_queues,
@@ -29,6 +29,11 @@ pub const COPYRPC_FABRIC_AUTO: i32 = 0;
 pub const COPYRPC_FABRIC_SIM: i32 = 1;
 /// `copyrpc_fabric_open`: an mlx5 NIC through verbs.
 pub const COPYRPC_FABRIC_VERBS: i32 = 2;
+/// The smallest `ring_bytes` of `copyrpc_fabric_open`. A quarter of the ring is
+/// reserved for responses, and a response takes 64 bytes (its header block and the flow
+/// metadata) beyond its payload, padded to 32: 512 leaves room for responses of up to
+/// 64 bytes, 256 for empty ones only, and at 128 the endpoint is refused.
+pub const COPYRPC_FABRIC_MIN_RING: u32 = 512;
 
 /// A fabric and one context's queues, QPs and rings: opaque, from `copyrpc_fabric_open`.
 #[derive(Debug)]
@@ -56,8 +61,9 @@ pub type copyrpc_exchange_fn = Option<
 >;
 
 /// Opens fabric `kind` (`COPYRPC_FABRIC_*`) with rings of `ring_bytes` per endpoint (a
-/// power of two, 128 ..= 32 × `COPYRPC_CTX_REQUESTS`) and creates one context's
-/// queues. Close it with `copyrpc_fabric_close` after `copyrpc_ctx_fini`.
+/// power of two, `COPYRPC_FABRIC_MIN_RING` (512) ..= 32 × `COPYRPC_CTX_REQUESTS`; else
+/// `COPYRPC_E_BAD_ARG`) and creates one context's queues. Close it with
+/// `copyrpc_fabric_close` after `copyrpc_ctx_fini`.
 ///
 /// # Safety
 ///
@@ -78,7 +84,8 @@ pub unsafe extern "C" fn copyrpc_fabric_open(
         _ => return COPYRPC_E_BAD_ARG,
     };
     let ring = ring_bytes as usize;
-    if !ring.is_power_of_two() || !(128..=32 * COPYRPC_CTX_REQUESTS).contains(&ring) {
+    let min = COPYRPC_FABRIC_MIN_RING as usize;
+    if !ring.is_power_of_two() || !(min..=32 * COPYRPC_CTX_REQUESTS).contains(&ring) {
         return COPYRPC_E_BAD_ARG;
     }
     guard(|| {
@@ -162,7 +169,11 @@ pub unsafe extern "C" fn copyrpc_fabric_endpoint(
 
 /// Connects endpoint `ep` of `ctx` (created from this fabric) to its peer: builds the
 /// local peer info, trades it for the peer's through `exchange(arg, ..)`, checks it,
-/// brings the QP up towards the peer's and connects the endpoint.
+/// connects the endpoint and brings the QP up towards the peer's. An endpoint connected
+/// already is refused with `COPYRPC_E_ALREADY_CONNECTED` before the exchange, nothing
+/// changed. A peer whose rings the endpoint refuses (`COPYRPC_E_BAD_SETUP`, e.g. another
+/// ring size) leaves the QP untouched, so the endpoint can still be connected to
+/// another; if the QP cannot be brought up (`COPYRPC_E_SYSTEM`) the endpoint is failed.
 ///
 /// # Safety
 ///
@@ -195,6 +206,14 @@ pub unsafe extern "C" fn copyrpc_fabric_connect(
     if rc != COPYRPC_OK {
         return rc;
     }
+    // Before the exchange and the QP: bringing a connected endpoint's QP up again fails
+    // in the host (or re-targets it), and the exchange would take a peer's info for a
+    // connection that cannot be made.
+    // SAFETY: forwarded.
+    let rc = unsafe { ep_connectable(ctx, ep) };
+    if rc != COPYRPC_OK {
+        return rc;
+    }
     let mut theirs = mine;
     theirs.magic = 0;
     // SAFETY: the callback's contract is the caller's; both pointers are valid.
@@ -214,15 +233,28 @@ pub unsafe extern "C" fn copyrpc_fabric_connect(
     ) else {
         return COPYRPC_E_BAD_PEER_INFO;
     };
-    let rc = guard(|| match h.parts.connect(local.qpn, &remote) {
-        Ok(()) => COPYRPC_OK,
-        Err(e) => system(format_args!("endpoint {ep}: connecting its QP: {e}")),
-    });
+    // The endpoint before the QP: its refusals of the peer's rings then leave the QP as
+    // it was, free to be connected to another peer. The endpoint posts nothing before
+    // the next poll, by which time the QP is up.
+    // SAFETY: forwarded; `theirs` is readable.
+    let rc = unsafe { copyrpc_ep_connect(ctx, ep, &theirs) };
     if rc != COPYRPC_OK {
         return rc;
     }
-    // SAFETY: forwarded; `theirs` is readable.
-    unsafe { copyrpc_ep_connect(ctx, ep, &theirs) }
+    let rc = guard(|| match h.parts.connect(local.qpn, &remote) {
+        Ok(()) => COPYRPC_OK,
+        Err(e) => system(format_args!(
+            "endpoint {ep}: connecting its QP: {e} (the endpoint is failed)"
+        )),
+    });
+    if rc != COPYRPC_OK {
+        // Connected over a QP that will never send, the endpoint would leave its calls
+        // waiting for good; failed, it refuses them. It exists (connected just above),
+        // so this cannot be refused.
+        // SAFETY: forwarded.
+        let _ = unsafe { fail_ep(ctx, ep) };
+    }
+    rc
 }
 
 /// Destroys the fabric's QPs, rings and queues and closes it. End every context on it

@@ -2,7 +2,7 @@
 //! with its context (errno text, region names, what was waited for).
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -12,11 +12,19 @@ thread_local! {
     static LAST: RefCell<CString> = RefCell::new(CString::default());
 }
 
+/// What `copyrpc_last_error` says once the thread's storage is destroyed (in an `atexit`
+/// handler, or a thread-local destructor of the C program's): no cause can be kept
+/// then, and panicking instead would abort the process at its exit.
+const GONE: &CStr =
+    c"the cause was not kept: the thread was exiting (atexit handler or thread-local destructor)";
+
 /// Records `why` and returns `COPYRPC_E_SYSTEM`.
 pub(crate) fn system(why: impl Display) -> i32 {
     let text = why.to_string().replace('\0', " ");
     let c = CString::new(text).unwrap_or_default();
-    LAST.with(|l| *l.borrow_mut() = c);
+    // Dropping the cause when the storage is gone is all that is left to do: the code
+    // still says what happened, and `copyrpc_last_error` then returns `GONE`.
+    let _ = LAST.try_with(|l| *l.borrow_mut() = c);
     COPYRPC_E_SYSTEM
 }
 
@@ -34,8 +42,10 @@ pub(crate) fn guard(f: impl FnOnce() -> i32) -> i32 {
 }
 
 /// The cause of the last `COPYRPC_E_SYSTEM` returned on this thread ("" if none);
-/// valid until the next one.
+/// valid until the next one. Called while the thread exits (from an `atexit` handler),
+/// a fixed sentence saying the cause was not kept.
 #[unsafe(no_mangle)]
 pub extern "C" fn copyrpc_last_error() -> *const c_char {
-    LAST.with(|l| l.borrow().as_ptr())
+    LAST.try_with(|l| l.borrow().as_ptr())
+        .unwrap_or(GONE.as_ptr())
 }

@@ -164,6 +164,7 @@ fn copyrpc_calls_allocate_nothing() {
             data: std::ptr::null(),
             len: 0,
             ep: 0,
+            ctx_tag: 0,
             call_id: 0,
             seq: 0,
         };

@@ -17,8 +17,9 @@ static unsigned int c_abi_checks(void) {
     uint32_t imm = 0;
     if (copyrpc_padded_message_size(0) != 32) return 91;
     if (copyrpc_padded_message_size(21) != 64) return 92;
-    if (copyrpc_encode_imm(96, &imm) != 1 || imm != 3) return 93;
-    if (copyrpc_encode_imm(33, &imm) != 0 || imm != 3) return 94;
+    if (copyrpc_encode_imm(96, &imm) != COPYRPC_OK || imm != 3) return 93;
+    if (copyrpc_encode_imm(33, &imm) != COPYRPC_E_BAD_ARG || imm != 3) return 94;
+    if (copyrpc_encode_imm(96, NULL) != COPYRPC_E_NULL) return 96;
     if (copyrpc_decode_imm(3) != 96) return 95;
     return 0;
 }

@@ -1,8 +1,12 @@
 /* The C ABI refuses bad input with a code instead of crashing: NULL pointers, a handle
  * of the wrong kind (or ended), a too-small or misaligned memory area, a description
- * the setup API did not write, a damaged peer info, a failing exchange, a request
- * answered twice, a call into a handle from inside its own poll callback. Between the refusals it runs the real thing in one process (two sim
- * fabrics, a call and its reply; an ipc and a delegation round trip) so every function is exercised.
+ * the setup API did not write, a damaged peer info, a failing exchange, a peer with
+ * another ring size, a second connect, a request answered twice (before and after its
+ * answer was read) or on another context, a shm request naming no client,
+ * a call into a handle from inside its own poll callback, a ring below the minimum, a
+ * set-up step from an atexit handler. Between the refusals it runs the real thing in
+ * one process (two sim fabrics with the smallest rings, calls and replies; an ipc and
+ * a delegation round trip) so every function is exercised.
  * Run by tests/c_programs.rs; prints each mismatch and exits 1 if there was one. */
 #define _POSIX_C_SOURCE 200809L
 #include <copyrpc.h>
@@ -124,10 +128,10 @@ struct side {
     uint16_t ep;
 };
 
-static void open_side(struct side *s) {
+static void open_side(struct side *s, uint32_t ring) {
     copyrpc_queues q;
     copyrpc_ep_desc d;
-    EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, 4096, &s->f), COPYRPC_OK);
+    EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, ring, &s->f), COPYRPC_OK);
     EXPECT(copyrpc_fabric_queues(s->f, &q), COPYRPC_OK);
     s->mem = aligned_alloc(COPYRPC_CTX_ALIGN, COPYRPC_CTX_BYTES);
     EXPECT(copyrpc_ctx_init(s->mem, COPYRPC_CTX_BYTES, &q, &s->ctx), COPYRPC_OK);
@@ -142,7 +146,64 @@ static void open_side(struct side *s) {
     free(other);
 }
 
+/* Both sides call each other at once, so each context holds a live request under the
+ * same endpoint, sequence and call id: a reply on the other context must be refused,
+ * not sent as the answer to that context's own request. */
+static void cross_context_reply(struct side *a, struct side *b) {
+    struct got ga = {0}, gb = {0};
+    copyrpc_request ra, rb;
+    int have_a = 0, have_b = 0;
+    EXPECT(copyrpc_call(a->ctx, a->ep, "to-b", 4, 16, 1), COPYRPC_OK);
+    EXPECT(copyrpc_call(b->ctx, b->ep, "to-a", 4, 16, 2), COPYRPC_OK);
+    double end = now_s() + 30;
+    while ((!have_a || !have_b) && now_s() < end) {
+        if (copyrpc_poll(a->ctx, on_response, &ga) < 0 || copyrpc_poll(b->ctx, on_response, &gb) < 0) break;
+        if (!have_a) have_a = copyrpc_recv(a->ctx, &ra) == 1;
+        if (!have_b) have_b = copyrpc_recv(b->ctx, &rb) == 1;
+        sched_yield();
+    }
+    if (!have_a || !have_b) {
+        fprintf(stderr, "cross-context: requests arrived at a %d, b %d\n", have_a, have_b);
+        failures++;
+        return;
+    }
+    if (ra.ep != rb.ep || ra.seq != rb.seq || ra.call_id != rb.call_id) {
+        fprintf(stderr, "cross-context: the two requests differ in (ep, seq, call_id), so the check below "
+                        "would pass without the context's tag\n");
+        failures++;
+    }
+    EXPECT(copyrpc_reply(a->ctx, &rb, "wrong", 5), COPYRPC_E_STALE_REQUEST);
+    EXPECT(copyrpc_reply(b->ctx, &ra, "wrong", 5), COPYRPC_E_STALE_REQUEST);
+    EXPECT(copyrpc_reply(a->ctx, &ra, "from-a", 6), COPYRPC_OK);
+    EXPECT(copyrpc_reply(b->ctx, &rb, "from-b", 6), COPYRPC_OK);
+    while ((ga.n == 0 || gb.n == 0) && now_s() < end) {
+        if (copyrpc_poll(a->ctx, on_response, &ga) < 0 || copyrpc_poll(b->ctx, on_response, &gb) < 0) break;
+        sched_yield();
+    }
+    if (ga.n != 1 || ga.status != COPYRPC_OK || ga.len != 6 || memcmp(ga.data, "from-b", 6) != 0 || gb.n != 1 ||
+        gb.status != COPYRPC_OK || gb.len != 6 || memcmp(gb.data, "from-a", 6) != 0) {
+        fprintf(stderr, "cross-context: a got %d response(s) \"%.*s\", b got %d \"%.*s\"\n", ga.n, (int)ga.len,
+                ga.data, gb.n, (int)gb.len, gb.data);
+        failures++;
+    }
+}
+
+/* Runs after main returns, when the thread's storage (where the last error lives) is
+ * destroyed already: a failing set-up step must still return its code, not abort. */
+static void set_up_at_exit(void) {
+    static _Alignas(COPYRPC_SHM_HANDLE_ALIGN) unsigned char mem[COPYRPC_IPC_CLIENT_BYTES];
+    copyrpc_ipc_client *c;
+    int32_t rc = copyrpc_ipc_client_attach(mem, sizeof mem, "/copyrpc-c-abi-test-absent", &c);
+    const char *why = copyrpc_last_error();
+    if (rc != COPYRPC_E_SYSTEM || why == NULL || *why == 0) {
+        fprintf(stderr, "at exit: attach returned %d (%s), cause \"%s\"\n", rc, copyrpc_strerror(rc),
+                why ? why : "(NULL)");
+        _exit(1);
+    }
+}
+
 int main(void) {
+    atexit(set_up_at_exit);
     /* --- NULL everywhere ------------------------------------------------------------ */
     copyrpc_queues q0;
     memset(&q0, 0, sizeof q0);
@@ -186,6 +247,14 @@ int main(void) {
     EXPECT(copyrpc_ipc_client_call(NULL, NULL, 0), COPYRPC_E_NULL);
     EXPECT(copyrpc_ipc_client_poll(NULL, on_ipc, NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_ipc_client_close(NULL), COPYRPC_E_NULL);
+    uint32_t imm = 7;
+    EXPECT(copyrpc_encode_imm(96, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_encode_imm(33, &imm), COPYRPC_E_BAD_ARG);
+    EXPECT(copyrpc_encode_imm(96, &imm), COPYRPC_OK);
+    if (imm != 3 || copyrpc_decode_imm(imm) != 96) {
+        fprintf(stderr, "copyrpc_encode_imm(96) gave %u\n", imm);
+        failures++;
+    }
     if (strcmp(copyrpc_strerror(12345), "unknown copyrpc code") != 0) {
         fprintf(stderr, "copyrpc_strerror of an unknown code: %s\n", copyrpc_strerror(12345));
         failures++;
@@ -194,8 +263,14 @@ int main(void) {
     /* --- Too small, misaligned, bad arguments, descriptions not from the setup API --- */
     EXPECT(copyrpc_fabric_open(99, 4096, &(copyrpc_fabric *){0}), COPYRPC_E_BAD_ARG);
     EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, 3000, &(copyrpc_fabric *){0}), COPYRPC_E_BAD_ARG);
+    /* Below the minimum (where a call cannot reserve room for a small response). */
+    EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, COPYRPC_FABRIC_MIN_RING / 2, &(copyrpc_fabric *){0}),
+           COPYRPC_E_BAD_ARG);
+    EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, 128, &(copyrpc_fabric *){0}), COPYRPC_E_BAD_ARG);
     unsigned char *big = aligned_alloc(COPYRPC_CTX_ALIGN, COPYRPC_CTX_BYTES + COPYRPC_CTX_ALIGN);
     EXPECT(copyrpc_ctx_init(big, COPYRPC_CTX_BYTES / 2, &q0, &ctx), COPYRPC_E_TOO_SMALL);
+    /* The header's size, not this build's handle size, is the bound. */
+    EXPECT(copyrpc_ctx_init(big, COPYRPC_CTX_BYTES - 1, &q0, &ctx), COPYRPC_E_TOO_SMALL);
     EXPECT(copyrpc_ctx_init(big + 8, COPYRPC_CTX_BYTES, &q0, &ctx), COPYRPC_E_MISALIGNED);
     EXPECT(copyrpc_ctx_init(big, COPYRPC_CTX_BYTES, &q0, &ctx), COPYRPC_E_BAD_DESC);
     static _Alignas(COPYRPC_SHM_HANDLE_ALIGN) unsigned char smem[4][512];
@@ -219,9 +294,11 @@ int main(void) {
     }
 
     /* --- A real pair of endpoints in this process --------------------------------- */
-    struct side a, b;
-    open_side(&a);
-    open_side(&b);
+    /* The smallest rings: the calls and replies below show the minimum is usable. */
+    struct side a, b, c;
+    open_side(&a, COPYRPC_FABRIC_MIN_RING);
+    open_side(&b, COPYRPC_FABRIC_MIN_RING);
+    open_side(&c, 4096);
     copyrpc_ep_desc d0;
     memset(&d0, 0, sizeof d0);
     EXPECT(copyrpc_ep_create(a.ctx, &d0, &ep), COPYRPC_E_BAD_DESC);
@@ -263,11 +340,24 @@ int main(void) {
     /* Nothing sent or received yet: nothing for a poll to do. */
     EXPECT(copyrpc_idle(a.ctx), 1);
 
-    /* The real connection, a call and its reply. */
+    /* A peer whose recv ring is larger than a's send ring: refused before a's QP was
+     * touched, so a can still connect to b below. */
+    struct pair pc = {0};
+    EXPECT(copyrpc_ep_local_info(c.ctx, c.ep, &pc.b), COPYRPC_OK);
+    EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, exchange_a, &pc), COPYRPC_E_BAD_SETUP);
+
+    /* The real connection, calls and their replies. */
     p.damage = 0;
     EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, exchange_a, &p), COPYRPC_OK);
     EXPECT(copyrpc_fabric_connect(b.f, b.ctx, b.ep, exchange_b, &p), COPYRPC_OK);
     EXPECT(copyrpc_ep_connect(a.ctx, a.ep, &p.b), COPYRPC_E_ALREADY_CONNECTED);
+    /* Refused before the exchange (which would fail, damage 2) and the QP. */
+    p.damage = 2;
+    EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, exchange_a, &p), COPYRPC_E_ALREADY_CONNECTED);
+    p.damage = 0;
+    /* The smallest ring holds responses of up to 64 bytes (COPYRPC_FABRIC_MIN_RING). */
+    EXPECT(copyrpc_call(a.ctx, a.ep, "x", 1, 65, 1), COPYRPC_E_TOO_LARGE);
+    cross_context_reply(&a, &b);
     EXPECT(copyrpc_call(a.ctx, a.ep, NULL, 3, 16, 1), COPYRPC_E_NULL);
     EXPECT(copyrpc_call(a.ctx, a.ep, "ping", 4, 16, 42), COPYRPC_OK);
     /* A call written and not yet posted is work for the next poll. */
@@ -317,6 +407,8 @@ int main(void) {
     EXPECT(copyrpc_ctx_fini(b.ctx), COPYRPC_OK);
     EXPECT(copyrpc_fabric_close(a.f), COPYRPC_OK);
     EXPECT(copyrpc_fabric_close(b.f), COPYRPC_OK);
+    EXPECT(copyrpc_ctx_fini(c.ctx), COPYRPC_OK);
+    EXPECT(copyrpc_fabric_close(c.f), COPYRPC_OK);
 
     /* --- ipc round trip in this process; handles of the wrong kind ---------------- */
     EXPECT(copyrpc_ipc_server_open(smem[1], 512, region, 4, 4, &is), COPYRPC_OK);
@@ -348,6 +440,14 @@ int main(void) {
         failures++;
     }
     expect_busy("copyrpc_ipc_client_poll", &ig, 3);
+    /* Answered and read: a second reply is refused (it would overwrite the next answer
+     * in the client's response ring), and so is a client id past the table. */
+    EXPECT(copyrpc_ipc_server_reply(is, &ir, &r), COPYRPC_E_SHM_REPLY);
+    copyrpc_ipc_request forged = ir;
+    forged.client_id = 4;
+    EXPECT(copyrpc_ipc_server_reply(is, &forged, &r), COPYRPC_E_SHM_REPLY);
+    forged.client_id = UINT32_MAX;
+    EXPECT(copyrpc_ipc_server_reply(is, &forged, &r), COPYRPC_E_SHM_REPLY);
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_OK);
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_ipc_server_close(is), COPYRPC_OK);
@@ -389,6 +489,9 @@ int main(void) {
         failures++;
     }
     expect_busy("copyrpc_deleg_client_poll", &dg, 3);
+    /* The client has read the answer, so the slot reads empty again: the second reply
+     * is still refused (it would answer the client's next call on the slot). */
+    EXPECT(copyrpc_deleg_server_reply(ds, &dr, &r), COPYRPC_E_SHM_REPLY);
     EXPECT(copyrpc_deleg_client_close(dc), COPYRPC_OK);
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_OK);
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_E_WRONG_KIND);
@@ -396,6 +499,7 @@ int main(void) {
     free(big);
     free(a.mem);
     free(b.mem);
+    free(c.mem);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
