@@ -199,7 +199,8 @@
 #define COPYRPC_E_BAD_ARG -16
 
 /**
- * Called from inside the same handle's poll callback (re-entrant use is refused).
+ * Called from inside the same handle's poll callback, or a fabric's exchange callback
+ * (re-entrant use is refused).
  */
 #define COPYRPC_E_BUSY -18
 
@@ -641,6 +642,8 @@ int32_t copyrpc_fabric_endpoint(struct copyrpc_fabric *f, struct copyrpc_ep_desc
  * changed. A peer whose rings the endpoint refuses (`COPYRPC_E_BAD_SETUP`, e.g. another
  * ring size) leaves the QP untouched, so the endpoint can still be connected to
  * another; if the QP cannot be brought up (`COPYRPC_E_SYSTEM`) the endpoint is failed.
+ * While `exchange` runs, calls on `f` (a `copyrpc_fabric_close` among them) are refused
+ * with `COPYRPC_E_BUSY`.
  *
  * # Safety
  *

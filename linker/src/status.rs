@@ -30,7 +30,8 @@ pub const COPYRPC_E_BAD_PEER_INFO: i32 = -14;
 pub const COPYRPC_E_BAD_DESC: i32 = -15;
 /// An argument is out of range (a size, a kind, a name).
 pub const COPYRPC_E_BAD_ARG: i32 = -16;
-/// Called from inside the same handle's poll callback (re-entrant use is refused).
+/// Called from inside the same handle's poll callback, or a fabric's exchange callback
+/// (re-entrant use is refused).
 pub const COPYRPC_E_BUSY: i32 = -18;
 /// A setup step failed in the host (an errno, a fabric error): `copyrpc_last_error`
 /// has the cause.
@@ -96,7 +97,7 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
             c"the description was not written by the setup API, or was used already"
         }
         COPYRPC_E_BAD_ARG => c"an argument is out of range",
-        COPYRPC_E_BUSY => c"called from inside the same handle's poll callback",
+        COPYRPC_E_BUSY => c"called from inside the same handle's poll or exchange callback",
         COPYRPC_E_SYSTEM => c"a host setup step failed (see copyrpc_last_error)",
         COPYRPC_E_TOO_LARGE => c"the payload or allowance can never fit the rings",
         COPYRPC_E_ENDPOINT_FAILED => c"the endpoint failed (see copyrpc_failure_cause)",

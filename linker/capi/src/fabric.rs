@@ -17,6 +17,7 @@ use copyrpc_linker::ctx::{
 use copyrpc_linker::desc::{
     copyrpc_ep_desc, copyrpc_peer_info, copyrpc_queues, open_peer_info, write_ep, write_queues,
 };
+use copyrpc_linker::kind;
 use copyrpc_linker::status::*;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -174,6 +175,8 @@ pub unsafe extern "C" fn copyrpc_fabric_endpoint(
 /// changed. A peer whose rings the endpoint refuses (`COPYRPC_E_BAD_SETUP`, e.g. another
 /// ring size) leaves the QP untouched, so the endpoint can still be connected to
 /// another; if the QP cannot be brought up (`COPYRPC_E_SYSTEM`) the endpoint is failed.
+/// While `exchange` runs, calls on `f` (a `copyrpc_fabric_close` among them) are refused
+/// with `COPYRPC_E_BUSY`.
 ///
 /// # Safety
 ///
@@ -186,11 +189,11 @@ pub unsafe extern "C" fn copyrpc_fabric_connect(
     exchange: copyrpc_exchange_fn,
     arg: *mut c_void,
 ) -> i32 {
-    // SAFETY: forwarded.
-    let h = match unsafe { handle(f.cast::<FabricHandle>(), FABRIC_MAGIC) } {
-        Ok(h) => h,
-        Err(e) => return e,
-    };
+    let p = f.cast::<FabricHandle>();
+    // SAFETY: forwarded. Not held: the exchange callback may call into this library.
+    if let Err(e) = unsafe { handle(p, FABRIC_MAGIC) } {
+        return e;
+    }
     let Some(exchange) = exchange else {
         return COPYRPC_E_NULL;
     };
@@ -216,8 +219,21 @@ pub unsafe extern "C" fn copyrpc_fabric_connect(
     }
     let mut theirs = mine;
     theirs.magic = 0;
+    // Marked busy while the callback runs, as a handle is during its poll: a
+    // `copyrpc_fabric_close` (or any call on `f`) from inside it is refused with
+    // `COPYRPC_E_BUSY` instead of freeing the fabric this call goes on to use.
+    // SAFETY: `p` is a live fabric (checked above), used by this thread; no reference to
+    // it is held across the callback.
+    unsafe { (&raw mut (*p).magic).write(kind::polling(FABRIC_MAGIC)) };
     // SAFETY: the callback's contract is the caller's; both pointers are valid.
     let rc = unsafe { exchange(arg, &mine, &mut theirs) };
+    // SAFETY: as above; nothing on `f` ran in between (refused while marked).
+    unsafe { (&raw mut (*p).magic).write(FABRIC_MAGIC) };
+    // SAFETY: `p` is live and unmarked again.
+    let h = match unsafe { handle(p, FABRIC_MAGIC) } {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
     if rc != 0 {
         return system(format_args!(
             "endpoint {ep}: the exchange callback returned {rc}"

@@ -2,11 +2,11 @@
  * of the wrong kind (or ended), a too-small or misaligned memory area, a description
  * the setup API did not write, a damaged peer info, a failing exchange, a peer with
  * another ring size, a second connect, a request answered twice (before and after its
- * answer was read) or on another context, a shm request naming no client,
- * a call into a handle from inside its own poll callback, a ring below the minimum, a
- * set-up step from an atexit handler. Between the refusals it runs the real thing in
- * one process (two sim fabrics with the smallest rings, calls and replies; an ipc and
- * a delegation round trip) so every function is exercised.
+ * answer was read) or on another context, a shm request naming no client, a call into
+ * a handle from inside its own poll callback (or a fabric's exchange), a ring below the
+ * minimum, a set-up step from an atexit handler. Between the refusals it runs the real
+ * thing in one process (two sim fabrics with the smallest rings, calls and replies; an
+ * ipc and a delegation round trip) so every function is exercised.
  * Run by tests/c_programs.rs; prints each mismatch and exits 1 if there was one. */
 #define _POSIX_C_SOURCE 200809L
 #include <copyrpc.h>
@@ -42,12 +42,16 @@ static double now_s(void) {
  * info, computed before the first connect. */
 struct pair {
     copyrpc_peer_info a, b;
-    int damage; /* 1: flip a byte of what the callback returns; 2: fail the exchange */
+    int damage; /* 1: flip a byte of what the callback returns; 2: fail the exchange;
+                   3: close the fabric from inside the callback, then fail */
+    copyrpc_fabric *f;      /* for damage 3 */
+    int32_t closed_inside;  /* what that close returned */
 };
 
 static int32_t exchange_a(void *arg, const copyrpc_peer_info *mine, copyrpc_peer_info *theirs) {
     struct pair *p = arg;
-    if (p->damage == 2) return -7;
+    if (p->damage == 3) p->closed_inside = copyrpc_fabric_close(p->f);
+    if (p->damage >= 2) return -7;
     p->a = *mine;
     *theirs = p->b;
     if (p->damage == 1) theirs->endpoint[9] ^= 0x40;
@@ -330,6 +334,13 @@ int main(void) {
         fprintf(stderr, "failed exchange: cause %s\n", copyrpc_last_error());
         failures++;
     }
+    /* Closing the fabric from inside its own exchange would free what the connect goes
+     * on to use: refused, and the fabric stays usable. */
+    p.damage = 3;
+    p.f = a.f;
+    p.closed_inside = 0;
+    EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, exchange_a, &p), COPYRPC_E_SYSTEM);
+    EXPECT(p.closed_inside, COPYRPC_E_BUSY);
     EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, NULL, &p), COPYRPC_E_NULL);
 
     /* Wrong kinds: a fabric, an ipc handle, a context passed where another kind goes. */
