@@ -811,8 +811,9 @@ int32_t copyrpc_failure_cause(struct copyrpc_ctx *ctx, uint16_t ep, struct copyr
  * Builds a context in `mem` (`len >= COPYRPC_CTX_BYTES`, aligned to
  * `COPYRPC_CTX_ALIGN`) over the queues `copyrpc_fabric_queues` described, and stores
  * the handle in `*out`. The memory stays the caller's: end with `copyrpc_ctx_fini`.
- * The description is used up (a second use is `COPYRPC_E_BAD_DESC`): one set of
- * queues serves one context.
+ * The description is used up (a second use is `COPYRPC_E_BAD_DESC`, and so is the use
+ * of a copy of it or of another description of the same queues): one set of queues
+ * serves one context. A failed init leaves the queues free.
  *
  * # Safety
  *
@@ -838,7 +839,8 @@ int32_t copyrpc_ctx_fini(struct copyrpc_ctx *ctx);
 /**
  * Adds an endpoint over the QP and memory `desc` describes (from
  * `copyrpc_fabric_endpoint` of the context's fabric); its index goes to `*ep`. The
- * description is used up (a second use is `COPYRPC_E_BAD_DESC`).
+ * description is used up (a second use is `COPYRPC_E_BAD_DESC`, and so is the use of a
+ * copy of it).
  *
  * # Safety
  *

@@ -117,8 +117,9 @@ unsafe fn bytes<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], i32> {
 /// Builds a context in `mem` (`len >= COPYRPC_CTX_BYTES`, aligned to
 /// `COPYRPC_CTX_ALIGN`) over the queues `copyrpc_fabric_queues` described, and stores
 /// the handle in `*out`. The memory stays the caller's: end with `copyrpc_ctx_fini`.
-/// The description is used up (a second use is `COPYRPC_E_BAD_DESC`): one set of
-/// queues serves one context.
+/// The description is used up (a second use is `COPYRPC_E_BAD_DESC`, and so is the use
+/// of a copy of it or of another description of the same queues): one set of queues
+/// serves one context. A failed init leaves the queues free.
 ///
 /// # Safety
 ///
@@ -144,10 +145,14 @@ pub unsafe extern "C" fn copyrpc_ctx_init(
         return COPYRPC_E_MISALIGNED;
     }
     // SAFETY: non-null; the caller passes a description (contract).
-    let q = match read_queues(unsafe { &*queues }) {
+    let (q, claim) = match read_queues(unsafe { &*queues }) {
         Ok(q) => q,
         Err(e) => return e,
     };
+    // SAFETY: the fabric that wrote the description outlives the context (contract).
+    if !unsafe { claim.take() } {
+        return COPYRPC_E_BAD_DESC;
+    }
     let h = mem.cast::<CtxHandle>();
     // SAFETY: `mem` is writable for a `CtxHandle` (size and alignment checked above);
     // the magic is written last, so a failed init leaves no live handle. The queues'
@@ -156,6 +161,8 @@ pub unsafe extern "C" fn copyrpc_ctx_init(
         (&raw mut (*h).magic).write(0);
         let slot = &mut *(&raw mut (*h).ctx).cast::<MaybeUninit<Ctx>>();
         if let Err(e) = Ctx::init(slot, &q) {
+            // Unused: another description of these queues may still take them.
+            claim.give_back();
             return status::of(e);
         }
         (&raw mut (*h).qp).write([[0; 32]; COPYRPC_CTX_ENDPOINTS]);
@@ -187,7 +194,8 @@ pub unsafe extern "C" fn copyrpc_ctx_fini(ctx: *mut copyrpc_ctx) -> i32 {
 
 /// Adds an endpoint over the QP and memory `desc` describes (from
 /// `copyrpc_fabric_endpoint` of the context's fabric); its index goes to `*ep`. The
-/// description is used up (a second use is `COPYRPC_E_BAD_DESC`).
+/// description is used up (a second use is `COPYRPC_E_BAD_DESC`, and so is the use of a
+/// copy of it).
 ///
 /// # Safety
 ///
@@ -207,10 +215,14 @@ pub unsafe extern "C" fn copyrpc_ep_create(
         return COPYRPC_E_NULL;
     }
     // SAFETY: non-null, caller contract.
-    let (sq, mem, qp) = match read_ep(unsafe { &*desc }) {
+    let (sq, mem, qp, claim) = match read_ep(unsafe { &*desc }) {
         Ok(d) => d,
         Err(e) => return e,
     };
+    // SAFETY: the fabric that wrote the description outlives the context (contract).
+    if !unsafe { claim.take() } {
+        return COPYRPC_E_BAD_DESC;
+    }
     let cfg = EndpointConfig::for_ring(mem.recv_ring.len as u64);
     // SAFETY: the setup API created the QP on this context's queues and registered the
     // three disjoint regions for it; the fabric keeps both alive and nothing else uses
@@ -225,7 +237,11 @@ pub unsafe extern "C" fn copyrpc_ep_create(
             }
             COPYRPC_OK
         }
-        Err(e) => status::of(e),
+        Err(e) => {
+            // SAFETY: as above; taken by this call, and unused.
+            unsafe { claim.give_back() };
+            status::of(e)
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 //! descriptions (written by the setup API, opaque to C) and the peer info two endpoints
 //! exchange (plain bytes with a checksum, so a damaged or foreign one is refused).
 
+use core::sync::atomic::{AtomicBool, Ordering};
+
 use copyrpc_core::copyrpc::{EndpointInfo, EndpointMem, Queues};
 use mlx5_raw::SqDesc;
 
@@ -48,10 +50,51 @@ pub const COPYRPC_PEER_INFO_VERSION: u32 = 1;
 const QUEUES_MAGIC: u64 = u64::from_le_bytes(*b"CRPCQUE1");
 const EP_DESC_MAGIC: u64 = u64::from_le_bytes(*b"CRPCEPD1");
 
+/// What a description's queues or endpoint are taken with, kept by whoever wrote the
+/// description (the setup API's fabric) for as long as they exist: the first
+/// `copyrpc_ctx_init` / `copyrpc_ep_create` sets it. A description is a plain struct C
+/// copies freely, and its magic, cleared on use, stays in every copy; this flag does
+/// not, so a copy cannot give the same queues to a second context or the same QP to a
+/// second endpoint.
+pub type Claim = AtomicBool;
+
+/// A description's claim flag (none for a description whose writer keeps none).
+#[derive(Clone, Copy, Debug)]
+pub struct ClaimRef(*const Claim);
+
+impl ClaimRef {
+    /// Takes what the description names: false if another description (a copy) took
+    /// it already.
+    ///
+    /// # Safety
+    ///
+    /// The writer of the description still keeps the flag (the fabric is open).
+    pub unsafe fn take(self) -> bool {
+        // Relaxed: the swap decides who takes the objects, nothing is published through
+        // it (each taker reads its description, not the other's writes).
+        // SAFETY: the flag lives (caller contract).
+        self.0.is_null() || !unsafe { &*self.0 }.swap(true, Ordering::Relaxed)
+    }
+
+    /// Gives back what [`take`](Self::take) took, when what was to use it failed.
+    ///
+    /// # Safety
+    ///
+    /// As `take`, and this caller took it.
+    pub unsafe fn give_back(self) {
+        if !self.0.is_null() {
+            // Relaxed: as in `take`.
+            // SAFETY: the flag lives (caller contract).
+            unsafe { &*self.0 }.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct QueuesInner {
     magic: u64,
+    claim: *const Claim,
     q: Queues,
 }
 
@@ -59,6 +102,7 @@ struct QueuesInner {
 #[derive(Clone, Copy)]
 struct EpInner {
     magic: u64,
+    claim: *const Claim,
     sq: SqDesc,
     mem: EndpointMem,
     qp: [u8; 32],
@@ -74,7 +118,10 @@ const _: () = {
 };
 
 /// Writes `q` into a queue description (setup side).
-pub fn write_queues(out: &mut copyrpc_queues, q: Queues) {
+///
+/// `claim` is the queues' flag (see [`Claim`]): the writer keeps it, unset, for as long
+/// as the queues exist.
+pub fn write_queues(out: &mut copyrpc_queues, q: Queues, claim: &Claim) {
     *out = copyrpc_queues { opaque: [0; 24] };
     let p = (out as *mut copyrpc_queues).cast::<QueuesInner>();
     // SAFETY: `QueuesInner` fits in and is no more aligned than `copyrpc_queues`
@@ -82,13 +129,15 @@ pub fn write_queues(out: &mut copyrpc_queues, q: Queues) {
     unsafe {
         p.write(QueuesInner {
             magic: QUEUES_MAGIC,
+            claim,
             q,
         })
     };
 }
 
-/// The queues of a description, if its magic says the setup API wrote it.
-pub fn read_queues(d: &copyrpc_queues) -> Result<Queues, i32> {
+/// The queues of a description and their claim flag, if its magic says the setup API
+/// wrote it.
+pub fn read_queues(d: &copyrpc_queues) -> Result<(Queues, ClaimRef), i32> {
     let p = (d as *const copyrpc_queues).cast::<QueuesInner>();
     if d.opaque[0] != QUEUES_MAGIC {
         return Err(COPYRPC_E_BAD_DESC);
@@ -96,17 +145,27 @@ pub fn read_queues(d: &copyrpc_queues) -> Result<Queues, i32> {
     // SAFETY: in bounds and aligned (checked above); the magic says `write_queues` wrote
     // it, and every field is plain data (pointers and integers), so any bytes are a
     // valid value. Whether the queues are real is the setup API's contract.
-    Ok(unsafe { p.read().q })
+    let i = unsafe { p.read() };
+    Ok((i.q, ClaimRef(i.claim)))
 }
 
 /// Writes an endpoint description (setup side).
-pub fn write_ep(out: &mut copyrpc_ep_desc, sq: SqDesc, mem: EndpointMem, qp: [u8; 32]) {
+///
+/// `claim` as in [`write_queues`], for this QP and its rings.
+pub fn write_ep(
+    out: &mut copyrpc_ep_desc,
+    sq: SqDesc,
+    mem: EndpointMem,
+    qp: [u8; 32],
+    claim: &Claim,
+) {
     *out = copyrpc_ep_desc { opaque: [0; 32] };
     let p = (out as *mut copyrpc_ep_desc).cast::<EpInner>();
     // SAFETY: as in `write_queues`.
     unsafe {
         p.write(EpInner {
             magic: EP_DESC_MAGIC,
+            claim,
             sq,
             mem,
             qp,
@@ -114,15 +173,15 @@ pub fn write_ep(out: &mut copyrpc_ep_desc, sq: SqDesc, mem: EndpointMem, qp: [u8
     };
 }
 
-/// The QP, memory and fabric address of a description the setup API wrote.
-pub fn read_ep(d: &copyrpc_ep_desc) -> Result<(SqDesc, EndpointMem, [u8; 32]), i32> {
+/// The QP, memory, fabric address and claim flag of a description the setup API wrote.
+pub fn read_ep(d: &copyrpc_ep_desc) -> Result<(SqDesc, EndpointMem, [u8; 32], ClaimRef), i32> {
     if d.opaque[0] != EP_DESC_MAGIC {
         return Err(COPYRPC_E_BAD_DESC);
     }
     let p = (d as *const copyrpc_ep_desc).cast::<EpInner>();
     // SAFETY: as in `read_queues`.
     let e = unsafe { p.read() };
-    Ok((e.sq, e.mem, e.qp))
+    Ok((e.sq, e.mem, e.qp, ClaimRef(e.claim)))
 }
 
 /// Marks a queue description used: its queues now belong to a context.

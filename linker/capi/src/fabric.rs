@@ -16,6 +16,7 @@ use copyrpc_linker::ctx::{
 };
 use copyrpc_linker::desc::{
     copyrpc_ep_desc, copyrpc_peer_info, copyrpc_queues, open_peer_info, write_ep, write_queues,
+    Claim,
 };
 use copyrpc_linker::kind;
 use copyrpc_linker::status::*;
@@ -48,6 +49,15 @@ const FABRIC_MAGIC: u64 = u64::from_le_bytes(*b"CRPCFAB1");
 struct FabricHandle {
     magic: u64,
     parts: NodeParts,
+    /// Taken by the context its queues' description (or a copy of it) goes to first.
+    /// The handle is boxed, so the flags' addresses, in the descriptions, stay put.
+    queues_claim: Claim,
+    /// One per endpoint created, the same for its QP and rings.
+    #[allow(
+        clippy::vec_box,
+        reason = "the descriptions hold each flag's address, which a growing Vec<Claim> would move"
+    )]
+    ep_claims: Vec<Box<Claim>>,
 }
 
 /// Sends `*mine` to the peer and writes the peer's into `*theirs`; returns 0, or
@@ -104,6 +114,8 @@ pub unsafe extern "C" fn copyrpc_fabric_open(
                 let h = Box::new(FabricHandle {
                     magic: FABRIC_MAGIC,
                     parts,
+                    queues_claim: Claim::new(false),
+                    ep_claims: Vec::new(),
                 });
                 // SAFETY: non-null, caller contract.
                 unsafe { out.write(Box::into_raw(h).cast()) };
@@ -133,7 +145,7 @@ pub unsafe extern "C" fn copyrpc_fabric_queues(
     let Some(out) = (unsafe { out.as_mut() }) else {
         return COPYRPC_E_NULL;
     };
-    write_queues(out, h.parts.queues());
+    write_queues(out, h.parts.queues(), &h.queues_claim);
     COPYRPC_OK
 }
 
@@ -161,7 +173,9 @@ pub unsafe extern "C" fn copyrpc_fabric_endpoint(
         Ok(p) => {
             let mut qp = [0u8; 32];
             qp.copy_from_slice(p.address.as_bytes());
-            write_ep(out, p.sq, p.mem, qp);
+            let claim = Box::new(Claim::new(false));
+            write_ep(out, p.sq, p.mem, qp, &claim);
+            h.ep_claims.push(claim);
             COPYRPC_OK
         }
         Err(e) => system(format_args!("creating an endpoint: {e}")),

@@ -1,6 +1,6 @@
 /* The C ABI refuses bad input with a code instead of crashing: NULL pointers, a handle
  * of the wrong kind (or ended), a too-small or misaligned memory area, a description
- * the setup API did not write, a damaged peer info, a failing exchange, a peer with
+ * the setup API did not write (or a copy of one used up), a damaged peer info, a failing exchange, a peer with
  * another ring size, a second connect, a request answered twice (before and after its
  * answer was read) or on another context, a shm request naming no client, a call into
  * a handle from inside its own poll callback (or a fabric's exchange), a ring below the
@@ -133,20 +133,29 @@ struct side {
 };
 
 static void open_side(struct side *s, uint32_t ring) {
-    copyrpc_queues q;
-    copyrpc_ep_desc d;
+    copyrpc_queues q, q_copy, q_second;
+    copyrpc_ep_desc d, d_copy;
     EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, ring, &s->f), COPYRPC_OK);
     EXPECT(copyrpc_fabric_queues(s->f, &q), COPYRPC_OK);
+    EXPECT(copyrpc_fabric_queues(s->f, &q_second), COPYRPC_OK);
+    q_copy = q;
     s->mem = aligned_alloc(COPYRPC_CTX_ALIGN, COPYRPC_CTX_BYTES);
     EXPECT(copyrpc_ctx_init(s->mem, COPYRPC_CTX_BYTES, &q, &s->ctx), COPYRPC_OK);
     EXPECT(copyrpc_fabric_endpoint(s->f, &d), COPYRPC_OK);
+    d_copy = d;
     EXPECT(copyrpc_ep_create(s->ctx, &d, &s->ep), COPYRPC_OK);
-    /* Descriptions are used up: their queues and QP belong to this context now. */
+    /* Descriptions are used up: their queues and QP belong to this context now. So are
+     * a struct copy made before the use, and a second description of the same queues:
+     * two contexts on one SRQ and its CQs, or two endpoints on one QP, would corrupt
+     * each other. */
     void *other = aligned_alloc(COPYRPC_CTX_ALIGN, COPYRPC_CTX_BYTES);
     copyrpc_ctx *again;
     uint16_t ep2;
     EXPECT(copyrpc_ctx_init(other, COPYRPC_CTX_BYTES, &q, &again), COPYRPC_E_BAD_DESC);
+    EXPECT(copyrpc_ctx_init(other, COPYRPC_CTX_BYTES, &q_copy, &again), COPYRPC_E_BAD_DESC);
+    EXPECT(copyrpc_ctx_init(other, COPYRPC_CTX_BYTES, &q_second, &again), COPYRPC_E_BAD_DESC);
     EXPECT(copyrpc_ep_create(s->ctx, &d, &ep2), COPYRPC_E_BAD_DESC);
+    EXPECT(copyrpc_ep_create(s->ctx, &d_copy, &ep2), COPYRPC_E_BAD_DESC);
     free(other);
 }
 
