@@ -685,14 +685,26 @@ int32_t copyrpc_ipc_server_open(void *mem,
 
 /**
  * Scans the clients; returns how many have requests waiting. Ids of clients that closed
- * are freed here; a client process that died without closing keeps its id (this poll
- * reads no `/proc`).
+ * are freed here; a client process that died without closing keeps its id until
+ * `copyrpc_ipc_server_reap` finds it (this poll reads no `/proc`).
  *
  * # Safety
  *
  * `s` is NULL or a handle of this library.
  */
 int32_t copyrpc_ipc_server_poll(struct copyrpc_ipc_server *s);
+
+/**
+ * Declares dead every client whose process is gone without closing (a crash) and
+ * returns how many; the next `copyrpc_ipc_server_poll` frees their ids and drops their
+ * requests. It reads `/proc` once per registered client, so call it now and then (every
+ * few milliseconds, or when an attach fails for want of an id), not on every poll.
+ *
+ * # Safety
+ *
+ * `s` as in `copyrpc_ipc_server_poll`.
+ */
+int32_t copyrpc_ipc_server_reap(struct copyrpc_ipc_server *s);
 
 /**
  * Takes the next request into `*out`: 1, or 0 when none is waiting.

@@ -129,8 +129,8 @@ pub unsafe extern "C" fn copyrpc_ipc_server_open(
 }
 
 /// Scans the clients; returns how many have requests waiting. Ids of clients that closed
-/// are freed here; a client process that died without closing keeps its id (this poll
-/// reads no `/proc`).
+/// are freed here; a client process that died without closing keeps its id until
+/// `copyrpc_ipc_server_reap` finds it (this poll reads no `/proc`).
 ///
 /// # Safety
 ///
@@ -140,6 +140,23 @@ pub unsafe extern "C" fn copyrpc_ipc_server_poll(s: *mut copyrpc_ipc_server) -> 
     // SAFETY: forwarded.
     match unsafe { handle(s.cast::<Server>(), SERVER_MAGIC) } {
         Ok(h) => i32::try_from(h.s.poll()).unwrap_or(i32::MAX),
+        Err(e) => e,
+    }
+}
+
+/// Declares dead every client whose process is gone without closing (a crash) and
+/// returns how many; the next `copyrpc_ipc_server_poll` frees their ids and drops their
+/// requests. It reads `/proc` once per registered client, so call it now and then (every
+/// few milliseconds, or when an attach fails for want of an id), not on every poll.
+///
+/// # Safety
+///
+/// `s` as in `copyrpc_ipc_server_poll`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_ipc_server_reap(s: *mut copyrpc_ipc_server) -> i32 {
+    // SAFETY: forwarded.
+    match unsafe { handle(s.cast::<Server>(), SERVER_MAGIC) } {
+        Ok(h) => i32::try_from(h.s.reap_dead_clients()).unwrap_or(i32::MAX),
         Err(e) => e,
     }
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -468,6 +469,21 @@ int main(void) {
     EXPECT(copyrpc_ipc_server_reply(is, &forged, &r), COPYRPC_E_SHM_REPLY);
     forged.client_id = UINT32_MAX;
     EXPECT(copyrpc_ipc_server_reply(is, &forged, &r), COPYRPC_E_SHM_REPLY);
+    /* A client process that dies without closing keeps its id until a reap finds it. */
+    EXPECT(copyrpc_ipc_server_reap(is), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        copyrpc_ipc_client *lost;
+        _exit(copyrpc_ipc_client_attach(smem[3], 512, region, &lost) == COPYRPC_OK ? 0 : 1);
+    }
+    int status = -1;
+    if (child < 0 || waitpid(child, &status, 0) != child || status != 0) {
+        fprintf(stderr, "ipc: the child client did not attach (status %d)\n", status);
+        failures++;
+    }
+    EXPECT(copyrpc_ipc_server_reap(is), 1);
+    EXPECT(copyrpc_ipc_server_reap((copyrpc_ipc_server *)ic), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_ipc_server_reap(NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_OK);
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_ipc_server_close(is), COPYRPC_OK);
