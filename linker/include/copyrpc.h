@@ -4,8 +4,10 @@
  * Every function returns 0 (or a count) on success and a negative COPYRPC_E_* code on
  * a refusal (copyrpc_strerror names it); none crashes on NULL, on a handle of another
  * kind, or on a damaged peer info. Handles of the data path live in memory the caller
- * provides (COPYRPC_*_BYTES, aligned to COPYRPC_*_ALIGN). A handle is used by one thread
- * at a time; a call into a handle from its own poll callback returns COPYRPC_E_BUSY. */
+ * provides (COPYRPC_*_BYTES, aligned to COPYRPC_*_ALIGN) and stays there: a handle must
+ * not be moved or copied (no realloc of an array of them) while it lives. A handle is
+ * used by one thread at a time; a call into a handle from its own poll callback returns
+ * COPYRPC_E_BUSY. */
 
 #ifndef COPYRPC_H
 #define COPYRPC_H
@@ -841,6 +843,8 @@ int32_t copyrpc_ctx_init(void *mem,
 /**
  * Ends a context: its handle becomes invalid (later calls return
  * `COPYRPC_E_WRONG_KIND`) and its memory the caller's again. Close the fabric after.
+ * Calls still in flight end with it, unanswered: no response callback runs for them
+ * (poll until the calls you need have their responses first).
  *
  * # Safety
  *

@@ -176,6 +176,8 @@ pub unsafe extern "C" fn copyrpc_ctx_init(
 
 /// Ends a context: its handle becomes invalid (later calls return
 /// `COPYRPC_E_WRONG_KIND`) and its memory the caller's again. Close the fabric after.
+/// Calls still in flight end with it, unanswered: no response callback runs for them
+/// (poll until the calls you need have their responses first).
 ///
 /// # Safety
 ///
