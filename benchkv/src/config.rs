@@ -109,6 +109,29 @@ pub struct Config {
     pub gid_index: Option<u8>,
 }
 
+/// How many options [`Config::shared_options`] lists.
+pub const SHARED_OPTIONS: usize = 19;
+
+/// The first option on which `theirs` (rank `rank`'s fingerprint) differs from `mine`,
+/// as the error every rank reports.
+pub fn mismatch(
+    cfg: &Config,
+    mine: &[u64; SHARED_OPTIONS],
+    all: &[[u64; SHARED_OPTIONS]],
+) -> Option<String> {
+    let opts = cfg.shared_options();
+    all.iter().enumerate().find_map(|(rank, theirs)| {
+        let k = (0..SHARED_OPTIONS).find(|&k| theirs[k] != mine[k])?;
+        let (flag, value) = &opts[k];
+        Some(format!(
+            "rank {rank} was started with another {flag} than this rank's ({value}): every \
+             rank of a job must get the same workload options ({}); an mpirun with `:` \
+             gave the ranks different command lines",
+            opts.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", ")
+        ))
+    })
+}
+
 /// `--world` and the virtual world's flags; `None` for `threads`. The other virtual
 /// flags without `--world virtual:N` are refused, not ignored.
 fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<VirtualSpec>, String> {
@@ -338,6 +361,47 @@ impl Config {
         })
     }
 
+    /// The options every rank of one job must share, each as its flag and value: the
+    /// workload, its length, the transports and their sizes, the bounds on waiting.
+    /// Options of one rank's own (its NIC, pinning, output, plot, metrics, an injected
+    /// fault) are not here. An `mpirun` with `:` (MPMD) can give ranks different command
+    /// lines; ranks that disagree on these would run different workloads against each
+    /// other or wait at different points, so set-up compares them ([`Self::fingerprint`]).
+    pub fn shared_options(&self) -> [(&'static str, String); SHARED_OPTIONS] {
+        [
+            ("--backend", format!("{:?}", self.backend)),
+            ("--fabric", format!("{:?}", self.fabric)),
+            ("--daemons", self.daemons.to_string()),
+            ("--clients", self.clients.to_string()),
+            ("--queue-depth", self.queue_depth.to_string()),
+            ("--duration", format!("{:?}", self.duration)),
+            ("--runs", self.runs.to_string()),
+            ("--keys", self.keys.to_string()),
+            ("--distribution", format!("{:?}", self.distribution)),
+            ("--read-ratio", self.read_ratio.to_string()),
+            ("--ring-size", self.ring_size.to_string()),
+            ("--take-per-turn", self.take_per_turn.to_string()),
+            ("--poll-budget", format!("{} {:?}", self.poll_budget, self.adaptive)),
+            ("--verify", self.verify.to_string()),
+            ("--seed", self.seed.to_string()),
+            ("--pattern-len", self.pattern_len.to_string()),
+            ("--rpc-ring", format!("{:?}", self.copyrpc_ring)),
+            ("--drain-timeout", format!("{:?}", self.drain_timeout)),
+            ("--setup-timeout", format!("{:?}", self.setup_timeout)),
+        ]
+    }
+
+    /// A hash of each of [`shared_options`](Self::shared_options)' values, in order: what
+    /// the ranks exchange to find a rank started with other options.
+    pub fn fingerprint(&self) -> [u64; SHARED_OPTIONS] {
+        self.shared_options().map(|(_, v)| {
+            // FNV-1a: stable across processes and builds (std's hasher is seeded).
+            v.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+        })
+    }
+
     /// Ranks requests are spread over: the MPI ranks, or the pretend ranks of
     /// `--loopback-ranks`.
     pub fn ranks(&self, mpi_size: u32) -> u32 {
@@ -403,6 +467,34 @@ mod tests {
         let mut v = vec!["benchkv"];
         v.extend_from_slice(args);
         Config::from_cli(&Cli::try_parse_from(v).map_err(|e| e.to_string())?)
+    }
+
+    #[test]
+    fn ranks_with_other_workload_options_are_named_and_own_options_may_differ() {
+        let base = cfg(&["--keys", "1000"]).unwrap();
+        let same = cfg(&["--keys", "1000", "--pin", "off", "--plot", "x.svg", "--metrics"])
+            .unwrap();
+        let other = cfg(&["--keys", "5000"]).unwrap();
+        let fp = base.fingerprint();
+        assert_eq!(mismatch(&base, &fp, &[fp, same.fingerprint()]), None);
+        let why = mismatch(&base, &fp, &[fp, other.fingerprint()]).expect("a mismatch");
+        assert!(
+            why.contains("rank 1") && why.contains("--keys") && why.contains("(1000)"),
+            "{why}"
+        );
+        // Every listed option takes part: each one changed alone is caught.
+        for args in [
+            ["--queue-depth", "8"],
+            ["--duration", "3s"],
+            ["--seed", "9"],
+            ["--read-ratio", "0.9"],
+            ["--backend", "meta"],
+            ["--daemons", "2"],
+        ] {
+            let o = cfg(&["--keys", "1000", args[0], args[1]]).unwrap();
+            let why = mismatch(&base, &fp, &[o.fingerprint()]).expect(args[0]);
+            assert!(why.contains(args[0]), "{why}");
+        }
     }
 
     #[test]

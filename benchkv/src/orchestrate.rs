@@ -121,6 +121,17 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         .all_gather(&PeerId::me())
         .map_err(|e| format!("exchanging rank identities: {e}"))?;
     dog.set_peers(peers);
+    dog.arm(
+        "set-up: every rank's workload options (all-gather)",
+        cfg.setup_timeout,
+    );
+    let mine = cfg.fingerprint();
+    let all = cluster
+        .all_gather(&mine)
+        .map_err(|e| format!("exchanging workload options: {e}"))?;
+    if let Some(why) = crate::config::mismatch(cfg, &mine, &all) {
+        return Err(Fail::Usage(why));
+    }
     let fabric = setup::resolve_fabric(cfg).map_err(Fail::Usage)?;
     dog.arm(
         "set-up: the endpoint exchange with every rank (seed §9 steps 6, 8)",
