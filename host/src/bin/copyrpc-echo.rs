@@ -15,6 +15,7 @@ use std::ops::RangeInclusive;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use copyrpc_host::exchange::MpiExchange;
 use copyrpc_host::fabric::{self, FabricKind, FabricOptions};
 use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING};
 use copyrpc_host::rpc::{sizing, RpcConfig};
@@ -148,6 +149,48 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     Ok(Parsed::Run(kind, Box::new(opts), cfg))
 }
 
+/// The options every rank must share, with their values: ranks that disagree (an
+/// `mpirun A : B` gives ranks different command lines) would each wait for calls the
+/// other never makes, until the deadline.
+fn shared_options(kind: FabricKind, cfg: &EchoConfig) -> [(&'static str, String); 5] {
+    [
+        ("--fabric", format!("{kind}")),
+        ("--calls", cfg.calls_per_peer.to_string()),
+        ("--max-payload", cfg.max_payload.to_string()),
+        ("--rpc-ring", format!("{:?}", cfg.rpc)),
+        ("--deadline-s", format!("{:?}", cfg.deadline)),
+    ]
+}
+
+/// A hash of each shared option's value (FNV-1a: the same in every process).
+fn fingerprint(opts: &[(&'static str, String); 5]) -> [u64; 5] {
+    opts.each_ref().map(|(_, v)| {
+        v.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    })
+}
+
+/// Every rank's options against this one's: the first rank and option that differ.
+fn check_shared(x: &MpiExchange, kind: FabricKind, cfg: &EchoConfig) -> Result<(), String> {
+    let opts = shared_options(kind, cfg);
+    let mine = fingerprint(&opts);
+    let all = x
+        .all_gather(&mine)
+        .map_err(|e| format!("exchanging options: {e}"))?;
+    for (rank, theirs) in all.iter().enumerate() {
+        if let Some(k) = (0..mine.len()).find(|&k| theirs[k] != mine[k]) {
+            let (flag, value) = &opts[k];
+            return Err(format!(
+                "rank {rank} was started with another {flag} than this rank's ({value}); \
+                 every rank must get the same --fabric, --calls, --max-payload, --rpc-ring \
+                 and --deadline-s"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let (kind, opts, cfg) = match parse(std::env::args().skip(1)) {
         Ok(Parsed::Run(kind, opts, cfg)) => (kind, opts, cfg),
@@ -165,8 +208,8 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     let (r, n) = (x.rank(), x.size());
-    let result = fabric::open(kind, &opts)
-        .map_err(|e| format!("{e}"))
+    let result = check_shared(&x, kind, &cfg)
+        .and_then(|()| fabric::open(kind, &opts).map_err(|e| format!("{e}")))
         .and_then(|(f, sel)| {
             if r == 0 {
                 eprintln!("copyrpc-echo: {}", sel.reason);
