@@ -245,27 +245,15 @@ fn item1_delegation_four_ranks_back_pressure_drains() {
 /// naming the option, with the usage status.
 #[test]
 fn ranks_started_with_different_keys_refuse_to_run_naming_the_option() {
-    let bin = env!("CARGO_BIN_EXE_benchkv");
-    let rank = |keys: &'static str| ["-np", "1", bin, "--pin", "off", "--keys", keys];
-    let mut child = std::process::Command::new("mpirun")
-        .args(rank("1000"))
-        .arg(":")
-        .args(rank("5000"))
-        .envs(copyrpc_host::exchange::launch::LOCAL_OMPI_ENV)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("mpirun runs (scripts/setup.sh installs Open MPI)");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    // Waiting for another process to exit: a bounded poll, not a synchronisation.
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the mismatched job did not end within 120 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_benchkv"));
+    let out = copyrpc_host::exchange::launch::run_local_mpmd(
+        &[
+            (bin, &["--pin", "off", "--keys", "1000"]),
+            (bin, &["--pin", "off", "--keys", "5000"]),
+        ],
+        TIMEOUT_S,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the mismatched job ran: {err}");
     // Each rank finds the mismatch from the same all-gather; the first to exit makes

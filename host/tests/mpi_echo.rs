@@ -80,3 +80,26 @@ fn verbs_without_a_device_fails_every_rank_with_the_fix_named() {
     );
     assert!(stdout.contains("--fabric sim"), "{stdout}");
 }
+
+/// Ranks started with another `--calls` (an `mpirun A : B`) fail at once naming it,
+/// instead of one waiting out the deadline for calls the other never makes.
+#[test]
+fn ranks_started_with_different_calls_fail_at_once_naming_the_option() {
+    let exe = Path::new(EXE);
+    let out = copyrpc_host::exchange::launch::run_local_mpmd(
+        &[
+            (exe, &["--fabric", "sim", "--calls", "100"]),
+            (exe, &["--fabric", "sim", "--calls", "5000"]),
+        ],
+        TIMEOUT_S,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "the mismatched job ran: {stdout}");
+    assert!(
+        stdout.contains("was started with another --calls than this rank's"),
+        "no rank named the differing --calls:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("deadline"), "it waited for the deadline:\n{stdout}");
+}

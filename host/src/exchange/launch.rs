@@ -29,8 +29,29 @@ pub fn run_local(
     if let Some(np) = np {
         cmd.args(["mpirun", "-np", &np.to_string()]);
     }
-    cmd.arg(program).args(args).envs(LOCAL_OMPI_ENV);
+    cmd.arg(program).args(args);
+    finish(cmd, &program.display().to_string(), timeout_s)
+}
+
+/// Runs one job of several programs, one rank each: `mpirun -np 1 <program> <args> :
+/// -np 1 ...` (MPMD, each rank its own command line), as [`run_local`] runs one.
+pub fn run_local_mpmd(ranks: &[(&Path, &[&str])], timeout_s: u32) -> Result<Output, String> {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=10", &timeout_s.to_string(), "mpirun"]);
+    for (i, (program, args)) in ranks.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args(["-np", "1"]).arg(program).args(*args);
+    }
+    finish(cmd, "the MPMD job", timeout_s)
+}
+
+/// Runs `cmd` (a `timeout` command line) with [`LOCAL_OMPI_ENV`] and names the two
+/// failures everyone hits.
+fn finish(mut cmd: Command, what: &str, timeout_s: u32) -> Result<Output, String> {
     let out = cmd
+        .envs(LOCAL_OMPI_ENV)
         .output()
         .map_err(|e| format!("cannot run `timeout` (coreutils): {e}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -39,8 +60,7 @@ pub fn run_local(
             "`mpirun` not found: multi-rank runs need Open MPI (scripts/setup.sh installs openmpi-bin and libopenmpi-dev)\n{stderr}"
         )),
         Some(124) | Some(137) => Err(format!(
-            "{} did not finish within {timeout_s} s\nstdout:\n{}\nstderr:\n{stderr}",
-            program.display(),
+            "{what} did not finish within {timeout_s} s\nstdout:\n{}\nstderr:\n{stderr}",
             String::from_utf8_lossy(&out.stdout)
         )),
         _ => Ok(out),
