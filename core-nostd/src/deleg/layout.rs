@@ -129,11 +129,12 @@ pub struct RespSlot<Resp> {
     /// slot. Written and read only by that client.
     pub pending: AtomicU8,
     _pad2: [u8; 2],
-    /// @+4 (addition, the seed's padding) the server's record of calls on this slot:
-    /// bit 0 set while one it took is unanswered, bits 1.. count the calls it took (the
-    /// reply token carries the count). Written and read only by the server, so that a
-    /// second reply to a call, which `valid` alone cannot tell once the client has read
-    /// the first, is refused instead of answering the slot's next call.
+    /// @+4 (addition, the seed's padding) calls answered on this slot (wrapping): a
+    /// request taken gets the next number in its reply token, and only that number is
+    /// answered. Written (by the reply, on the line it writes anyway) and read only by
+    /// the server, so that a second reply to a call, which `valid` alone cannot tell
+    /// once the client has read the first, is refused instead of answering the slot's
+    /// next call.
     pub served: AtomicU32,
     payload: UnsafeCell<Resp>,
 }

@@ -77,10 +77,6 @@ impl ReplyToken {
     }
 }
 
-/// The call counts a response slot's `served` word keeps (31 bits, above the
-/// unanswered flag); they wrap, so a token 2^31 calls old on one slot would match again.
-const CALL_MASK: u32 = u32::MAX >> 1;
-
 /// One received request.
 #[derive(Debug)]
 pub struct RecvEntry<Req> {
@@ -373,12 +369,15 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                 continue;
             }
             self.stats.received += 1;
-            let served = &self.region.resp_slot(client_id, resp_slot_idx).served;
-            // Relaxed, load and store: a word only this thread touches. A client that
-            // calls again on a slot before reading its answer (against the protocol) only
-            // makes the earlier call's token stale.
-            let call = (served.load(Ordering::Relaxed) >> 1).wrapping_add(1) & CALL_MASK;
-            served.store(call << 1 | 1, Ordering::Relaxed);
+            // The slot's next call: one past the calls answered on it. Read only, so the
+            // line the client polls is written by the reply alone, as before. Relaxed: a
+            // word only this thread writes.
+            let call = self
+                .region
+                .resp_slot(client_id, resp_slot_idx)
+                .served
+                .load(Ordering::Relaxed)
+                .wrapping_add(1);
             return Some(RecvEntry {
                 token: ReplyToken {
                     client_id,
@@ -414,11 +413,10 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             return Err(ReplyError::ClientGone);
         }
         let s = self.region.resp_slot(token.client_id, token.resp_slot_idx);
-        // Relaxed: the server's own word. Not the slot's call taken and unanswered: a
-        // second reply (the client may have read the first and called again on the slot,
-        // which `valid` cannot show), or a call never taken.
-        let taken = (token.call & CALL_MASK) << 1 | 1;
-        if token.call > CALL_MASK || s.served.load(Ordering::Relaxed) != taken {
+        // Relaxed: the server's own word. Not the call after the last answered on the
+        // slot: a second reply (the client may have read the first and called again on
+        // the slot, which `valid` cannot show), or a call never taken.
+        if token.call != s.served.load(Ordering::Relaxed).wrapping_add(1) {
             return Err(ReplyError::Duplicate);
         }
         // Relaxed: if 1, the client has not consumed an earlier reply on this slot (it
@@ -430,7 +428,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         // R3 (pairs with A3 in Client::poll): publishes the payload (seed §2.2 reply).
         s.valid.store(1, Ordering::Release);
         // Relaxed: the server's own word; the call is answered.
-        s.served.store(taken & !1, Ordering::Relaxed);
+        s.served.store(token.call, Ordering::Relaxed);
         Ok(())
     }
 
