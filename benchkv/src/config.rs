@@ -381,7 +381,10 @@ impl Config {
             ("--read-ratio", self.read_ratio.to_string()),
             ("--ring-size", self.ring_size.to_string()),
             ("--take-per-turn", self.take_per_turn.to_string()),
-            ("--poll-budget", format!("{} {:?}", self.poll_budget, self.adaptive)),
+            (
+                "--poll-budget",
+                format!("{} {:?}", self.poll_budget, self.adaptive),
+            ),
             ("--verify", self.verify.to_string()),
             ("--seed", self.seed.to_string()),
             ("--pattern-len", self.pattern_len.to_string()),
@@ -472,8 +475,16 @@ mod tests {
     #[test]
     fn ranks_with_other_workload_options_are_named_and_own_options_may_differ() {
         let base = cfg(&["--keys", "1000"]).unwrap();
-        let same = cfg(&["--keys", "1000", "--pin", "off", "--plot", "x.svg", "--metrics"])
-            .unwrap();
+        let same = cfg(&[
+            "--keys",
+            "1000",
+            "--pin",
+            "off",
+            "--plot",
+            "x.svg",
+            "--metrics",
+        ])
+        .unwrap();
         let other = cfg(&["--keys", "5000"]).unwrap();
         let fp = base.fingerprint();
         assert_eq!(mismatch(&base, &fp, &[fp, same.fingerprint()]), None);

@@ -258,10 +258,12 @@ fn ranks_started_with_different_keys_refuse_to_run_naming_the_option() {
     assert!(!out.status.success(), "the mismatched job ran: {err}");
     // Each rank finds the mismatch from the same all-gather; the first to exit makes
     // mpirun end the other, which may not have printed yet, so either line will do.
-    let said = [("rank 1", "1000"), ("rank 0", "5000")].iter().any(|(other, mine)| {
-        err.contains(&format!(
-            "{other} was started with another --keys than this rank's ({mine})"
-        ))
-    });
+    let said = [("rank 1", "1000"), ("rank 0", "5000")]
+        .iter()
+        .any(|(other, mine)| {
+            err.contains(&format!(
+                "{other} was started with another --keys than this rank's ({mine})"
+            ))
+        });
     assert!(said, "no rank named the differing --keys:\n{err}");
 }

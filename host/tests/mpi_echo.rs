@@ -101,5 +101,8 @@ fn ranks_started_with_different_calls_fail_at_once_naming_the_option() {
         "no rank named the differing --calls:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!stdout.contains("deadline"), "it waited for the deadline:\n{stdout}");
+    assert!(
+        !stdout.contains("deadline"),
+        "it waited for the deadline:\n{stdout}"
+    );
 }
