@@ -462,3 +462,39 @@ fn the_adaptive_budget_keeps_the_collapsing_eight_rank_world_high() {
     let (off, adaptive) = (rate("off"), rate("adaptive"));
     assert!(adaptive > 2.0 * off, "adaptive {adaptive} vs off {off}");
 }
+
+/// Every rank's NIC maps its own region and every peer's, which is thousands of
+/// mappings in a large world: they must not each hold a file descriptor, or a world of
+/// 32 ranks outgrows a soft `RLIMIT_NOFILE` of 256 (many systems start at 1 024).
+#[test]
+fn a_world_of_32_ranks_runs_within_256_file_descriptors() {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_benchkv"));
+    cmd.args(["--keys", "4096", "--pattern-len", "1024"]).args([
+        "--world",
+        "virtual:32",
+        "--duration",
+        "1ms",
+        "--output",
+        "json",
+    ]);
+    // SAFETY: only setrlimit (async-signal-safe) runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let out = cmd.output().expect("benchkv runs");
+    assert!(
+        out.status.success(),
+        "virtual:32 under 256 descriptors failed:\n{}",
+        text(&out.stderr)
+    );
+}

@@ -232,7 +232,7 @@ pub enum Error {
         size: usize,
     },
     /// The peer's region cannot be mapped (it runs on another machine, or has exited).
-    #[error("sim fabric: cannot map the peer's region {region}; sim connects processes on one machine only, and the peer must still be running")]
+    #[error("sim fabric: cannot map the peer's region {region} ({source}); sim connects processes on one machine only, and the peer must still be running")]
     SimPeer {
         /// The peer's region name.
         region: String,

@@ -41,8 +41,10 @@ pub struct ShmRegion {
     ptr: NonNull<u8>,
     len: usize,
     creator: bool,
-    /// Kept open for [`ShmRegion::commit`] (`posix_fallocate` needs a descriptor).
-    fd: OwnedFd,
+    /// The object's inode, to tell whether its name still refers to it. No descriptor
+    /// is kept: a process maps many regions (a virtual world, every peer's), and the
+    /// mappings, unlike descriptors, do not count against `RLIMIT_NOFILE`.
+    ino: u64,
 }
 
 // SAFETY: the mapping is process-wide memory; the handle only owns the mapping (munmap
@@ -91,15 +93,10 @@ impl ShmRegion {
         // Registered before the name exists: a sweep in another thread that lists the
         // new file then finds it ours, instead of taking it for a predecessor's.
         created_here().push(name.to_owned());
-        let r = Self::create_named(name, &c, len).inspect_err(|_| forget_created(name))?;
-        if commit_all {
-            // On error `r` drops here: unmapped, unlinked and its registration dropped.
-            r.commit(0, len)?;
-        }
-        Ok(r)
+        Self::create_named(name, &c, len, commit_all).inspect_err(|_| forget_created(name))
     }
 
-    fn create_named(name: &str, c: &CString, len: usize) -> Result<Self> {
+    fn create_named(name: &str, c: &CString, len: usize, commit_all: bool) -> Result<Self> {
         // SAFETY: `c` is a valid C string.
         let raw = unsafe {
             libc::shm_open(
@@ -130,13 +127,19 @@ impl ShmRegion {
                 source,
             });
         }
-        match Self::map(name, &fd, len) {
-            Ok(ptr) => Ok(Self {
+        if commit_all {
+            if let Err(e) = claim(&fd, name, 0, len) {
+                unlink();
+                return Err(e);
+            }
+        }
+        match inode(&fd, name).and_then(|ino| Ok((Self::map(name, &fd, len)?, ino))) {
+            Ok((ptr, ino)) => Ok(Self {
                 name: name.to_owned(),
                 ptr,
                 len,
                 creator: true,
-                fd,
+                ino,
             }),
             Err(e) => {
                 unlink();
@@ -147,7 +150,8 @@ impl ShmRegion {
 
     /// Claims bytes `offset..offset + len` of the region from `/dev/shm` (zero bytes
     /// stay zero), so that touching them cannot raise SIGBUS. [`Error::ShmNoRoom`] if
-    /// the file system cannot hold them; nothing is claimed then.
+    /// the file system cannot hold them; nothing is claimed then. Opens the region's
+    /// name for it, so only while the name exists (its creator has not dropped it).
     pub fn commit(&self, offset: usize, len: usize) -> Result<()> {
         let end = offset.checked_add(len).filter(|&e| e <= self.len);
         assert!(
@@ -159,35 +163,18 @@ impl ShmRegion {
         if len == 0 {
             return Ok(());
         }
-        // A signal may interrupt the allocation; a bounded number of retries, then the
-        // EINTR is the error.
-        let mut rc = libc::EINTR;
-        for _ in 0..64 {
-            // SAFETY: `fd` is our open descriptor of this region; the range is inside
-            // its size (checked above), so the file does not grow.
-            rc = unsafe {
-                libc::posix_fallocate(
-                    self.fd.as_raw_fd(),
-                    offset as libc::off_t,
-                    len as libc::off_t,
-                )
-            };
-            if rc != libc::EINTR {
-                break;
-            }
+        let c = c_name(&self.name)?;
+        // SAFETY: `c` is a valid C string.
+        let raw = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(Error::ShmOpen {
+                name: self.name.clone(),
+                source: io::Error::last_os_error(),
+            });
         }
-        if rc == 0 {
-            return Ok(());
-        }
-        let (free, size) = shm_room().unwrap_or((0, 0));
-        Err(Error::ShmNoRoom {
-            name: self.name.clone(),
-            offset,
-            len,
-            free,
-            size,
-            source: io::Error::from_raw_os_error(rc),
-        })
+        // SAFETY: `raw` is a descriptor we just opened and own alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        claim(&fd, &self.name, offset, len)
     }
 
     /// Opens an existing region and maps all of it.
@@ -219,7 +206,7 @@ impl ShmRegion {
             ptr,
             len,
             creator: false,
-            fd,
+            ino: st.st_ino,
         })
     }
 
@@ -287,13 +274,9 @@ impl ShmRegion {
         self.len == 0
     }
 
-    /// The inode of the object mapped (`None` if `fstat` fails): tells whether a name
-    /// still refers to this object.
-    pub fn inode(&self) -> Option<u64> {
-        // SAFETY: `stat` is plain data; zeroed is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: our open descriptor and a valid out pointer.
-        (unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) } == 0).then_some(st.st_ino)
+    /// The inode of the object mapped: tells whether a name still refers to it.
+    pub fn inode(&self) -> u64 {
+        self.ino
     }
 
     /// True if this handle created the region (and unlinks it on drop).
@@ -325,6 +308,50 @@ pub fn unlink_created() -> usize {
         .iter()
         .filter(|n| ShmRegion::unlink(n).is_ok())
         .count()
+}
+
+/// `posix_fallocate` of `offset..offset + len` of region `name` through `fd`, as
+/// [`ShmRegion::commit`] describes.
+fn claim(fd: &OwnedFd, name: &str, offset: usize, len: usize) -> Result<()> {
+    // A signal may interrupt the allocation; a bounded number of retries, then the
+    // EINTR is the error.
+    let mut rc = libc::EINTR;
+    for _ in 0..64 {
+        // SAFETY: `fd` is an open descriptor of the region; the caller keeps the range
+        // inside its size, so the file does not grow.
+        rc = unsafe {
+            libc::posix_fallocate(fd.as_raw_fd(), offset as libc::off_t, len as libc::off_t)
+        };
+        if rc != libc::EINTR {
+            break;
+        }
+    }
+    if rc == 0 {
+        return Ok(());
+    }
+    let (free, size) = shm_room().unwrap_or((0, 0));
+    Err(Error::ShmNoRoom {
+        name: name.to_owned(),
+        offset,
+        len,
+        free,
+        size,
+        source: io::Error::from_raw_os_error(rc),
+    })
+}
+
+/// The inode behind `fd`.
+fn inode(fd: &OwnedFd, name: &str) -> Result<u64> {
+    // SAFETY: `stat` is plain data; zeroed is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor and a valid out pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(Error::ShmStat {
+            name: name.to_owned(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(st.st_ino)
 }
 
 /// Free and total bytes of the file system behind `/dev/shm`, for error messages.
