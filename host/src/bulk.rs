@@ -22,8 +22,14 @@ enum PoolMr {
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a leased buffer returns to its pool only through release"]
 pub struct PoolBuf {
+    /// The pool it came from ([`BufferPool`]'s id): a buffer handed to another pool is
+    /// refused rather than put on that pool's free list, where it would be leased twice.
+    pool: u64,
     index: usize,
 }
+
+/// Pools made in this process, for their ids.
+static POOLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl PoolBuf {
     /// Which of the pool's buffers this is.
@@ -36,9 +42,11 @@ impl PoolBuf {
 #[derive(Debug)]
 pub struct BufferPool {
     mr: PoolMr,
+    id: u64,
     buf_bytes: usize,
     count: usize,
     free: Vec<usize>,
+    leased: Vec<bool>,
 }
 
 impl BufferPool {
@@ -57,9 +65,12 @@ impl BufferPool {
         };
         Ok(Self {
             mr,
+            // Relaxed: a unique number, nothing is published through it.
+            id: POOLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             buf_bytes,
             count,
             free: (0..count).rev().collect(),
+            leased: vec![false; count],
         })
     }
 
@@ -90,19 +101,48 @@ impl BufferPool {
 
     /// A free buffer, if any.
     pub fn lease(&mut self) -> Option<PoolBuf> {
-        self.free.pop().map(|index| PoolBuf { index })
+        let index = self.free.pop()?;
+        self.leased[index] = true;
+        Some(PoolBuf {
+            pool: self.id,
+            index,
+        })
     }
 
     /// Puts a leased buffer back. The caller makes sure no operation still targets it
     /// (the op that used it has ended and its transfer drained).
+    ///
+    /// # Panics
+    ///
+    /// If `b` is another pool's buffer: on this pool's free list it would be leased
+    /// while still leased (the same bytes handed out twice).
     pub fn release(&mut self, b: PoolBuf) {
-        debug_assert!(!self.free.contains(&b.index), "released twice");
+        self.check(&b);
+        debug_assert!(self.leased[b.index], "a buffer of this pool not leased");
+        self.leased[b.index] = false;
         self.free.push(b.index);
+    }
+
+    /// A buffer of another pool is a bug in the caller that would hand the same bytes
+    /// out twice or describe memory this pool does not own.
+    fn check(&self, b: &PoolBuf) {
+        assert!(
+            b.pool == self.id && b.index < self.count,
+            "buffer {} of pool {} used with pool {}",
+            b.index,
+            b.pool,
+            self.id
+        );
     }
 
     /// The buffer's first byte, as a raw pointer: the device reads and writes it, so
     /// Rust code touches it only when no operation targets it.
+    ///
+    /// # Panics
+    ///
+    /// If `b` is another pool's buffer (as [`release`](Self::release)).
     pub fn ptr(&self, b: &PoolBuf) -> *mut u8 {
+        self.check(b);
         let base = match &self.mr {
             PoolMr::Sim(m) => m.as_ptr(),
             PoolMr::Verbs(m) => m.as_ptr(),

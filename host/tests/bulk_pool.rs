@@ -33,6 +33,31 @@ fn a_sim_pool_registers_once_and_leases_its_buffers() {
     assert!(BufferPool::new(&f, "empty", 0, 4096).is_err());
 }
 
+/// A buffer given back to the wrong pool would join that pool's free list while its
+/// own index there is still leased: the same bytes leased twice. Refused (a panic naming
+/// both pools), in release builds too.
+#[test]
+fn a_buffer_of_another_pool_is_refused_not_leased_twice() {
+    let f = fabric::open_sim(&FabricOptions::default()).unwrap();
+    let mut put = BufferPool::new(&f, "bulk-pool-put", 2, 4096).unwrap();
+    let mut get = BufferPool::new(&f, "bulk-pool-get", 2, 4096).unwrap();
+    let g0 = get.lease().unwrap();
+    let p0 = put.lease().unwrap();
+    let foreign = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| get.release(p0)));
+    let msg = foreign.expect_err("a foreign buffer was released");
+    let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("used with pool"), "{msg}");
+    // Nothing joined the free list: the next lease is the other buffer, not g0's bytes.
+    let g1 = get.lease().unwrap();
+    assert_ne!(get.ptr(&g1), get.ptr(&g0));
+    assert!(get.lease().is_none(), "two buffers, both leased");
+    let p1 = put.lease().unwrap();
+    assert!(
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| get.ptr(&p1))).is_err(),
+        "another pool's buffer described by this pool"
+    );
+}
+
 #[test]
 fn a_verbs_pool_without_a_device_is_never_built() {
     // No verbs fabric opens without a NIC, so no pool can be asked of one: the error
