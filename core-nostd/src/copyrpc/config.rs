@@ -1,5 +1,6 @@
 //! Settings of a context and of its endpoints.
 
+use crate::credit;
 use mlx5_raw::SqConfig;
 
 /// Per-endpoint settings.
@@ -25,11 +26,20 @@ pub struct EndpointConfig {
 }
 
 impl EndpointConfig {
-    /// Seed values for a ring of `ring_size` bytes.
+    /// Seed values for a ring of `ring_size` bytes (both sides' rings that size). The
+    /// default response allowance is the seed's 256 bytes, or less on a ring whose
+    /// credit cannot pay for 256 (1 KiB and below): a default no call can pay for would
+    /// refuse every `call` with `AllowanceTooLarge`.
     pub const fn for_ring(ring_size: u64) -> Self {
+        let cap = ring_size / 4;
+        let payable = match credit::max_response_allowance(credit::max_peer_credit(cap, ring_size))
+        {
+            Some(a) => a,
+            None => 0,
+        };
         Self {
-            max_resp_reservation: ring_size / 4,
-            default_response_allowance: 256,
+            max_resp_reservation: cap,
+            default_response_allowance: if payable < 256 { payable } else { 256 },
             max_inline: SqConfig::COPYRPC.max_inline,
             inline_head: SqConfig::COPYRPC.inline_head,
             signal_interval: SqConfig::COPYRPC.signal_interval,
@@ -92,6 +102,29 @@ mod tests {
         assert_eq!(cfg.min_sq_bbs(), 20);
         (cfg.max_inline, cfg.inline_head) = (0, 0);
         assert_eq!(cfg.min_sq_bbs(), 16);
+    }
+
+    /// The default allowance is one a call can pay for on every ring size: the seed's
+    /// 256 from 2 KiB up, the most the credit allows below (192 at 1 KiB, 64 at 512),
+    /// 0 where not even an empty response can be paid for.
+    #[test]
+    fn the_default_response_allowance_can_be_paid_for_on_every_ring() {
+        use crate::credit::{max_peer_credit, max_response_allowance};
+        for shift in 6..=22 {
+            let ring = 1u64 << shift;
+            let cfg = EndpointConfig::for_ring(ring);
+            let max = max_response_allowance(max_peer_credit(ring / 4, ring));
+            assert!(
+                max.is_some_and(|m| cfg.default_response_allowance <= m)
+                    || (max.is_none() && cfg.default_response_allowance == 0),
+                "ring {ring}: default {} over {max:?}",
+                cfg.default_response_allowance
+            );
+        }
+        assert_eq!(EndpointConfig::for_ring(1024).default_response_allowance, 192);
+        assert_eq!(EndpointConfig::for_ring(512).default_response_allowance, 64);
+        assert_eq!(EndpointConfig::for_ring(2048).default_response_allowance, 256);
+        assert_eq!(EndpointConfig::for_ring(16 << 10).default_response_allowance, 256);
     }
 
     #[test]
