@@ -408,6 +408,26 @@ fn qpn_is_each_endpoints_own_qp_number() {
     });
 }
 
+/// An endpoint failed before it was ever connected says so: `connect` and the
+/// allowance query give `EndpointFailed`, not "already connected" or "not even an
+/// empty response fits".
+#[test]
+fn an_endpoint_failed_before_connect_says_it_failed() {
+    big_stack(|| {
+        let mut o = Opts::new(1, 4096);
+        o.connect = false;
+        let mut p: Pair<1, 64, 128> = Pair::new(o);
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        let ib = p.b.ctx.local_info(eb).unwrap();
+        p.a.ctx.fail_endpoint(ea).unwrap();
+        assert_eq!(p.a.ctx.connect(ea, &ib), Err(Error::EndpointFailed));
+        assert_eq!(
+            p.a.ctx.max_response_allowance(ea),
+            Err(Error::EndpointFailed)
+        );
+    });
+}
+
 /// Before `connect`, a call is refused as `NotConnected` (not `EndpointFailed`); a peer
 /// whose recv ring is larger than our send ring is refused as `SendRingTooSmall` and
 /// leaves the endpoint unconnected; the peer's own info connects, once.

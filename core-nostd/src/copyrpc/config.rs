@@ -121,10 +121,19 @@ mod tests {
                 cfg.default_response_allowance
             );
         }
-        assert_eq!(EndpointConfig::for_ring(1024).default_response_allowance, 192);
+        assert_eq!(
+            EndpointConfig::for_ring(1024).default_response_allowance,
+            192
+        );
         assert_eq!(EndpointConfig::for_ring(512).default_response_allowance, 64);
-        assert_eq!(EndpointConfig::for_ring(2048).default_response_allowance, 256);
-        assert_eq!(EndpointConfig::for_ring(16 << 10).default_response_allowance, 256);
+        assert_eq!(
+            EndpointConfig::for_ring(2048).default_response_allowance,
+            256
+        );
+        assert_eq!(
+            EndpointConfig::for_ring(16 << 10).default_response_allowance,
+            256
+        );
     }
 
     #[test]

@@ -565,10 +565,14 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
     /// granted: the peer's reservation cap, or half of our recv ring, less the reply's
     /// header and metadata. A larger one is refused with [`Error::AllowanceTooLarge`].
     /// `Ok(None)`: not even an empty response fits (a tiny ring or cap).
+    /// [`Error::EndpointFailed`] once the endpoint has failed.
     pub fn max_response_allowance(&self, id: EndpointId) -> Result<Option<u32>, Error> {
         let e = self.ep(id)?;
         if e.d.is_created() {
             return Err(Error::NotConnected);
+        }
+        if e.d.is_failed() {
+            return Err(Error::EndpointFailed);
         }
         Ok(e.d.max_response_allowance())
     }

@@ -134,7 +134,13 @@ impl<const REQS: usize> EpData<REQS> {
 
     pub(crate) fn connect(&mut self, info: &super::EndpointInfo) -> Result<Flush, Error> {
         if !self.is_created() {
-            return Err(Error::AlreadyConnected);
+            // A failed endpoint (even one failed before it was ever connected) says so;
+            // "already connected" would send its user looking for the wrong cause.
+            return Err(if self.is_failed() {
+                Error::EndpointFailed
+            } else {
+                Error::AlreadyConnected
+            });
         }
         let remote = RingSize::new(info.recv_ring_size).map_err(|_| Error::BadPeerRing)?;
         let local = RingSize::new(self.rx.mem().len() as u64).map_err(|_| Error::BadRecvRing)?;
