@@ -408,6 +408,32 @@ fn qpn_is_each_endpoints_own_qp_number() {
     });
 }
 
+/// One side fails its endpoint (`fail_endpoint`: its application saw the peer as
+/// dead, or gave up). The other side's pending call must end, with `EndpointFailed`,
+/// although the failed side's QP still answers READs: its next liveness probe reads
+/// the mark the failed endpoint exports.
+#[test]
+fn a_peer_that_fails_its_endpoint_ends_our_pending_calls() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, 4096));
+        let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+        p.b.ctx.fail_endpoint(eb).unwrap();
+        p.a.ctx.call(ea, b"anyone there?", 7).unwrap();
+        let mut got = None;
+        while got.is_none() {
+            p.a.ctx.poll(|k, r| got = Some((k, r.map(<[u8]>::to_vec))));
+            p.b.ctx.poll(|_, _| {});
+            p.step();
+            assert!(p.steps < 400_000, "the call never ended\n{}", p.dump());
+        }
+        assert_eq!(got, Some((7, Err(Error::EndpointFailed))));
+        assert_eq!(
+            p.a.ctx.failure_cause(ea),
+            Some(copyrpc_core::copyrpc::FailureCause::BadConsumerRead)
+        );
+    });
+}
+
 /// An endpoint failed before it was ever connected says so: `connect` and the
 /// allowance query give `EndpointFailed`, not "already connected" or "not even an
 /// empty response fits".

@@ -214,6 +214,8 @@ impl<const REQS: usize> EpData<REQS> {
             drained: false,
             cause,
         };
+        // Before it is connected the peer has no address of ours to READ.
+        self.rx.export_failed();
         stats.endpoints_failed += 1;
         Flush::Needed
     }

@@ -201,7 +201,8 @@ pub enum FailureCause {
     /// A batch from the peer broke the protocol: its immediate, metadata or messages
     /// are invalid, it overruns the ring, or it holds more requests than the table.
     ProtocolViolation,
-    /// Our READ of the peer's consumer returned a position the peer cannot have.
+    /// Our READ of the peer's consumer returned a position the peer cannot have: a
+    /// corrupted word, or the mark a peer leaves when its endpoint fails (`u64::MAX`).
     BadConsumerRead,
     /// A reply could not be written: the endpoint's credit or ring state contradicted
     /// itself (unreachable while copyrpc's invariants hold).
@@ -226,7 +227,7 @@ impl fmt::Display for FailureCause {
             }
             Self::ProtocolViolation => f.write_str("the peer broke the protocol"),
             Self::BadConsumerRead => {
-                f.write_str("READ of the peer's consumer returned an impossible position")
+                f.write_str("READ of the peer's consumer returned an impossible position (the peer failed its endpoint, or the word is corrupt)")
             }
             Self::ReplyWrite => f.write_str("a reply found the endpoint's send state inconsistent"),
             Self::PostRejected(e) => write!(f, "send queue rejected a WQE: {e:?}"),

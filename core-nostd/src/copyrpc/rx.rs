@@ -155,6 +155,17 @@ impl<const REQS: usize> Rx<REQS> {
         }
     }
 
+    /// The endpoint failed: exports a consumer no ring can have reached (`u64::MAX`,
+    /// above any producer), so the peer's next READ of it (a liveness probe, or a READ
+    /// for room) fails its endpoint too (`BadConsumerRead`) and completes its pending
+    /// calls, instead of waiting on a peer whose QP still answers READs. Nothing moves
+    /// the export afterwards: a failed endpoint parses no batch and sends no reply.
+    #[cold]
+    pub(crate) fn export_failed(&mut self) {
+        self.consumer_behind = false;
+        self.ctrl.store_consumer(u64::MAX);
+    }
+
     /// Moves the consumer to the oldest unanswered request (or everything parsed) and
     /// exports it for the peer's READs. Run after each parsed batch, by the reply that
     /// answers the last request held, and by the flush after other replies
