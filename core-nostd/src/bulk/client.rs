@@ -101,6 +101,12 @@ impl<const N: usize> Client<N> {
 
     /// Fails every call still waiting ([`OpError::Cancelled`]); their replies, if
     /// they come, change nothing.
+    ///
+    /// The server is not told: it may still be moving the bytes of a cancelled call,
+    /// and its RDMA WRITE of a get or READ of a put can land in, or read, the call's
+    /// buffers after the op has ended. Do not reuse or release those buffers on the
+    /// cancel: wait for the call's late reply (counted in `late_responses`), or for the
+    /// endpoint to fail, or drop the endpoint (its QP) first.
     pub fn cancel_all(&self) -> usize {
         self.ops.cancel_all()
     }
