@@ -408,6 +408,51 @@ fn qpn_is_each_endpoints_own_qp_number() {
     });
 }
 
+/// A payload that fits the ring but not beside a skipped lap tail: each size is called
+/// and answered 20 times in a row on a 4 KiB ring, retrying `RingFull`. A call that must
+/// wrap was refused for ever at some lap positions (1 500 B: two round trips, then
+/// `RingFull` with nothing in flight); it now wraps ahead and goes out from the next
+/// lap. Sizes from 500 B (no wrap trouble) to the largest a fresh lap takes beside 2R.
+#[test]
+fn every_size_a_fresh_lap_takes_keeps_going_round_the_ring() {
+    big_stack(|| {
+        for len in [500usize, 980, 1100, 1500, 1800, 1950] {
+            let mut p: Pair<1, 16, 128> = Pair::new(Opts::new(1, 4096));
+            let ea = p.a.eps[0];
+            let payload = vec![7u8; len];
+            for round in 0..20u64 {
+                let mut tries = 0;
+                while let Err(e) = p.a.ctx.call_with_allowance(ea, &payload, 0, round) {
+                    assert_eq!(e.error, Error::RingFull, "len {len} round {round}");
+                    tries += 1;
+                    assert!(
+                        tries < 2000,
+                        "len {len}: round {round} refused {tries} times: {:?}",
+                        p.a.ctx.credit_snapshot(ea)
+                    );
+                    p.a.ctx.poll(|_, _| {});
+                    p.b.ctx.poll(|_, _| {});
+                    serve_echo(&mut p.b.ctx);
+                    p.step();
+                }
+                let mut got = None;
+                while got.is_none() {
+                    p.a.ctx.poll(|k, r| got = Some((k, r.is_ok())));
+                    p.b.ctx.poll(|_, _| {});
+                    serve_echo(&mut p.b.ctx);
+                    p.step();
+                    assert!(p.steps < 1_000_000, "len {len}: no answer\n{}", p.dump());
+                }
+                assert_eq!(
+                    got,
+                    Some((round, true)),
+                    "len {len}: round {round}'s answer"
+                );
+            }
+        }
+    });
+}
+
 /// One side fails its endpoint (`fail_endpoint`: its application saw the peer as
 /// dead, or gave up). The other side's pending call must end, with `EndpointFailed`,
 /// although the failed side's QP still answers READs: its next liveness probe reads

@@ -143,6 +143,11 @@ impl<const REQS: usize> Endpoint<REQS> {
         stats: &mut Stats,
     ) -> Result<bool, PostError> {
         let d = &mut self.d;
+        // A refused wrapping call (which also wants the READ that brought us here) may
+        // need the lap ended early; its marker then goes out with the ranges below.
+        if d.tx.wrap_wanted() {
+            d.tx.wrap_if_wanted();
+        }
         let need = d.batch_bbs;
         let base = self.sq.producer_counter();
         let mut used: u64 = 0;

@@ -335,6 +335,15 @@ impl SendRing {
         Ok(wrap)
     }
 
+    /// Ends the lap now, for a message that will not fit before its end: as a wrap
+    /// would for it (see [`wrap`](Self::wrap)), but before the message is written, so
+    /// that its next try starts at the next lap. The producer moves by
+    /// `room_to_lap_end(producer)`.
+    #[cold]
+    pub(crate) fn wrap_ahead(&mut self) -> Wrap {
+        self.wrap()
+    }
+
     /// Ends the lap: flushes the open batch (if it has messages), places a marker at
     /// the producer (or in the empty batch's slot) covering the rest of the lap, and
     /// moves everything to the next lap's start.

@@ -83,12 +83,17 @@ impl Tx {
         padded: u64,
         response_allowance: u32,
     ) -> Result<(CallCredit, u64), Error> {
-        let advance = self
-            .ring
-            .plan(padded)
-            .map_err(|_| Error::PayloadTooLarge)?
-            .advance;
-        let paid = self.pay_for_call(advance, response_allowance)?;
+        let plan = self.ring.plan(padded).map_err(|_| Error::PayloadTooLarge)?;
+        let paid = match self.pay_for_call(plan.advance, response_allowance) {
+            Err(Error::RingFull) if plan.wraps => {
+                // Changes nothing now (a refused call never does): the flush the
+                // refusal asks for decides (`wrap_if_wanted`). Ring sizes are below
+                // 2^32, and so is a message that plans.
+                self.wrap_for = padded as u32;
+                return Err(Error::RingFull);
+            }
+            r => r?,
+        };
         let reserved = self
             .ring
             .reserve_message(padded)
@@ -128,6 +133,32 @@ impl Tx {
         }
         debug_assert!(self.credit.has_room(self.in_flight(), advance));
         true
+    }
+
+    /// Run by the flush after a call that must wrap was refused for room. Its advance
+    /// (the skipped tail, metadata and message) stays the same while the producer stays
+    /// put, and can exceed what the ring ever frees beside `2R`: a 1 500-byte call on a
+    /// 4 KiB ring, refused with nothing in flight, was refused for ever (a livelock
+    /// behind a retryable error). So if the call still cannot fit before the lap end,
+    /// would fit on a fresh lap once everything in flight is consumed, and the skipped
+    /// tail fits now, the lap ends here: a wrap marker is queued for this flush, and the
+    /// retry, at the next lap's start, pays only for metadata and message.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn wrap_if_wanted(&mut self) {
+        let padded = u64::from(core::mem::take(&mut self.wrap_for));
+        let still_wraps = self.ring.plan(padded).is_ok_and(|p| p.wraps);
+        let tail = self.ring.size().room_to_lap_end(self.ring.producer());
+        if padded != 0
+            && still_wraps
+            && self.credit.has_room(0, FLOW_METADATA_SIZE + padded)
+            && self.credit.has_room(self.in_flight(), tail)
+            && self.can_queue_wrap()
+        {
+            let w = self.ring.wrap_ahead();
+            // Room for both ranges was checked just above.
+            let _ = queue_wrap_ranges(&mut self.ranges, w);
+        }
     }
 
     /// A call found no ring room: [`Error::RingFull`] (and a READ of the peer's

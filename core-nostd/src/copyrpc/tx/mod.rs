@@ -54,6 +54,9 @@ pub(crate) struct Tx {
     /// A call found the ring full, or a grant was blocked only by a stale view of the
     /// peer's consumer: read it at the next flush.
     want_read: bool,
+    /// A call that must wrap was refused for room (0: none): the padded size of its
+    /// message, for [`wrap_if_wanted`](Self::wrap_if_wanted) at the next flush.
+    wrap_for: u32,
     /// Wrap ranges waiting for send-queue room, in posting order.
     ranges: Fifo<FlushRange, RANGES>,
 }
@@ -78,6 +81,7 @@ impl Tx {
             reply_ring: size,
             peer_recv: Remote { addr: 0, rkey: 0 },
             want_read: false,
+            wrap_for: 0,
         }
     }
 
@@ -153,6 +157,13 @@ impl Tx {
     #[inline(always)]
     pub(crate) const fn read_wanted(&self) -> bool {
         self.want_read
+    }
+
+    /// Whether a refused wrapping call left [`wrap_if_wanted`](Self::wrap_if_wanted)
+    /// something to decide.
+    #[inline]
+    pub(crate) const fn wrap_wanted(&self) -> bool {
+        self.wrap_for != 0
     }
 
     /// Wants a READ of the peer's consumer at the next flush (or, `false`, no more).
