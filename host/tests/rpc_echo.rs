@@ -108,6 +108,58 @@ fn a_send_queue_below_copyrpcs_minimum_is_refused_at_start() {
     }
 }
 
+/// Two ranks with different ring sizes: the one whose connect refuses the peer's ring
+/// says why, and the other learns at once that it failed, instead of waiting in the
+/// set-up barrier for the collective's timeout.
+#[test]
+fn ranks_with_different_ring_sizes_all_fail_at_once_naming_the_cause() {
+    let handles: Vec<_> = ThreadExchange::group(2)
+        .into_iter()
+        .enumerate()
+        .map(|(r, x)| {
+            let cfg = EchoConfig {
+                rpc: copyrpc_host::rpc::RpcConfig::for_ring(if r == 0 {
+                    16 << 10
+                } else {
+                    64 << 10
+                }),
+                ..EchoConfig::default()
+            };
+            std::thread::spawn(move || {
+                let f = SimFabric::open(&SimOptions {
+                    region_bytes: 64 << 20,
+                    ..SimOptions::default()
+                })
+                .unwrap();
+                let t0 = std::time::Instant::now();
+                (echo::run(&x, Fabric::Sim(Box::new(f)), &cfg), t0.elapsed())
+            })
+        })
+        .collect();
+    let mut causes = Vec::new();
+    for h in handles {
+        let (r, took) = h.join().expect("rank thread panicked");
+        let msg = format!(
+            "{:#}",
+            r.expect_err("a rank connected to a peer of another ring size")
+        );
+        assert!(took < std::time::Duration::from_secs(30), "{took:?}: {msg}");
+        causes.push(msg);
+    }
+    assert!(
+        causes
+            .iter()
+            .any(|m| m.contains("send ring smaller than the peer's recv ring")),
+        "{causes:?}"
+    );
+    assert!(
+        causes
+            .iter()
+            .any(|m| m.contains("rank 0 could not connect")),
+        "{causes:?}"
+    );
+}
+
 /// A rank may split its peers over several contexts (one per polling thread, as benchkv's
 /// meta backend does) on one shared fabric: the nodes fill one record table, and each
 /// connects only its own peers. Every rank calls every peer once through whichever node

@@ -330,12 +330,25 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
     }
 
     /// [`new`](Self::new), the all-to-all of records, and [`connect`](Self::connect),
-    /// ending with a barrier so no rank sends before every peer is up.
+    /// ending with an all-gather of every rank's outcome, so no rank sends before every
+    /// peer is up, and a rank whose connect failed (a peer with another ring size, say)
+    /// takes every rank down with it at once, each naming it, instead of leaving the
+    /// others in a barrier until the collective's timeout.
     pub fn establish(fabric: Fabric, x: &impl Collectives, cfg: &RpcConfig) -> Result<Self> {
         let mut node = Self::new(fabric, x.rank(), x.size(), cfg)?;
         let received = x.all_to_all(&node.records()?)?;
-        node.connect(&received)?;
-        x.barrier()?;
+        let connected = node.connect(&received);
+        let ok = x.all_gather(&u32::from(connected.is_ok()))?;
+        connected?;
+        if let Some(rank) = ok.iter().position(|&o| o == 0) {
+            return Err(Error::RpcConfig {
+                reason: format!(
+                    "rank {rank} could not connect its endpoints (its own error says why, \
+                     e.g. a peer whose rings differ in size: every rank needs the same \
+                     ring size)"
+                ),
+            });
+        }
         Ok(node)
     }
 
