@@ -54,9 +54,13 @@ impl RecvHandle {
         (self.ep.0, self.seq, self.call_id)
     }
 
-    /// Rebuilds a handle from [`into_raw`](Self::into_raw). Any value is safe: `data`
-    /// and the replies check it against the context's live requests (a forged or
-    /// replayed handle reads nothing and is refused with [`Error::StaleHandle`]).
+    /// Rebuilds a handle from [`into_raw`](Self::into_raw). Any value is safe: the
+    /// replies check endpoint, sequence and call id against the context's live requests
+    /// (a forged or replayed handle is refused with [`Error::StaleHandle`]). `data` and
+    /// `max_reply_len` check endpoint and sequence only (no call id, to keep the
+    /// deferred path's reads lean): a handle whose sequence names a live request reads
+    /// that request, and one that names none reads nothing. The handle names no
+    /// context either: use it on the context that received it.
     pub const fn from_raw(raw: (u16, u32, u32)) -> Self {
         Self {
             ep: EndpointId(raw.0),
