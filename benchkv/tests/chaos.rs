@@ -148,21 +148,26 @@ fn no_regions_of(pid: u32) -> bool {
     })
 }
 
-/// The next job on this machine cleans up and verifies.
-fn next_run_is_clean(victims: &[u32]) {
-    // Dead processes are reaped by their parent (mpirun, or init once it is gone); until
-    // then their pids still exist and their regions are, rightly, not swept.
+/// Waits (bounded) until none of `pids` exists: dead processes are reaped by their
+/// parent (mpirun, or init once it is gone), and until then their pids still exist.
+fn wait_gone(pids: &[u32]) {
     let t0 = Instant::now();
-    while victims
+    while pids
         .iter()
         .any(|p| Path::new(&format!("/proc/{p}")).exists())
     {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
-            "a process of the failed job never went away: {victims:?}"
+            "a process of the job never went away: {pids:?}"
         );
         std::thread::yield_now();
     }
+}
+
+/// The next job on this machine cleans up and verifies.
+fn next_run_is_clean(victims: &[u32]) {
+    // Until the victims are gone their regions are, rightly, not swept.
+    wait_gone(victims);
     let out = run_local_ok(
         Some(3),
         Path::new(env!("CARGO_BIN_EXE_benchkv")),
@@ -255,17 +260,7 @@ fn ctrl_c_on_mpirun_leaves_no_region_of_any_rank() {
     let (st, lines) = finish(job, END_WITHIN);
     let err = lines.join("\n");
     assert!(!st.success(), "the job succeeded after Ctrl-C: {err}");
-    let t0 = Instant::now();
-    while pids
-        .iter()
-        .any(|p| Path::new(&format!("/proc/{p}")).exists())
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "a rank never went away: {pids:?}"
-        );
-        std::thread::yield_now();
-    }
+    wait_gone(&pids);
     // No other benchkv or copyrpc process ran since (ONE_JOB), so nothing swept them.
     for &p in &pids {
         assert!(
