@@ -112,24 +112,10 @@ pub struct Config {
 /// How many options [`Config::shared_options`] lists.
 pub const SHARED_OPTIONS: usize = 19;
 
-/// The first option on which `theirs` (rank `rank`'s fingerprint) differs from `mine`,
-/// as the error every rank reports.
-pub fn mismatch(
-    cfg: &Config,
-    mine: &[u64; SHARED_OPTIONS],
-    all: &[[u64; SHARED_OPTIONS]],
-) -> Option<String> {
-    let opts = cfg.shared_options();
-    all.iter().enumerate().find_map(|(rank, theirs)| {
-        let k = (0..SHARED_OPTIONS).find(|&k| theirs[k] != mine[k])?;
-        let (flag, value) = &opts[k];
-        Some(format!(
-            "rank {rank} was started with another {flag} than this rank's ({value}): every \
-             rank of a job must get the same workload options ({}); an mpirun with `:` \
-             gave the ranks different command lines",
-            opts.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", ")
-        ))
-    })
+/// The first rank in `all` (every rank's [`Config::fingerprint`]) started with another
+/// shared option than `cfg`, as the error every rank reports.
+pub fn mismatch(cfg: &Config, all: &[[u64; SHARED_OPTIONS]]) -> Option<String> {
+    copyrpc_host::exchange::options::first_difference(&cfg.shared_options(), all)
 }
 
 /// `--world` and the virtual world's flags; `None` for `threads`. The other virtual
@@ -397,12 +383,7 @@ impl Config {
     /// A hash of each of [`shared_options`](Self::shared_options)' values, in order: what
     /// the ranks exchange to find a rank started with other options.
     pub fn fingerprint(&self) -> [u64; SHARED_OPTIONS] {
-        self.shared_options().map(|(_, v)| {
-            // FNV-1a: stable across processes and builds (std's hasher is seeded).
-            v.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            })
-        })
+        copyrpc_host::exchange::options::option_hashes(&self.shared_options())
     }
 
     /// Ranks requests are spread over: the MPI ranks, or the pretend ranks of
@@ -487,8 +468,8 @@ mod tests {
         .unwrap();
         let other = cfg(&["--keys", "5000"]).unwrap();
         let fp = base.fingerprint();
-        assert_eq!(mismatch(&base, &fp, &[fp, same.fingerprint()]), None);
-        let why = mismatch(&base, &fp, &[fp, other.fingerprint()]).expect("a mismatch");
+        assert_eq!(mismatch(&base, &[fp, same.fingerprint()]), None);
+        let why = mismatch(&base, &[fp, other.fingerprint()]).expect("a mismatch");
         assert!(
             why.contains("rank 1") && why.contains("--keys") && why.contains("(1000)"),
             "{why}"
@@ -503,7 +484,7 @@ mod tests {
             ["--daemons", "2"],
         ] {
             let o = cfg(&["--keys", "1000", args[0], args[1]]).unwrap();
-            let why = mismatch(&base, &fp, &[o.fingerprint()]).expect(args[0]);
+            let why = mismatch(&base, &[o.fingerprint()]).expect(args[0]);
             assert!(why.contains(args[0]), "{why}");
         }
     }

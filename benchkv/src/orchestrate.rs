@@ -125,11 +125,10 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         "set-up: every rank's workload options (all-gather)",
         cfg.setup_timeout,
     );
-    let mine = cfg.fingerprint();
     let all = cluster
-        .all_gather(&mine)
+        .all_gather(&cfg.fingerprint())
         .map_err(|e| format!("exchanging workload options: {e}"))?;
-    if let Some(why) = crate::config::mismatch(cfg, &mine, &all) {
+    if let Some(why) = crate::config::mismatch(cfg, &all) {
         return Err(Fail::Usage(why));
     }
     let fabric = setup::resolve_fabric(cfg).map_err(Fail::Usage)?;

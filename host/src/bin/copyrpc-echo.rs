@@ -15,7 +15,7 @@ use std::ops::RangeInclusive;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use copyrpc_host::exchange::MpiExchange;
+use copyrpc_host::exchange::{options, MpiExchange};
 use copyrpc_host::fabric::{self, FabricKind, FabricOptions};
 use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING};
 use copyrpc_host::rpc::{sizing, RpcConfig};
@@ -162,33 +162,14 @@ fn shared_options(kind: FabricKind, cfg: &EchoConfig) -> [(&'static str, String)
     ]
 }
 
-/// A hash of each shared option's value (FNV-1a: the same in every process).
-fn fingerprint(opts: &[(&'static str, String); 5]) -> [u64; 5] {
-    opts.each_ref().map(|(_, v)| {
-        v.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        })
-    })
-}
-
-/// Every rank's options against this one's: the first rank and option that differ.
+/// Every rank's shared options against this one's: the first rank and option that
+/// differ.
 fn check_shared(x: &MpiExchange, kind: FabricKind, cfg: &EchoConfig) -> Result<(), String> {
     let opts = shared_options(kind, cfg);
-    let mine = fingerprint(&opts);
     let all = x
-        .all_gather(&mine)
+        .all_gather(&options::option_hashes(&opts))
         .map_err(|e| format!("exchanging options: {e}"))?;
-    for (rank, theirs) in all.iter().enumerate() {
-        if let Some(k) = (0..mine.len()).find(|&k| theirs[k] != mine[k]) {
-            let (flag, value) = &opts[k];
-            return Err(format!(
-                "rank {rank} was started with another {flag} than this rank's ({value}); \
-                 every rank must get the same --fabric, --calls, --max-payload, --rpc-ring \
-                 and --deadline-s"
-            ));
-        }
-    }
-    Ok(())
+    options::first_difference(&opts, &all).map_or(Ok(()), Err)
 }
 
 fn main() -> ExitCode {

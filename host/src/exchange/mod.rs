@@ -12,10 +12,12 @@
 //! Each offers `rank`, `size`, `barrier`, `all_to_all` and `all_gather` of fixed-size
 //! [`Record`]s (e.g. [`QpEndpoint`](crate::fabric::QpEndpoint)), and
 //! `all_reduce_u64` / `all_reduce_f64` with [`ReduceOp`]. Collectives must be called by
-//! every rank in the same order, as in MPI.
+//! every rank in the same order, as in MPI. [`options`] compares the options every rank
+//! of a job must share.
 
 pub mod launch;
 mod mpi;
+pub mod options;
 mod threads;
 
 pub use self::mpi::MpiExchange;
