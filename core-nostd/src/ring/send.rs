@@ -335,20 +335,13 @@ impl SendRing {
         Ok(wrap)
     }
 
-    /// Ends the lap now, for a message that will not fit before its end: as a wrap
-    /// would for it (see [`wrap`](Self::wrap)), but before the message is written, so
-    /// that its next try starts at the next lap. The producer moves by
-    /// `room_to_lap_end(producer)`.
-    #[cold]
-    pub(crate) fn wrap_ahead(&mut self) -> Wrap {
-        self.wrap()
-    }
-
     /// Ends the lap: flushes the open batch (if it has messages), places a marker at
     /// the producer (or in the empty batch's slot) covering the rest of the lap, and
-    /// moves everything to the next lap's start.
+    /// moves everything to the next lap's start. Also called on its own, before a
+    /// message that will not fit the lap's end was written, so its retry starts at the
+    /// next lap (`Tx::wrap_if_wanted`).
     #[cold]
-    fn wrap(&mut self) -> Wrap {
+    pub(crate) fn wrap(&mut self) -> Wrap {
         let lap_end = self.size.lap_start_after(self.producer);
         let (flushed, marker_pos) = match self.meta_pos {
             Some(meta) if self.batch_count == 0 => (None, meta),

@@ -155,7 +155,7 @@ impl Tx {
             && self.credit.has_room(self.in_flight(), tail)
             && self.can_queue_wrap()
         {
-            let w = self.ring.wrap_ahead();
+            let w = self.ring.wrap();
             // Room for both ranges was checked just above.
             let _ = queue_wrap_ranges(&mut self.ranges, w);
         }
