@@ -244,7 +244,7 @@ pub(crate) fn create_exclusive(name: &str, len: usize, replace_stale: bool) -> R
             if source.kind() == std::io::ErrorKind::AlreadyExists =>
         {
             let (existing, seen) = match ShmRegion::open(name) {
-                Ok(r) => (classify(&r), Some(r.inode())),
+                Ok(r) => (classify(&r), r.inode()),
                 // Gone between the two calls: its owner removed it; try once more.
                 Err(Error::ShmOpen { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound =>
@@ -264,7 +264,7 @@ pub(crate) fn create_exclusive(name: &str, len: usize, replace_stale: bool) -> R
                     // it at the same time may have put a fresh one there already.
                     let path = format!("/dev/shm{name}");
                     let now = std::fs::metadata(&path).map(|m| m.ino()).ok();
-                    if now != seen {
+                    if now != Some(seen) {
                         return Err(Error::ShmUnfinished { name });
                     }
                     ShmRegion::unlink(&name)?;
