@@ -87,21 +87,58 @@ fn cancel_all_on_both_sides_mid_transfer_ends_each_call_once() {
         // The server answers the cancelled requests as failed; the client takes it.
         let r = drain(&mut b, &[a, c], 0, "calls whose transfers were cancelled");
         assert!(r.contains(&Err(OpError::Failed)), "{r:?}");
-        // Client-side cancel: the late replies change nothing.
+        // Client-side cancel: the call ends, cancelled, with its late reply.
         let d = b.call(0, Pattern::Put, 0, 0).unwrap_err();
         assert_eq!(d, copyrpc_core::bulk::BulkError::NoBuffer);
         let e = b.call(0, Pattern::Put, 1 << 20, 0).unwrap();
         let n = b.client.cancel_all() as u64;
         assert_eq!(n, 1);
+        assert_eq!(b.client.cancel_all(), 0, "cancelled twice");
         b.responses = 0;
         let r = drain(&mut b, &[e], n, "a call cancelled by the client");
         assert_eq!(r, [Err(OpError::Cancelled)]);
-        b.run_until(
-            "the cancelled call's late reply",
-            ROUNDS,
-            &mut standard,
-            |b| b.late_responses == 1,
+        assert_eq!(
+            b.late_responses, 1,
+            "the late reply ended the cancelled call"
         );
+    });
+}
+
+/// A cancelled get's buffer is the server's until the call ends: once the handle reads
+/// as ended, nothing the server sends can land in it.
+#[test]
+fn a_cancelled_get_ends_only_when_the_server_is_done_with_its_buffer() {
+    big_stack(|| {
+        const LEN: usize = 2 << 20;
+        let mut b = Bulk::new(LEN, 1);
+        b.sget.buf.write(0, &pattern(7, LEN));
+        let op = b.call(0, Pattern::Get, 0, LEN as u64).unwrap();
+        until_in_flight(&mut b);
+        assert_eq!(b.client.cancel_all(), 1);
+        assert_eq!(
+            b.client.in_flight(),
+            1,
+            "cancelled, the buffer still the server's"
+        );
+        assert!(
+            !b.client.ops().is_done(op),
+            "ended while the server still writes"
+        );
+        b.run_until("the cancelled get to end", ROUNDS, &mut standard, |b| {
+            b.client.ops().is_done(op)
+        });
+        assert_eq!(b.client.ops().result(op), Some(Err(OpError::Cancelled)));
+        assert_eq!(b.client.in_flight(), 0);
+        // The caller reuses the buffer; the server's transfer must be over.
+        let mine = vec![0xA5u8; LEN];
+        b.cget.buf.write(0, &mine);
+        for _ in 0..2_000 {
+            b.round(&mut standard);
+        }
+        assert!(b.server.idle(), "the server still moves bytes");
+        let now = b.cget.buf.read(0, LEN);
+        let hit = now.iter().filter(|&&x| x != 0xA5).count();
+        assert_eq!(hit, 0, "{hit} bytes of the reused buffer were overwritten");
     });
 }
 

@@ -41,7 +41,11 @@ impl<const N: usize> Client<N> {
     /// Sends a bulk request: `put` for a pattern that pulls, `get` for one that pushes
     /// (made by [`Regions::describe`](super::Regions::describe), so checked), and
     /// `extra` caller bytes. The `put` buffer must hold its data and the `get` buffer
-    /// must be left alone until the op ends.
+    /// must be left alone until the op ends. One exception: an op that ends with
+    /// [`OpError::Failed`] because its endpoint failed by
+    /// [`Context::fail_endpoint`] (the application's own verdict, not a QP error) leaves
+    /// the QP able to carry the server's operations, so take the buffers out of reach
+    /// (deregister, or destroy the QP) before reusing them.
     pub fn call<U: From<u64>, const E: usize, const C: usize, const R: usize>(
         &mut self,
         ctx: &mut Context<U, E, C, R>,
@@ -99,15 +103,21 @@ impl<const N: usize> Client<N> {
         self.ops.finish(h, result)
     }
 
-    /// Fails every call still waiting ([`OpError::Cancelled`]); their replies, if
-    /// they come, change nothing.
-    ///
-    /// The server is not told: it may still be moving the bytes of a cancelled call,
-    /// and its RDMA WRITE of a get or READ of a put can land in, or read, the call's
-    /// buffers after the op has ended. Do not reuse or release those buffers on the
-    /// cancel: wait for the call's late reply (counted in `late_responses`), or for the
-    /// endpoint to fail, or drop the endpoint (its QP) first.
+    /// Cancels every call still waiting; returns how many. The server is not told: it
+    /// may still be reading a cancelled call's put buffer or writing its get buffer. So
+    /// a cancelled call ends, with [`OpError::Cancelled`], only when the server is done
+    /// with its buffers: when its late reply arrives (`on_response` then returns
+    /// `false`) or its endpoint's failure is reported. Until then its handle reads as
+    /// pending and its buffers stay the server's. To stop waiting without that, take
+    /// the buffers out of the server's reach first: deregister their region, or destroy
+    /// the endpoint's QP.
     pub fn cancel_all(&self) -> usize {
-        self.ops.cancel_all()
+        self.ops.cancel_all_on_settle()
+    }
+
+    /// Calls whose buffers the server may still use: pending ones, cancelled ones
+    /// included.
+    pub fn in_flight(&self) -> usize {
+        self.ops.pending_count()
     }
 }

@@ -10,7 +10,8 @@ use core::task::{Context, Poll, Waker};
 pub enum OpError {
     /// A work request of the op completed with an error (or was flushed).
     Failed,
-    /// [`OpTable::cancel_all`] failed it out.
+    /// [`OpTable::cancel_all`] failed it out, or [`OpTable::cancel_all_on_settle`]
+    /// marked it and its own ending has since arrived.
     Cancelled,
     /// The handle names an op whose result was already taken: its cell now belongs to
     /// another op, or to none.
@@ -73,6 +74,10 @@ pub type OpResult = Result<u64, OpError>;
 enum State {
     Free,
     Pending,
+    /// Cancelled, but still holding what it held (a peer's access to the caller's
+    /// buffers): it reads as pending until its own ending arrives, then as
+    /// [`OpError::Cancelled`].
+    Cancelling,
     Done(OpResult),
 }
 
@@ -147,17 +152,22 @@ impl<const N: usize> OpTable<N> {
     }
 
     /// Ends the op with `result` if it is still pending; `false` if it had ended (or is
-    /// gone), so a second ending is refused and the first one stands.
+    /// gone), so a second ending is refused and the first one stands. An op marked by
+    /// [`cancel_all_on_settle`](Self::cancel_all_on_settle) ends here too, with
+    /// [`OpError::Cancelled`] whatever `result` says, and the call returns `false`: the
+    /// ending was late for its caller.
     pub fn finish(&self, h: OpHandle, result: OpResult) -> bool {
         let Some(c) = self.live(h) else { return false };
-        if c.state.get() != State::Pending {
-            return false;
-        }
-        c.state.set(State::Done(result));
+        let (state, answered) = match c.state.get() {
+            State::Pending => (State::Done(result), true),
+            State::Cancelling => (State::Done(Err(OpError::Cancelled)), false),
+            State::Free | State::Done(_) => return false,
+        };
+        c.state.set(state);
         if let Some(w) = c.waker.take() {
             w.wake();
         }
-        true
+        answered
     }
 
     /// The op's state without consuming it.
@@ -204,6 +214,23 @@ impl<const N: usize> OpTable<N> {
         n
     }
 
+    /// Marks every pending op cancelled without ending it; returns how many. Each reads
+    /// as pending until its own ending arrives through [`finish`](Self::finish), and
+    /// then as [`OpError::Cancelled`]. For ops whose end is the only sign that a peer is
+    /// done with the caller's memory (a bulk call's buffers): ending them at once would
+    /// hand the memory back while the peer may still write into it. Ops already marked
+    /// are not counted again; [`cancel_all`](Self::cancel_all) leaves marked ops alone.
+    pub fn cancel_all_on_settle(&self) -> usize {
+        let mut n = 0;
+        for c in &self.cells {
+            if c.state.get() == State::Pending {
+                c.state.set(State::Cancelling);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Ops started whose result has not been taken.
     pub fn live_count(&self) -> usize {
         self.cells
@@ -212,11 +239,12 @@ impl<const N: usize> OpTable<N> {
             .count()
     }
 
-    /// Ops still pending.
+    /// Ops not yet ended, those marked by
+    /// [`cancel_all_on_settle`](Self::cancel_all_on_settle) included.
     pub fn pending_count(&self) -> usize {
         self.cells
             .iter()
-            .filter(|c| c.state.get() == State::Pending)
+            .filter(|c| matches!(c.state.get(), State::Pending | State::Cancelling))
             .count()
     }
 

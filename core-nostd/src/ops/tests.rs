@@ -283,3 +283,42 @@ fn cancel_all_fails_each_outstanding_op_once_in_every_state_and_keeps_slots_safe
     assert_eq!(pool.free_count(), 4);
     assert_eq!(t.live_count(), 0);
 }
+
+#[test]
+fn an_op_cancelled_on_settle_reads_pending_until_its_own_ending_then_cancelled() {
+    let wakes = std::sync::Arc::new(Counter(AtomicUsize::new(0)));
+    let t = OpTable::<4>::new();
+    let marked = t.start().unwrap();
+    let done = t.start().unwrap();
+    t.finish(done, Ok(3));
+    let waker = Waker::from(wakes.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut f = pin!(t.future(marked));
+    assert_eq!(f.as_mut().poll(&mut cx), Poll::Pending);
+
+    assert_eq!(t.cancel_all_on_settle(), 1, "an ended op is not marked");
+    assert_eq!(t.cancel_all_on_settle(), 0, "marked twice");
+    assert_eq!(t.cancel_all(), 0, "cancel_all ended a marked op early");
+    assert_eq!(t.poll(marked), Poll::Pending);
+    assert_eq!(t.result(marked), None);
+    assert_eq!(t.pending_count(), 1);
+    assert_eq!(wakes.0.load(Ordering::Relaxed), 0);
+    // A new op after the mark is not cancelled by it.
+    let later = t.start().unwrap();
+
+    assert!(
+        !t.finish(marked, Ok(99)),
+        "a settled cancel is a late ending"
+    );
+    assert_eq!(wakes.0.load(Ordering::Relaxed), 1);
+    assert!(!t.finish(marked, Ok(98)), "ended twice");
+    assert_eq!(
+        f.as_mut().poll(&mut cx),
+        Poll::Ready(Err(OpError::Cancelled))
+    );
+    assert!(t.finish(later, Ok(7)));
+    assert_eq!(t.result(later), Some(Ok(7)));
+    assert_eq!(t.result(done), Some(Ok(3)));
+    assert_eq!(t.live_count(), 0);
+    assert_eq!(t.pending_count(), 0);
+}
