@@ -120,6 +120,8 @@ static void on_response(void *arg, uint64_t k, int32_t status, const uint8_t *da
             fprintf(stderr, "echo rank %llu: %s: %s%s%s\n", (unsigned long long)rank, what,   \
                     copyrpc_strerror(rc_), rc_ == COPYRPC_E_SYSTEM ? ": " : "",                 \
                     rc_ == COPYRPC_E_SYSTEM ? copyrpc_last_error() : "");                     \
+            if (rc_ == COPYRPC_E_BAD_SETUP || rc_ == COPYRPC_E_TOO_LARGE)                     \
+                fprintf(stderr, "  the rule: %s\n", copyrpc_refusal_detail());                \
             return 1;                                                                         \
         }                                                                                     \
     } while (0)

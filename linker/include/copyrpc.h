@@ -213,7 +213,8 @@
 #define COPYRPC_E_SYSTEM -17
 
 /**
- * The payload or response allowance can never fit the rings.
+ * The payload or response allowance can never fit the rings; `copyrpc_refusal_detail`
+ * says which.
  */
 #define COPYRPC_E_TOO_LARGE -20
 
@@ -253,7 +254,8 @@
 #define COPYRPC_E_ALREADY_CONNECTED -27
 
 /**
- * The queues, the rings or the peer's ring were refused by the core (a setup error).
+ * The queues, the rings or the peer's ring were refused by the core (a setup error);
+ * `copyrpc_refusal_detail` names the rule.
  */
 #define COPYRPC_E_BAD_SETUP -28
 
@@ -959,6 +961,15 @@ int32_t copyrpc_reply(struct copyrpc_ctx *ctx,
  * `ctx` as in `copyrpc_ctx_fini`.
  */
 int32_t copyrpc_flush(struct copyrpc_ctx *ctx);
+
+/**
+ * Which rule the core applied in the last refusal, in this process, that was
+ * returned as `COPYRPC_E_BAD_SETUP` or `COPYRPC_E_TOO_LARGE` (for example "send ring
+ * smaller than the peer's recv ring"): a static string, never NULL, "" before the
+ * first. Process-wide, not per thread (the data path keeps no thread state): read it
+ * right after the refusal, on the thread that set up.
+ */
+const char *copyrpc_refusal_detail(void);
 
 /**
  * A sentence for a code (a static string, never NULL).

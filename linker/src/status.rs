@@ -2,6 +2,9 @@
 //! negative `COPYRPC_E_*` for a refusal. Codes -1..=-4 clear up by polling (retry);
 //! the rest are permanent for the arguments given.
 
+use core::ffi::c_char;
+use core::sync::atomic::{AtomicPtr, Ordering};
+
 use copyrpc_core::copyrpc::Error;
 
 /// Success.
@@ -36,7 +39,8 @@ pub const COPYRPC_E_BUSY: i32 = -18;
 /// A setup step failed in the host (an errno, a fabric error): `copyrpc_last_error`
 /// has the cause.
 pub const COPYRPC_E_SYSTEM: i32 = -17;
-/// The payload or response allowance can never fit the rings.
+/// The payload or response allowance can never fit the rings; `copyrpc_refusal_detail`
+/// says which.
 pub const COPYRPC_E_TOO_LARGE: i32 = -20;
 /// The endpoint failed; `copyrpc_failure_cause` says why.
 pub const COPYRPC_E_ENDPOINT_FAILED: i32 = -21;
@@ -52,16 +56,47 @@ pub const COPYRPC_E_NO_SUCH_ENDPOINT: i32 = -25;
 pub const COPYRPC_E_TOO_MANY_ENDPOINTS: i32 = -26;
 /// The endpoint is connected already.
 pub const COPYRPC_E_ALREADY_CONNECTED: i32 = -27;
-/// The queues, the rings or the peer's ring were refused by the core (a setup error).
+/// The queues, the rings or the peer's ring were refused by the core (a setup error);
+/// `copyrpc_refusal_detail` names the rule.
 pub const COPYRPC_E_BAD_SETUP: i32 = -28;
 /// A shared-memory ring is full (after the bounded wait) or its server is gone.
 pub const COPYRPC_E_SHM_UNAVAILABLE: i32 = -30;
 /// A shared-memory reply was refused (duplicate, evicted client, bad slot).
 pub const COPYRPC_E_SHM_REPLY: i32 = -31;
 
-/// The code of a core refusal.
+/// The core's text for the last refusal a code stands for several of (see
+/// [`copyrpc_refusal_detail`]); null until the first.
+static DETAIL: AtomicPtr<c_char> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The code of a core refusal. The codes that stand for several refusals
+/// (`COPYRPC_E_BAD_SETUP`, `COPYRPC_E_TOO_LARGE`) keep the core's text for
+/// `copyrpc_refusal_detail`.
 #[cold]
 pub fn of(e: Error) -> i32 {
+    let code = code_of(e);
+    if matches!(code, COPYRPC_E_BAD_SETUP | COPYRPC_E_TOO_LARGE) {
+        // Relaxed: the pointer is to a static string, whose bytes need no ordering.
+        DETAIL.store(e.text().as_ptr().cast_mut(), Ordering::Relaxed);
+    }
+    code
+}
+
+/// Which rule the core applied in the last refusal, in this process, that was
+/// returned as `COPYRPC_E_BAD_SETUP` or `COPYRPC_E_TOO_LARGE` (for example "send ring
+/// smaller than the peer's recv ring"): a static string, never NULL, "" before the
+/// first. Process-wide, not per thread (the data path keeps no thread state): read it
+/// right after the refusal, on the thread that set up.
+#[unsafe(no_mangle)]
+pub extern "C" fn copyrpc_refusal_detail() -> *const c_char {
+    let p = DETAIL.load(Ordering::Relaxed);
+    if p.is_null() {
+        c"".as_ptr()
+    } else {
+        p
+    }
+}
+
+fn code_of(e: Error) -> i32 {
     match e {
         Error::RingFull => COPYRPC_E_RING_FULL,
         Error::InsufficientCredit => COPYRPC_E_INSUFFICIENT_CREDIT,
@@ -99,7 +134,9 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
         COPYRPC_E_BAD_ARG => c"an argument is out of range",
         COPYRPC_E_BUSY => c"called from inside the same handle's poll or exchange callback",
         COPYRPC_E_SYSTEM => c"a host setup step failed (see copyrpc_last_error)",
-        COPYRPC_E_TOO_LARGE => c"the payload or allowance can never fit the rings",
+        COPYRPC_E_TOO_LARGE => {
+            c"the payload or allowance can never fit the rings (copyrpc_refusal_detail says which)"
+        }
         COPYRPC_E_ENDPOINT_FAILED => c"the endpoint failed (see copyrpc_failure_cause)",
         COPYRPC_E_NOT_CONNECTED => c"the endpoint is not connected",
         COPYRPC_E_REPLY_TOO_LARGE => c"the reply exceeds the request's allowance",
@@ -107,7 +144,9 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
         COPYRPC_E_NO_SUCH_ENDPOINT => c"no such endpoint",
         COPYRPC_E_TOO_MANY_ENDPOINTS => c"the context's endpoint table is full",
         COPYRPC_E_ALREADY_CONNECTED => c"the endpoint is connected already",
-        COPYRPC_E_BAD_SETUP => c"the core refused the queues or rings",
+        COPYRPC_E_BAD_SETUP => {
+            c"the core refused the queues or rings (copyrpc_refusal_detail says why)"
+        }
         COPYRPC_E_SHM_UNAVAILABLE => c"the shared-memory ring is full or its server is gone",
         COPYRPC_E_SHM_REPLY => c"the shared-memory reply was refused",
         _ => c"unknown copyrpc code",

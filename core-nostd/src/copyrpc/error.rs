@@ -1,5 +1,6 @@
 //! What copyrpc refuses, and why.
 
+use core::ffi::CStr;
 use core::fmt;
 
 use mlx5_raw::layout::CqeError;
@@ -103,46 +104,55 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The refusal in a few words, NUL-terminated for C (`copyrpc_setup_refusal`);
+    /// [`Display`](fmt::Display) writes the same text.
+    pub const fn text(self) -> &'static CStr {
+        match self {
+            Self::RingFull => c"peer recv ring full",
+            Self::InsufficientCredit => c"not enough credit from the peer",
+            Self::PayloadTooLarge => c"payload can never fit the ring",
+            Self::AllowanceTooLarge => {
+                c"response allowance above the most credit the peer can ever grant"
+            }
+            Self::EndpointFailed => c"endpoint failed",
+            Self::NotConnected => c"endpoint not connected",
+            Self::TooManyCalls => c"pending-call table full",
+            Self::ReplyTooLarge => c"reply larger than the request's allowance",
+            Self::StaleHandle => c"handle of no live request",
+            Self::NoSuchEndpoint => c"no such endpoint",
+            Self::TooManyEndpoints => c"endpoint table full",
+            Self::SqFull => c"send queue full",
+            Self::BadTableSize => {
+                c"context table sizes out of range (EPS 1..=1024, CALLS >= 1, REQS a power of two)"
+            }
+            Self::BadSrq => c"SRQ description rejected by the driver",
+            Self::BadSendCq => c"send CQ description rejected by the driver",
+            Self::BadRecvCq => c"recv CQ description rejected by the driver",
+            Self::RecvCqTooSmall => c"recv CQ has fewer entries than the SRQ has WQEs",
+            Self::SrqFill => c"SRQ could not be filled (corrupt WQE list)",
+            Self::BadSq => c"send queue description or inline/signal configuration rejected",
+            Self::SqTooSmall => {
+                c"send queue below 16 blocks or 4 of the endpoint's largest batch WQEs"
+            }
+            Self::BadRecvRing => c"recv ring length not a power of two in 128 B..=64 GiB",
+            Self::TooFewRequestSlots => c"REQS below the recv ring size / 32",
+            Self::BadControlRegion => c"control region shorter than 16 B or not 8-aligned",
+            Self::BadReservation => c"max_resp_reservation below 64 B",
+            Self::NullRegion => c"memory region with a null address",
+            Self::BadPeerRing => c"peer's recv ring size not a power of two in 128 B..=64 GiB",
+            Self::SendRingTooSmall => c"send ring smaller than the peer's recv ring",
+            Self::AlreadyConnected => c"endpoint already connected",
+            Self::TooManySges => c"scatter/gather list too long for one WQE",
+            Self::SgeTooLong => c"scatter/gather entry of 2 GiB or more",
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::RingFull => "peer recv ring full",
-            Self::InsufficientCredit => "not enough credit from the peer",
-            Self::PayloadTooLarge => "payload can never fit the ring",
-            Self::AllowanceTooLarge => {
-                "response allowance above the most credit the peer can ever grant"
-            }
-            Self::EndpointFailed => "endpoint failed",
-            Self::NotConnected => "endpoint not connected",
-            Self::TooManyCalls => "pending-call table full",
-            Self::ReplyTooLarge => "reply larger than the request's allowance",
-            Self::StaleHandle => "handle of no live request",
-            Self::NoSuchEndpoint => "no such endpoint",
-            Self::TooManyEndpoints => "endpoint table full",
-            Self::SqFull => "send queue full",
-            Self::BadTableSize => {
-                "context table sizes out of range (EPS 1..=1024, CALLS >= 1, REQS a power of two)"
-            }
-            Self::BadSrq => "SRQ description rejected by the driver",
-            Self::BadSendCq => "send CQ description rejected by the driver",
-            Self::BadRecvCq => "recv CQ description rejected by the driver",
-            Self::RecvCqTooSmall => "recv CQ has fewer entries than the SRQ has WQEs",
-            Self::SrqFill => "SRQ could not be filled (corrupt WQE list)",
-            Self::BadSq => "send queue description or inline/signal configuration rejected",
-            Self::SqTooSmall => {
-                "send queue below 16 blocks or 4 of the endpoint's largest batch WQEs"
-            }
-            Self::BadRecvRing => "recv ring length not a power of two in 128 B..=64 GiB",
-            Self::TooFewRequestSlots => "REQS below the recv ring size / 32",
-            Self::BadControlRegion => "control region shorter than 16 B or not 8-aligned",
-            Self::BadReservation => "max_resp_reservation below 64 B",
-            Self::NullRegion => "memory region with a null address",
-            Self::BadPeerRing => "peer's recv ring size not a power of two in 128 B..=64 GiB",
-            Self::SendRingTooSmall => "send ring smaller than the peer's recv ring",
-            Self::AlreadyConnected => "endpoint already connected",
-            Self::TooManySges => "scatter/gather list too long for one WQE",
-            Self::SgeTooLong => "scatter/gather entry of 2 GiB or more",
-        })
+        // Every text is ASCII (the test below), so the conversion cannot fail.
+        f.write_str(self.text().to_str().unwrap_or("copyrpc error"))
     }
 }
 
@@ -297,6 +307,11 @@ mod tests {
             SgeTooLong,
         ];
         distinct_nonempty(all.iter().map(ToString::to_string).collect());
+        for e in all {
+            let c = e.text().to_str().expect("UTF-8");
+            assert!(c.is_ascii(), "{e:?}: {c}");
+            assert_eq!(e.to_string(), c, "Display writes the C text");
+        }
     }
 
     /// As above for failure causes; a completion's text names its side.

@@ -365,7 +365,15 @@ int main(void) {
      * touched, so a can still connect to b below. */
     struct pair pc = {0};
     EXPECT(copyrpc_ep_local_info(c.ctx, c.ep, &pc.b), COPYRPC_OK);
+    if (copyrpc_refusal_detail() == NULL || copyrpc_refusal_detail()[0] != '\0') {
+        fprintf(stderr, "refusal detail before any refusal: %s\n", copyrpc_refusal_detail());
+        failures++;
+    }
     EXPECT(copyrpc_fabric_connect(a.f, a.ctx, a.ep, exchange_a, &pc), COPYRPC_E_BAD_SETUP);
+    if (strcmp(copyrpc_refusal_detail(), "send ring smaller than the peer's recv ring") != 0) {
+        fprintf(stderr, "BAD_SETUP detail: \"%s\"\n", copyrpc_refusal_detail());
+        failures++;
+    }
 
     /* The real connection, calls and their replies. */
     p.damage = 0;
@@ -378,6 +386,10 @@ int main(void) {
     p.damage = 0;
     /* The smallest ring holds responses of up to 64 bytes (COPYRPC_FABRIC_MIN_RING). */
     EXPECT(copyrpc_call(a.ctx, a.ep, "x", 1, 65, 1), COPYRPC_E_TOO_LARGE);
+    if (!strstr(copyrpc_refusal_detail(), "response allowance")) {
+        fprintf(stderr, "TOO_LARGE detail: \"%s\"\n", copyrpc_refusal_detail());
+        failures++;
+    }
     cross_context_reply(&a, &b);
     EXPECT(copyrpc_call(a.ctx, a.ep, NULL, 3, 16, 1), COPYRPC_E_NULL);
     EXPECT(copyrpc_call(a.ctx, a.ep, "ping", 4, 16, 42), COPYRPC_OK);
