@@ -479,6 +479,40 @@ fn a_peer_that_fails_its_endpoint_ends_our_pending_calls() {
     });
 }
 
+/// A peer that lives but never polls is not a failure copyrpc can see: its NIC still
+/// answers the probes' READs, so our call waits and new calls are refused as
+/// retryable (ring or credit) for as long as it stays so. The application's own
+/// deadline and `fail_endpoint` end the wait: every pending call completes once.
+#[test]
+fn a_live_peer_that_never_polls_leaves_calls_waiting_until_the_application_fails_it() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, 4096));
+        let ea = p.a.eps[0];
+        let mut sent = 0u64;
+        let mut refused = None;
+        let mut ended = Vec::new();
+        // Many probe intervals of the device's time, b never polled.
+        for _ in 0..200_000 {
+            match p.a.ctx.call(ea, &[0u8; 200], sent) {
+                Ok(_) => sent += 1,
+                Err(e) => refused = Some(e.error),
+            }
+            p.a.ctx.poll(|k, r| ended.push((k, r.map(<[u8]>::to_vec))));
+            p.step();
+        }
+        assert!(ended.is_empty(), "a call ended while b lived: {ended:?}");
+        assert!(!p.a.ctx.is_failed(ea), "{:?}", p.a.ctx.failure_cause(ea));
+        let e = refused.expect("the ring or the credit ran out");
+        assert!(e.is_retryable(), "{e:?}");
+        assert!(p.a.ctx.stats().probes_posted > 0, "no probe ran");
+        p.a.ctx.fail_endpoint(ea).unwrap();
+        p.a.ctx.poll(|k, r| ended.push((k, r.map(<[u8]>::to_vec))));
+        ended.sort_by_key(|e| e.0);
+        let want: Vec<_> = (0..sent).map(|k| (k, Err(Error::EndpointFailed))).collect();
+        assert_eq!(ended, want, "every waiting call ends once");
+    });
+}
+
 /// An endpoint failed before it was ever connected says so: `connect` and the
 /// allowance query give `EndpointFailed`, not "already connected" or "not even an
 /// empty response fits".
