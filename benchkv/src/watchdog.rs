@@ -153,8 +153,12 @@ impl Watchdog {
             rank,
             Box::new(|msg| {
                 eprintln!("{msg}");
+                // The regions given to `set_regions` are gone; so must be every other
+                // this process made (the sim fabric's), which no destructor will
+                // remove after `_exit`. The mappings stay valid until the process ends.
+                copyrpc_host::shm::unlink_created();
                 // _exit, not exit: another thread is blocked inside MPI, and MPI's exit
-                // handlers could wait for it. Our regions were already unlinked.
+                // handlers could wait for it.
                 // SAFETY: _exit has no preconditions; it ends the process at once.
                 unsafe { libc::_exit(EXIT_STUCK) };
             }),

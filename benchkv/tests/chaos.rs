@@ -244,6 +244,15 @@ fn item7_a_sigstopped_rank_ends_the_job_naming_it_and_the_next_run_is_clean() {
         "the message does not say what was waited for:\n{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+    // The survivors end by their watchdog or by mpirun's SIGTERM: either way they
+    // remove their own regions (the sim fabric's too), before any sweep.
+    wait_gone(&pids[1..]);
+    for &p in &pids[1..] {
+        assert!(
+            no_regions_of(p),
+            "regions of surviving rank pid {p} left in /dev/shm:\n{err}"
+        );
+    }
     next_run_is_clean(&pids);
 }
 
