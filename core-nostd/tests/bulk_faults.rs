@@ -142,6 +142,49 @@ fn a_cancelled_get_ends_only_when_the_server_is_done_with_its_buffer() {
     });
 }
 
+/// A request handed to the server of another endpoint is answered as a bad request,
+/// and nothing is posted for it: its transfers would reach the wrong peer.
+#[test]
+fn a_request_from_another_endpoint_is_refused_and_answered() {
+    use bulk_common::copyrpc_common::{Opts, Pair};
+    use copyrpc_core::bulk::{BulkError, Client, Link, Server};
+    big_stack(|| {
+        let mut p: Pair<2, 64, 128> = Pair::new(Opts::new(2, 4096));
+        let mut client: Client<4> = Client::new();
+        let link = Link::new(&p.b.ctx, p.b.eps[0]);
+        let mut server: Server<4, 4> = Server::new(link, 4096, 1).unwrap();
+        let op = client
+            .call(
+                &mut p.a.ctx,
+                p.a.eps[1],
+                Pattern::HeaderOnly,
+                None,
+                None,
+                b"x",
+            )
+            .unwrap();
+        let mut accepted = None;
+        while !client.ops().is_done(op) {
+            p.a.ctx.poll(|ud, r| {
+                client.on_response(ud, r);
+            });
+            p.b.ctx.poll(|_, _| {});
+            while let Some(h) = p.b.ctx.recv() {
+                assert_eq!(h.endpoint(), p.b.eps[1]);
+                // SAFETY: no buffers are named.
+                accepted = Some(unsafe { server.accept(&mut p.b.ctx, h, None, None) });
+            }
+            server.progress(&mut p.b.ctx);
+            p.step();
+            assert!(p.steps < 400_000, "the call never ended\n{}", p.dump());
+        }
+        assert_eq!(accepted, Some(Err(BulkError::WrongEndpoint)));
+        assert_eq!(client.ops().result(op), Some(Err(OpError::Refused)));
+        assert_eq!(server.held(), 0);
+        assert_eq!(server.stats().replied, [0, 0, 1, 0]);
+    });
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Fault {
     None,

@@ -74,6 +74,8 @@ pub enum BulkError {
     TooLong,
     /// A request id that names no request waiting for `respond`.
     NoSuchRequest,
+    /// A request that arrived on another endpoint than the server's.
+    WrongEndpoint,
     /// The op layer refused (no op cell, no slot).
     Op(OpError),
     /// copyrpc refused the call.

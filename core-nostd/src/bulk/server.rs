@@ -97,7 +97,9 @@ impl<const N: usize, const S: usize> Server<N, S> {
         self.held.iter().flatten().count()
     }
 
-    /// Takes a request from `ctx.recv()`. A pattern that pulls needs `put` (as long as
+    /// Takes a request from `ctx.recv()`, which must have arrived on this server's
+    /// endpoint (else it is answered as a bad request: [`BulkError::WrongEndpoint`]).
+    /// A pattern that pulls needs `put` (as long as
     /// the client's `put` buffer); one that pushes needs `get` (any length; the reply
     /// says how much was written). A request that cannot be served is answered at once
     /// (bad request, or busy) and its error returned; nothing is posted for it.
@@ -130,6 +132,18 @@ impl<const N: usize, const S: usize> Server<N, S> {
             );
             Err(e)
         };
+        // A request of another endpoint's peer: this server's transfers would go to
+        // the wrong peer, with descriptors that name the other peer's memory.
+        if raw.0 != self.link.endpoint().0 {
+            let tag = parsed.map_or(0, |r| r.tag);
+            return refuse(
+                ctx,
+                &mut self.stats,
+                tag,
+                Status::BadRequest,
+                BulkError::WrongEndpoint,
+            );
+        }
         let Some(req) = parsed else {
             return refuse(
                 ctx,
