@@ -3,7 +3,7 @@
 # every mutant a test does not kill is a line whose breakage no test would notice.
 # Not run in CI: on a 2-core machine a module takes tens of minutes.
 #
-#   scripts/mutants.sh [MODULE...]        default: wire ring credit copyrpc
+#   scripts/mutants.sh [MODULE...]        default: wire ring credit copyrpc; also ops, bulk
 #   scripts/mutants.sh copyrpc/rx.rs copyrpc/tx   one file or folder of a module each
 #                                          (a module too large for one sitting, run in parts)
 #
@@ -50,7 +50,10 @@ targets() {
                  --test copyrpc_echo --test copyrpc_edges --test copyrpc_faults
                  --test copyrpc_hygiene --test copyrpc_raw --test copyrpc_rules --test copyrpc_serve
                  --test copyrpc_wrap) ;;
-    *) echo "unknown module '$1' (wire, ring, credit, copyrpc)" >&2; exit 2 ;;
+    # Completion ownership and the bulk patterns: their unit tests and the bulk rig on
+    # the device model (the loom model of the slot word needs --cfg loom: not here).
+    ops | bulk) t+=(--test bulk_faults --test bulk_patterns) ;;
+    *) echo "unknown module '$1' (wire, ring, credit, copyrpc, ops, bulk)" >&2; exit 2 ;;
   esac
   printf '%s\n' "${t[@]}" | sed -z 's/--test\n/--test=/g'
 }

@@ -107,6 +107,9 @@ pub struct ClientReport {
     pub undrained: u64,
     /// Latency per run.
     pub hists: Vec<Histogram>,
+    /// Answers whose status says the request failed (an unreachable rank, a bad op, a
+    /// full store, a missing key), counted with or without `--verify`.
+    pub error_answers: u64,
     /// Answers checked (`--verify`).
     pub checked: u64,
     /// Answers that failed the check.
@@ -129,6 +132,7 @@ struct Tally {
     verify: bool,
     completed: u64,
     hists: Vec<Histogram>,
+    error_answers: u64,
     checked: u64,
     failures: u64,
     first_failure: Option<String>,
@@ -139,6 +143,12 @@ impl Tally {
         self.completed += 1;
         if let Some(h) = self.hists.get_mut(run) {
             h.record(now_ns.saturating_sub(f.issued_ns));
+        }
+        // The status alone, always: a run whose answers say "unreachable" must not pass
+        // for a clean one because nobody asked to verify the values.
+        if let Err(why) = check_status(f, resp) {
+            self.error_answers += 1;
+            self.first_failure.get_or_insert(why);
         }
         if self.verify {
             self.checked += 1;
@@ -176,26 +186,32 @@ fn return_ring_credits(credits: Option<&AtomicI64>, n: usize) {
     }
 }
 
-/// `Ok` if `resp` is what the store must have answered to `f`.
-fn check(f: &Inflight, resp: &Response) -> Result<(), String> {
+/// `Ok` if `resp`'s status is the success `f` asks for (`GetOk` for a GET, `PutOk` for
+/// a PUT).
+fn check_status(f: &Inflight, resp: &Response) -> Result<(), String> {
     let status = resp.status();
-    if f.is_read {
-        if status != Some(Status::GetOk) {
-            return Err(format!(
-                "GET key {}: status {:?} (word {})",
-                f.key, status, resp.status
-            ));
-        }
-        if !value_matches(f.key, resp.value) {
-            return Err(format!(
-                "GET key {}: value {:#x} is not a value of this key",
-                f.key, resp.value
-            ));
-        }
-    } else if status != Some(Status::PutOk) {
+    if f.is_read && status != Some(Status::GetOk) {
+        return Err(format!(
+            "GET key {}: status {:?} (word {})",
+            f.key, status, resp.status
+        ));
+    }
+    if !f.is_read && status != Some(Status::PutOk) {
         return Err(format!(
             "PUT key {} value {:#x}: status {:?} (word {})",
             f.key, f.value, status, resp.status
+        ));
+    }
+    Ok(())
+}
+
+/// `Ok` if `resp` is what the store must have answered to `f`.
+fn check(f: &Inflight, resp: &Response) -> Result<(), String> {
+    check_status(f, resp)?;
+    if f.is_read && !value_matches(f.key, resp.value) {
+        return Err(format!(
+            "GET key {}: value {:#x} is not a value of this key",
+            f.key, resp.value
         ));
     }
     Ok(())
@@ -294,6 +310,7 @@ impl<'a> Client<'a> {
                 verify: s.verify,
                 completed: 0,
                 hists: vec![Histogram::new(); s.runs],
+                error_answers: 0,
                 checked: 0,
                 failures: 0,
                 first_failure: None,
@@ -415,6 +432,7 @@ impl<'a> Client<'a> {
             completed: self.tally.completed,
             undrained: self.issued - self.tally.completed,
             hists: self.tally.hists,
+            error_answers: self.tally.error_answers,
             checked: self.tally.checked,
             failures: self.tally.failures,
             first_failure: self.tally.first_failure,

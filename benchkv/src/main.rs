@@ -75,7 +75,7 @@ fn main() -> ExitCode {
         eprintln!("benchkv: rank {}: {e}", out.rank);
     }
     if let Some(f) = &out.first_failure {
-        eprintln!("benchkv: rank {}: first wrong answer: {f}", out.rank);
+        eprintln!("benchkv: rank {}: first failed answer: {f}", out.rank);
     }
     let problems = out.report.problems();
     if out.rank == 0 {
@@ -92,8 +92,9 @@ fn main() -> ExitCode {
             OutputArg::Csv => {
                 let t = out.report.total();
                 eprintln!(
-                    "benchkv: drain: {} issued, {} completed; verify: {} checked, {} wrong",
-                    t.issued, t.completed, t.checked, t.failures
+                    "benchkv: drain: {} issued, {} completed; {} error answers; verify: {} \
+                     checked, {} wrong",
+                    t.issued, t.completed, t.error_answers, t.checked, t.failures
                 );
                 output::csv(&out.report)
             }

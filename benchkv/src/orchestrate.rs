@@ -392,6 +392,7 @@ pub(crate) fn tally(
                 summary.issued += c.issued;
                 summary.completed += c.completed;
                 summary.undrained += c.undrained;
+                summary.error_answers += c.error_answers;
                 summary.checked += c.checked;
                 summary.failures += c.failures;
                 for (h, x) in hists.iter_mut().zip(&c.hists) {

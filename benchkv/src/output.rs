@@ -97,6 +97,13 @@ pub fn table(r: &Report) -> String {
             ""
         }
     );
+    if t.error_answers > 0 {
+        let _ = writeln!(
+            o,
+            "errors: {} answers said the request failed",
+            t.error_answers
+        );
+    }
     if t.checked > 0 || t.failures > 0 {
         let _ = writeln!(
             o,
@@ -259,6 +266,7 @@ pub fn json_lines(r: &Report) -> String {
         "drained": t.issued == t.completed && t.undrained == 0,
         "verify_checked": t.checked,
         "verify_failures": t.failures,
+        "error_answers": t.error_answers,
         "thread_errors": t.thread_errors,
         "reply_failures": t.reply_failures,
         "pending_at_stop": t.pending_at_stop,

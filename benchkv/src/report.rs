@@ -42,6 +42,9 @@ pub struct RankSummary {
     pub completed: u64,
     /// Requests unanswered when the drain gave up.
     pub undrained: u64,
+    /// Answers whose status says the request failed (counted with or without
+    /// `--verify`).
+    pub error_answers: u64,
     /// Answers checked by `--verify`.
     pub checked: u64,
     /// Answers that failed the check.
@@ -111,6 +114,7 @@ impl Report {
                 issued: a.issued + r.issued,
                 completed: a.completed + r.completed,
                 undrained: a.undrained + r.undrained,
+                error_answers: a.error_answers + r.error_answers,
                 checked: a.checked + r.checked,
                 failures: a.failures + r.failures,
                 thread_errors: a.thread_errors + r.thread_errors,
@@ -131,6 +135,13 @@ impl Report {
             p.push(format!(
                 "drain incomplete: {} issued, {} completed",
                 t.issued, t.completed
+            ));
+        }
+        if t.error_answers > 0 {
+            p.push(format!(
+                "{} of {} answers said the request failed (unreachable rank, bad op, \
+                 full store or missing key)",
+                t.error_answers, t.completed
             ));
         }
         if t.failures > 0 {

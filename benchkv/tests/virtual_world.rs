@@ -272,6 +272,28 @@ fn a_stalled_nic_delays_but_loses_nothing_and_a_cut_link_fails_its_calls_once() 
         "{}",
         text(&out.stderr)
     );
+
+    // Without --verify the statuses still count: such a run does not pass for a clean
+    // one (it did: exit 0, "every request answered").
+    let out = benchkv(&[
+        "--world",
+        "virtual:2",
+        "--duration",
+        "1ms",
+        "--vfault",
+        "cut:0-1@1us",
+        "--output",
+        "json",
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let s = of_type(&json_lines(&out), "summary")[0].clone();
+    assert!(s["error_answers"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["verify_failures"], 0, "{s}");
+    assert!(
+        err.contains("said the request failed") && err.contains("Unreachable"),
+        "{err}"
+    );
 }
 
 #[test]
