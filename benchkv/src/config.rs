@@ -173,6 +173,18 @@ fn check_writable(path: &std::path::Path) -> Result<(), String> {
     if path.as_os_str().is_empty() {
         return Err("--plot needs a file name".to_string());
     }
+    // Opening a FIFO for writing waits for a reader, for ever if none comes.
+    if let Ok(m) = std::fs::metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        if t.is_fifo() || t.is_socket() {
+            return Err(format!(
+                "--plot {}: a FIFO or socket, and the plot is one file written at the end; \
+                 give a file name",
+                path.display()
+            ));
+        }
+    }
     let existed = path.exists();
     match std::fs::OpenOptions::new()
         .append(true)

@@ -12,6 +12,7 @@
 //! | [`remote`] | the inter-rank transport seam, and its in-process loopback |
 //! | [`client`] | the closed-loop client thread |
 //! | [`cluster`] | MPI ranks or a single rank |
+//! | [`resources`] | what a threaded rank needs from its machine (memory, mappings), checked first |
 //! | [`setup`] | what a rank builds first: shm servers, Flux memory, fabric decision |
 //! | [`orchestrate`] | seed §9: threads, runs, stop, drain, gather |
 //! | [`watchdog`] | bounds every wait on other ranks; names the wait and the stuck peer |
@@ -32,6 +33,7 @@ mod pending;
 mod plot;
 mod remote;
 mod report;
+mod resources;
 mod setup;
 mod store;
 mod vworld;

@@ -131,6 +131,9 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     if let Some(why) = crate::config::mismatch(cfg, &all) {
         return Err(Fail::Usage(why));
     }
+    let local_ranks = cluster.local().1 as u32 * cfg.loopback_ranks.max(1);
+    crate::resources::check_threaded(cfg, local_ranks, &crate::resources::Machine::read())
+        .map_err(Fail::Usage)?;
     let fabric = setup::resolve_fabric(cfg).map_err(Fail::Usage)?;
     dog.arm(
         "set-up: the endpoint exchange with every rank (seed §9 steps 6, 8)",

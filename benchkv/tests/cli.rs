@@ -374,7 +374,9 @@ fn every_flag_with_bad_values_is_a_clear_error_never_a_panic() {
         ("--seed", &["-1", HUGE, "abc", ""]),
         (
             "--duration",
-            &["0", "-1", "nan", "inf", "1e30", "2h", "", "abc"],
+            &[
+                "0", "-1", "nan", "inf", "1e30", "2h", "", "abc", "1e-10", "0.5us",
+            ],
         ),
         ("--drain-timeout", &["0", "-1", "nan", "1e30", ""]),
         ("--setup-timeout", &["0", "-1", "nan", "1e30", ""]),
@@ -426,6 +428,65 @@ fn every_flag_with_bad_values_is_a_clear_error_never_a_panic() {
         assert_eq!(out.status.code(), Some(2), "{missing} without a value");
         assert!(text(&out.stderr).contains(missing));
     }
+}
+
+/// Values each inside its flag's range can add up past the machine: refused before
+/// anything is built (they ended in an allocation abort with a backtrace, and a thread
+/// spawn panic that left the rank's /dev/shm regions).
+#[test]
+fn a_workload_the_machine_cannot_hold_is_refused_before_the_run() {
+    // 1 024 clients × 2^24 entries × 16 B: 256 GiB of patterns.
+    let out = benchkv(&[
+        "--duration",
+        "100ms",
+        "-C",
+        "1024",
+        "--pattern-len",
+        "16777216",
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--pattern-len") && err.contains("MiB available"),
+        "{err}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "something ran: {}",
+        text(&out.stdout)
+    );
+}
+
+/// A --plot path that is a FIFO is refused: opening it would wait for a reader.
+#[test]
+fn a_plot_path_that_is_a_fifo_is_refused_without_waiting() {
+    let dir = std::env::temp_dir().join(format!("benchkv-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("plot.svg");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Bounded: before the check this open waited for ever (`timeout` exits 124).
+    let out = Command::new("timeout")
+        .args([
+            "60",
+            env!("CARGO_BIN_EXE_benchkv"),
+            "--pin",
+            "off",
+            "--keys",
+            "4096",
+        ])
+        .args(["--duration", "100ms", "--plot", fifo.to_str().unwrap()])
+        .output()
+        .expect("timeout runs benchkv");
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "exit 124: it waited on the FIFO; {err}"
+    );
+    assert!(err.contains("--plot") && err.contains("FIFO"), "{err}");
 }
 
 /// Issue 23, item 6: a --plot path that cannot be written is refused before the run (it

@@ -90,9 +90,8 @@ const NIC_BYTES_PER_PEER: u64 = 1 << 20;
 /// daemon fit by [`MAX_RANKS`]).
 pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
     let (n, k) = (spec.ranks, cfg.daemons);
-    let store =
-        u64::from(n) * ((cfg.keys / k as u64).max(1) * 2).next_power_of_two() * 16 * k as u64;
-    let patterns = u64::from(n) * cfg.clients as u64 * cfg.pattern_len as u64 * 16;
+    let store = u64::from(n) * crate::resources::store_bytes(cfg.keys, k);
+    let patterns = u64::from(n) * crate::resources::pattern_bytes(cfg.clients, cfg.pattern_len);
     let per_peer = NIC_BYTES_PER_PEER + 2 * cfg.copyrpc_ring.bytes() as u64;
     // Per peer, and each NIC's object tables (touched when built in place).
     let tables = std::mem::size_of::<SimDevice>() as u64
@@ -100,7 +99,7 @@ pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
         * k.min(n as usize - 1).max(1) as u64;
     let nics = u64::from(n) * (u64::from(n) - 1) * per_peer + tables;
     let need = store + patterns + nics;
-    if let Some(avail) = mem_available() {
+    if let Some(avail) = crate::resources::mem_available() {
         if need > avail / 4 * 3 {
             return Err(format!(
                 "--world virtual:{n}: this world needs about {} MiB (stores {} MiB for \
@@ -117,13 +116,6 @@ pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib << 10)
 }
 
 /// Who runs next: `(clock, actor)`, the smallest first.
