@@ -170,8 +170,12 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
     // exchange would: every rank's records, then each rank connects to what the others
     // sent it.
     let opts = SimOptions {
-        // Rings of both directions per peer, with room for the queues and links.
-        region_bytes: 64 * (2 * cfg.copyrpc_ring.bytes() + (512 << 10)) + (16 << 20),
+        // Rings of both directions per peer, with room for the queues and links, for
+        // as many peers as one NIC can have (every other rank): the region is sparse,
+        // so only what is carved takes memory. (It was sized for 64 peers, and a world
+        // of 85 ranks or more failed with "region is full".)
+        region_bytes: (n as usize - 1).max(1) * (2 * cfg.copyrpc_ring.bytes() + (512 << 10))
+            + (16 << 20),
         link: LinkConfig {
             latency_ns: spec.nic.one_way_ns(),
             bandwidth_bytes_per_s: spec.nic.bytes_per_s(),
