@@ -43,3 +43,36 @@ fn one_rank_is_refused_with_the_fix_named() {
         "{stdout}"
     );
 }
+
+/// A transfer slower than `--deadline-s` (16 MiB in 1-byte operations) ends both
+/// ranks at about that bound, each saying why. The server used to go on with the
+/// cancelled transfer, and the client's failure was printed only after the final
+/// barrier: the job ran until the barrier's own 300 s bound.
+#[test]
+fn a_transfer_past_the_deadline_ends_both_ranks_naming_it() {
+    let args = [
+        "--pattern",
+        "put",
+        "--sizes",
+        "16M",
+        "--chunk",
+        "1",
+        "--iters",
+        "1",
+        "--deadline-s",
+        "2",
+    ];
+    let out = run_local(Some(2), Path::new(EXE), &args, 120).unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("rank 0/2: FAIL Put: no reply from rank 1 within 2s"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("rank 1/2: FAIL a transfer still running 2s after its request"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("did not complete within"), "{stderr}");
+}

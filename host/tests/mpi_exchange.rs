@@ -84,4 +84,31 @@ fn a_stopped_rank_makes_the_barrier_abort_the_job_at_the_timeout() {
         "took {:?}",
         t0.elapsed()
     );
+    // The two ranks that aborted removed their regions; only the stopped rank's (killed
+    // by mpirun, no clean-up) may be left.
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("copyrpc-selftest-"))
+        .collect();
+    for n in &left {
+        let _ = std::fs::remove_file(format!("/dev/shm/{n}"));
+    }
+    assert!(
+        left.len() <= 1,
+        "regions left by the aborting ranks: {left:?}\n{err}"
+    );
+}
+
+/// A stall the job cannot end is refused: a rank that does not exist, or a single rank.
+#[test]
+fn a_stall_rank_past_the_ranks_or_alone_is_refused() {
+    for (np, args) in [(2, ["--stall-rank", "7"]), (1, ["--stall-rank", "0"])] {
+        let out =
+            run_local(Some(np), Path::new(EXE), &args, TIMEOUT_S).unwrap_or_else(|e| panic!("{e}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "-np {np} {args:?}: {err}");
+        assert!(err.contains("--stall-rank"), "-np {np} {args:?}: {err}");
+    }
 }

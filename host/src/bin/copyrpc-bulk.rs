@@ -343,8 +343,17 @@ fn server(node: &mut Node, a: &Args, max: usize) -> Result<String, String> {
                 .map_err(|e| e.to_string())?;
             break;
         }
-        if last.elapsed() > a.deadline && s.idle() {
-            return Err(format!("no request from rank 0 for {:?}", a.deadline));
+        if last.elapsed() > a.deadline {
+            // The client gives up on a call at the same bound: a transfer still running
+            // then has no one waiting for it.
+            return Err(if s.idle() {
+                format!("no request from rank 0 for {:?}", a.deadline)
+            } else {
+                format!(
+                    "a transfer still running {:?} after its request (--deadline-s)",
+                    a.deadline
+                )
+            });
         }
     }
     putp.release(pb);
@@ -400,6 +409,11 @@ fn main() -> ExitCode {
                 } else {
                     server(&mut node, &a, max)
                 };
+                // Said now: the barrier below waits for the other rank, which may be
+                // the reason this one failed.
+                if let Err(why) = &out {
+                    eprintln!("copyrpc-bulk: rank {r}/{n}: {why}; waiting for the other rank");
+                }
                 // Neither side drops its node (and with it the QP the other may still be
                 // answering on) before both are done.
                 x.barrier().map_err(|e| e.to_string())?;

@@ -82,6 +82,18 @@ fn run(x: &MpiExchange, stall_rank: Option<usize>) -> Result<String, String> {
     if (fsum - 0.25 * (n * (n + 1)) as f64).abs() > 1e-9 || fmax != 1.5 * (n - 1) as f64 {
         return Err(format!("f64 reductions: sum {fsum} max {fmax}"));
     }
+    // With a stalled rank, the others abort the job: each holds a /dev/shm region
+    // then, which the abort must remove (`MpiExchange`'s bound), as a rank with a sim
+    // fabric would.
+    let _region = stall_rank
+        .map(|_| {
+            copyrpc_host::shm::ShmRegion::create(
+                &format!("/copyrpc-selftest-{}", std::process::id()),
+                4096,
+            )
+        })
+        .transpose()
+        .map_err(e("a /dev/shm region"))?;
     if stall_rank == Some(r) {
         // SAFETY: raise(3) has no preconditions; the process stops until SIGCONT/SIGKILL.
         unsafe { libc::raise(libc::SIGSTOP) };
@@ -133,6 +145,20 @@ fn main() -> ExitCode {
         x.set_timeout(std::time::Duration::from_millis(ms));
     }
     let (r, n) = (x.rank(), x.size());
+    match stall {
+        Some(s) if s >= n => {
+            eprintln!("copyrpc-mpi-selftest: error: --stall-rank {s}: there are {n} ranks");
+            return ExitCode::from(2);
+        }
+        Some(_) if n < 2 => {
+            eprintln!(
+                "copyrpc-mpi-selftest: error: --stall-rank needs 2 ranks or more: no other \
+                 rank would end the stopped one"
+            );
+            return ExitCode::from(2);
+        }
+        _ => {}
+    }
     match run(&x, stall) {
         Ok(summary) => {
             println!("rank {r}/{n}: {summary}: ok");

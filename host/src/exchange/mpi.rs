@@ -91,6 +91,15 @@ impl MpiExchange {
                     self.size(),
                     bound.as_secs_f64()
                 );
+                // No destructor runs after the abort: remove this process's /dev/shm
+                // regions now (their mappings stay valid until the process is gone).
+                let n = crate::shm::unlink_created();
+                if n > 0 {
+                    eprintln!(
+                        "copyrpc: rank {}: removed {n} /dev/shm region(s) before the abort",
+                        self.rank()
+                    );
+                }
                 self.world.abort(EXIT_STUCK);
             }
             std::thread::yield_now();
