@@ -457,6 +457,17 @@ fn a_workload_the_machine_cannot_hold_is_refused_before_the_run() {
     );
 }
 
+/// A named --device is the one to use: under the default `--fabric auto` a device that
+/// is not there is an error, not a silent run on the software model.
+#[test]
+fn a_named_device_that_is_not_there_is_refused_under_auto() {
+    let out = benchkv(&["--duration", "100ms", "--device", "copyrpc-no-such-nic"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("copyrpc-no-such-nic"), "{err}");
+    assert!(out.stdout.is_empty(), "it ran: {}", text(&out.stdout));
+}
+
 /// A --plot path that is a FIFO is refused: opening it would wait for a reader.
 #[test]
 fn a_plot_path_that_is_a_fifo_is_refused_without_waiting() {

@@ -112,6 +112,13 @@ fn auto_decision(probe: &verbs::Probe, device: Option<&str>) -> Result<Selection
         reason: format!("auto: {why}; using the software device model (sim)"),
     };
     match probe {
+        // A device the user named is the one to use: no falling back to sim behind it.
+        verbs::Probe::NoDevice { detail } if device.is_some() => Err(Error::NoRdmaDevice {
+            detail: format!(
+                "{detail}, and --device {} was named",
+                device.unwrap_or_default()
+            ),
+        }),
         verbs::Probe::NoDevice { detail } => Ok(sim(format!("no RDMA device ({detail})"))),
         verbs::Probe::Devices(devs) => {
             let names: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
@@ -135,7 +142,9 @@ fn auto_decision(probe: &verbs::Probe, device: Option<&str>) -> Result<Selection
                 },
             };
             if !chosen.mlx5 {
-                return Ok(sim(format!("RDMA device {} is not mlx5", chosen.name)));
+                return Err(Error::NotMlx5 {
+                    device: chosen.name.clone(),
+                });
             }
             Ok(Selection {
                 kind: FabricKind::Verbs,
@@ -267,9 +276,22 @@ mod tests {
         assert_eq!(s.kind, FabricKind::Verbs);
         assert!(s.reason.contains("mlx5_1"), "{}", s.reason);
 
-        let s = auto_decision(&p, Some("rxe0")).unwrap();
-        assert_eq!(s.kind, FabricKind::Sim);
-        assert!(s.reason.contains("not mlx5"), "{}", s.reason);
+        // A named device is used or refused, never replaced by sim.
+        let e = auto_decision(&p, Some("rxe0")).unwrap_err();
+        assert!(
+            matches!(&e, Error::NotMlx5 { device } if device == "rxe0"),
+            "{e:?}"
+        );
+        let none = Probe::NoDevice {
+            detail: "ibv_get_device_list returned NULL".into(),
+        };
+        let e = auto_decision(&none, Some("mlx5_0"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no RDMA device") && e.contains("--device mlx5_0") && e.contains("NULL"),
+            "{e}"
+        );
 
         let only_rxe = Probe::Devices(vec![dev("rxe0", false)]);
         assert_eq!(
