@@ -184,7 +184,7 @@ pub struct Cli {
 
     /// Virtual world: the NIC profile, `key=value,...` over the defaults (ConnectX-6,
     /// HDR100) latency_ns=600, doorbell_ns=250, wqe_ns=100, dma_ns=350, gbps=100,
-    /// ack_timeout_ns=1048576.
+    /// ack_timeout_ns=1048576, rnr_timer_ns=640000.
     #[arg(long, default_value = "", value_name = "KEY=VALUE,...")]
     pub nic: String,
 

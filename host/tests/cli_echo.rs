@@ -95,7 +95,7 @@ fn item5_every_bad_value_of_every_echo_flag_is_a_clear_error_not_a_panic() {
     // The range is in the message, so the user sees what would be accepted.
     let out = run(None, ECHO, &["--max-payload", U64_MAX, "--rpc-ring", "16k"]);
     assert!(
-        text(&out.stderr).contains("0..=4032"),
+        text(&out.stderr).contains("carries is 4032"),
         "{}",
         text(&out.stderr)
     );
@@ -137,10 +137,20 @@ fn item2_a_max_payload_the_rings_cannot_carry_fails_at_once_naming_the_limit() {
     assert!(!out.status.success(), "{args:?} succeeded");
     let err = text(&out.stderr);
     assert!(
-        err.contains("--max-payload 4200 is out of range") && err.contains("0..=4032"),
+        err.contains("--max-payload 4200 does not fit --rpc-ring 16 KiB")
+            && err.contains("carries is 4032"),
         "{err}"
     );
     assert!(!text(&out.stdout).contains("FAIL deadline"));
+    // A ring too small for the default payload names the default, not a flag the user
+    // never gave as if they had.
+    let out = run(Some(1), ECHO, &["--rpc-ring", "4k"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--max-payload 1024 (the default) does not fit --rpc-ring 4 KiB"),
+        "{err}"
+    );
 }
 
 /// The limit is not too strict: two ranks echo with payloads (and response allowances)

@@ -76,3 +76,17 @@ fn a_transfer_past_the_deadline_ends_both_ranks_naming_it() {
     );
     assert!(!stderr.contains("did not complete within"), "{stderr}");
 }
+
+/// Bad sizes name the flag they came from (they said only `size "0"`).
+#[test]
+fn bad_sizes_name_their_flag() {
+    for (flag, v) in [("--chunk", "0"), ("--sizes", ""), ("--sizes", "1K,2G")] {
+        let out = std::process::Command::new(EXE)
+            .args([flag, v])
+            .output()
+            .expect("copyrpc-bulk runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {v:?}: {err}");
+        assert!(err.contains(&format!("{flag}:")), "{flag} {v:?}: {err}");
+    }
+}

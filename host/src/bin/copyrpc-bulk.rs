@@ -84,7 +84,11 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
                 }
             }
             "--sizes" => {
-                a.sizes = value()?.split(',').map(size).collect::<Result<_, _>>()?;
+                a.sizes = value()?
+                    .split(',')
+                    .map(size)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| format!("--sizes: {e}"))?;
             }
             "--iters" => {
                 a.iters = value()?
@@ -94,7 +98,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
                     .ok_or("--iters: expected a whole number >= 1")?
             }
             "--chunk" => {
-                a.chunk = u32::try_from(size(&value()?)?)
+                a.chunk = u32::try_from(size(&value()?).map_err(|e| format!("--chunk: {e}"))?)
                     .ok()
                     .filter(|&c| c < 1 << 31)
                     .ok_or("--chunk: expected 1 B ..< 2 GiB")?

@@ -97,8 +97,16 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
                 cfg.calls_per_peer = u32::try_from(n).map_err(|e| format!("--calls: {e}"))?;
             }
             "--max-payload" => {
-                let n = number("--max-payload", &value("--max-payload")?, 0..=u64::MAX, "")?;
-                max_payload = Some(usize::try_from(n).map_err(|e| format!("--max-payload: {e}"))?);
+                // Its range depends on the ring: checked against it below, once both
+                // flags are read.
+                let v = value("--max-payload")?;
+                let n: u64 = v.trim().parse().map_err(|_| {
+                    format!(
+                        "--max-payload {v:?}: expected a whole number of bytes, at most what \
+                         --rpc-ring carries"
+                    )
+                })?;
+                max_payload = Some(usize::try_from(n).unwrap_or(usize::MAX));
             }
             "--rpc-ring" => {
                 let r = sizing::parse_ring(&value("--rpc-ring")?)
@@ -134,9 +142,15 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     }
     let limit = cfg.max_payload_limit();
     if cfg.max_payload > limit {
+        let given = if max_payload.is_some() {
+            ""
+        } else {
+            " (the default)"
+        };
         return Err(format!(
-            "--max-payload {} is out of range: expected 0..={limit}, the largest payload and \
-             response allowance {} KiB rings carry (--rpc-ring sets the ring)",
+            "--max-payload {}{given} does not fit --rpc-ring {} KiB: the largest payload and \
+             response allowance that ring carries is {limit}; lower --max-payload or raise \
+             --rpc-ring",
             cfg.max_payload,
             cfg.rpc.ring_bytes >> 10
         ));
