@@ -313,6 +313,11 @@ fn bad_world_cost_nic_and_fault_flags_are_refused_before_anything_runs() {
             "--cost",
         ),
         (&["--world", "virtual:2", "--cost", "speed=3"], "--cost"),
+        // Empty polls alone longer than a quarter of the drain: it could never drain.
+        (
+            &["--world", "virtual:2", "--poll-budget", "65536"],
+            "--poll-budget",
+        ),
         (&["--world", "virtual:2", "--nic", "gbps=0"], "--nic"),
         (
             &["--world", "virtual:2", "--nic", "latency_ns=nan"],

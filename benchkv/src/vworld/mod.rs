@@ -86,8 +86,18 @@ const _: () = assert!(MAX_RANKS as usize - 1 <= SIM_MAX_QPS);
 /// NIC-peer pairs, docs/BENCHKV.md), rounded up.
 const NIC_BYTES_PER_PEER: u64 = 1 << 20;
 
+/// Virtual time the clients get after the last run to collect their answers:
+/// `--drain-timeout`, at most [`DRAIN_LIMIT_NS`], and at least long enough for a cut
+/// link's QPs to fail (eight ack timeouts) and answer.
+fn drain_window_ns(cfg: &Config, spec: &VirtualSpec) -> u64 {
+    let transport_gives_up = (spec.nic.ack_timeout_ns * 9.0) as u64;
+    (cfg.drain_timeout.as_nanos() as u64)
+        .min(DRAIN_LIMIT_NS)
+        .max(transport_gives_up)
+}
+
 /// Checks that the world fits in memory before anything is built (endpoints per
-/// daemon fit by [`MAX_RANKS`]).
+/// daemon fit by [`MAX_RANKS`]), and that its daemon loops are short enough to drain.
 pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
     let (n, k) = (spec.ranks, cfg.daemons);
     let store = u64::from(n) * crate::resources::store_bytes(cfg.keys, k);
@@ -97,6 +107,24 @@ pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
     let tables = std::mem::size_of::<SimDevice>() as u64
         * u64::from(n)
         * k.min(n as usize - 1).max(1) as u64;
+    // A loop that finds nothing makes its `--poll-budget` empty polls: that long at
+    // least, and a request's answer needs a few loops on both sides. A budget whose
+    // polls alone fill a quarter of the drain could never drain (65 536 × 1 us: 65 ms
+    // a loop, against at most 100 ms), and the run failed with "drain incomplete".
+    let loop_floor_ns = f64::from(cfg.poll_budget) * spec.cost.poll_ns;
+    let drain_ns = drain_window_ns(cfg, spec);
+    if loop_floor_ns * 4.0 > drain_ns as f64 {
+        return Err(format!(
+            "--poll-budget {} with --cost poll_ns={}: a daemon loop takes at least {:.1} ms \
+             of virtual time in empty polls, and the clients' drain gets {:.1} ms \
+             (--drain-timeout, at most {} ms): lower --poll-budget or poll_ns",
+            cfg.poll_budget,
+            spec.cost.poll_ns,
+            loop_floor_ns / 1e6,
+            drain_ns as f64 / 1e6,
+            DRAIN_LIMIT_NS / 1_000_000
+        ));
+    }
     let nics = u64::from(n) * (u64::from(n) - 1) * per_peer + tables;
     let need = store + patterns + nics;
     if let Some(avail) = crate::resources::mem_available() {
@@ -340,12 +368,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
     }
     let run_ns = cfg.duration.as_nanos() as u64;
     let end_ns = run_ns * cfg.runs as u64;
-    // Long enough for a cut link's QPs to fail (eight ack timeouts) and answer.
-    let transport_gives_up = (spec.nic.ack_timeout_ns * 9.0) as u64;
-    let give_up_ns = end_ns
-        + (cfg.drain_timeout.as_nanos() as u64)
-            .min(DRAIN_LIMIT_NS)
-            .max(transport_gives_up);
+    let give_up_ns = end_ns + drain_window_ns(cfg, spec);
     let mut answers = vec![0u64; n as usize];
     let mut reports: Vec<Vec<Result<ClientReport, String>>> =
         (0..n).map(|_| Vec::with_capacity(c)).collect();
