@@ -322,3 +322,103 @@ fn an_op_cancelled_on_settle_reads_pending_until_its_own_ending_then_cancelled()
     assert_eq!(t.live_count(), 0);
     assert_eq!(t.pending_count(), 0);
 }
+
+#[test]
+fn the_fifo_wraps_and_says_what_it_holds() {
+    let mut f = Fifo::<u8, 3>::new();
+    assert!(f.is_empty() && !f.any(|_| true));
+    for v in [1, 2, 3] {
+        f.push(v).unwrap();
+    }
+    assert_eq!(f.push(4), Err(4), "full");
+    assert_eq!(f.pop(), Some(1));
+    f.push(4).unwrap(); // into the slot 1 left: the ring has wrapped
+    assert!(!f.is_empty());
+    assert_eq!(f.len(), 3);
+    assert!(f.any(|&v| v == 4), "the wrapped item");
+    assert!(f.any(|&v| v == 2));
+    assert!(!f.any(|&v| v == 1), "a popped item");
+    assert_eq!(
+        [f.pop(), f.pop(), f.pop(), f.pop()],
+        [Some(2), Some(3), Some(4), None]
+    );
+    assert!(f.is_empty() && !f.any(|_| true));
+}
+
+#[test]
+fn imm_matching_counts_what_it_cancels_drops_and_holds() {
+    let t = OpTable::<8>::new();
+    let mut w = RecvWindow::new(4);
+    assert_eq!(w.depth(), 4);
+    w.fill(|| true);
+    let mut m = ImmMatch::<2, 4>::new();
+    let (a, b) = (m.ask(&t).unwrap(), m.ask(&t).unwrap());
+    assert_eq!((m.waiting(), m.queued()), (2, 0));
+    assert_eq!(m.cancel_all(&t), (2, 0));
+    assert_eq!(m.waiting(), 0);
+    for h in [a, b] {
+        assert_eq!(t.result(h), Some(Err(OpError::Cancelled)));
+    }
+    for imm in 0..3 {
+        let _ = m.arrived(&t, &mut w, ImmEvent { imm, len: 7 }, || true);
+    }
+    assert_eq!((m.queued(), m.dropped()), (2, 1), "the third did not fit");
+    assert_eq!(m.cancel_all(&t), (0, 2));
+    assert_eq!((m.queued(), m.dropped()), (0, 3));
+    let ev = ImmEvent { imm: 9, len: 5 };
+    assert_eq!(ImmEvent::from_result(ev.to_result()), ev);
+}
+
+#[test]
+fn a_waker_replaced_before_the_end_is_the_one_woken() {
+    let (first, second) = (
+        std::sync::Arc::new(Counter(AtomicUsize::new(0))),
+        std::sync::Arc::new(Counter(AtomicUsize::new(0))),
+    );
+    let t = OpTable::<2>::new();
+    let h = t.start().unwrap();
+    assert_eq!(t.live_count(), 1);
+    let mut f = pin!(t.future(h));
+    for w in [&first, &first, &second] {
+        let waker = Waker::from(w.clone());
+        assert_eq!(
+            f.as_mut().poll(&mut Context::from_waker(&waker)),
+            Poll::Pending
+        );
+    }
+    t.finish(h, Ok(1));
+    assert_eq!(
+        first.0.load(Ordering::Relaxed),
+        0,
+        "the replaced waker was woken"
+    );
+    assert_eq!(second.0.load(Ordering::Relaxed), 1);
+    let text = format!("{t:?}");
+    assert!(text.contains("Cellule") && text.contains("Done"), "{text}");
+}
+
+#[test]
+fn a_lease_reports_a_failure_however_many_of_its_requests_failed() {
+    let t = OpTable::<2>::new();
+    let (words, mut pool) = (SlotTable::<2>::new(), SlotPool::<2>::new());
+    let op = t.start().unwrap();
+    let l = pool.lease(&words, op, 3).unwrap();
+    assert_eq!((pool.tenant(l.slot), pool.leased_count()), (Some(op), 1));
+    let wr = l.wr_id(2);
+    assert_eq!(
+        (wr.slot(), wr.generation(), wr.sub()),
+        (l.slot, l.generation, 2)
+    );
+    assert_eq!(words.complete(l.wr_id(0), false), Completion::More);
+    assert_eq!(words.complete(l.wr_id(1), false), Completion::More);
+    assert_eq!(
+        words.complete(l.wr_id(2), true),
+        Completion::Last {
+            slot: l.slot,
+            failed: true
+        },
+        "two failures must not cancel out"
+    );
+    assert_eq!(pool.reclaim(&words, l.slot), Some((op, true)));
+    assert_eq!((pool.tenant(l.slot), pool.leased_count()), (None, 0));
+}
