@@ -76,6 +76,40 @@ fn a_revoked_key_mid_transfer_fails_the_call_once_and_frees_every_slot() {
     });
 }
 
+/// The link reports a failed operation as failed even when it is the only one of its
+/// transfer (the raw counters say how many of the completed ones failed: the last ones).
+#[test]
+fn a_single_operation_that_fails_is_reported_failed_and_not_answered_ok() {
+    big_stack(|| {
+        let mut b = Bulk::new(64 << 10, 1);
+        let ok = b.call(0, Pattern::Put, 1024, 0).unwrap();
+        drain(&mut b, &[ok], 0, "a put before the fault");
+        assert_eq!(b.server.mover().stats().failed, 0);
+        b.p.dev.dereg_mr(b.cget.keys.lkey).unwrap();
+        let op = b.call(0, Pattern::Get, 0, 1024).unwrap();
+        b.responses = 0;
+        let r = drain(
+            &mut b,
+            &[op],
+            0,
+            "a one-operation get into a revoked buffer",
+        );
+        assert!(r[0].is_err(), "{r:?}");
+        assert_eq!(
+            b.server.mover().stats().failed,
+            1,
+            "{:?}",
+            b.server.mover().stats()
+        );
+        assert_eq!(
+            b.server.stats().replied[0],
+            1,
+            "only the first call was answered ok: {:?}",
+            b.server.stats()
+        );
+    });
+}
+
 #[test]
 fn cancel_all_on_both_sides_mid_transfer_ends_each_call_once() {
     big_stack(|| {

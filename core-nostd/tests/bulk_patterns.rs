@@ -165,3 +165,55 @@ fn bad_input_is_a_typed_error_and_nothing_is_posted() {
         assert!(b.server.idle());
     });
 }
+
+/// `respond` with fewer bytes than the client's get buffer writes only those, and the
+/// reply says how many; more than the client's buffer (or the server's) is refused and
+/// the request stays held for a proper answer.
+#[test]
+fn a_get_answered_short_writes_only_its_bytes_and_a_long_answer_is_refused() {
+    big_stack(|| {
+        const LEN: usize = 8192;
+        let mut b = Bulk::new(LEN, 1);
+        let src = pattern(3, LEN);
+        b.sget.buf.write(0, &src);
+        b.cget.buf.write(0, &[0xEE; LEN]);
+        let op = b.call(0, Pattern::Get, 0, LEN as u64).unwrap();
+        let mut answered = false;
+        for _ in 0..400_000 {
+            if b.client.ops().is_done(op) {
+                break;
+            }
+            let client = &b.client;
+            b.p.a.ctx.poll(|ud, r| {
+                client.on_response(ud, r);
+            });
+            b.p.b.ctx.poll(|_, _| {});
+            while let Some(h) = b.p.b.ctx.recv() {
+                let get = b.sreg.local(b.sget.keys.lkey, b.sget.keys.va, LEN as u64);
+                // SAFETY: the server's get area is touched by nothing else meanwhile.
+                unsafe { b.server.accept(&mut b.p.b.ctx, h, None, get.ok()) }.unwrap();
+            }
+            b.server.progress(&mut b.p.b.ctx);
+            while let Some((id, _)) = b.server.next_ready() {
+                let ctx = &mut b.p.b.ctx;
+                assert_eq!(
+                    b.server.respond(ctx, id, LEN as u64 + 1),
+                    Err(BulkError::BeyondRegion),
+                    "more than the client's buffer"
+                );
+                assert_eq!(b.server.respond(ctx, id, 0), Err(BulkError::ZeroLength));
+                b.server.respond(ctx, id, 1000).unwrap();
+                answered = true;
+            }
+            b.p.step();
+        }
+        assert!(answered, "the request never became ready\n{}", b.p.dump());
+        assert_eq!(b.client.ops().result(op), Some(Ok(1000)));
+        let got = b.cget.buf.read(0, LEN);
+        assert_eq!(got[..1000], src[..1000]);
+        assert!(
+            got[1000..].iter().all(|&x| x == 0xEE),
+            "written past 1000 B"
+        );
+    });
+}

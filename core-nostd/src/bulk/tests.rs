@@ -273,3 +273,52 @@ fn cancel_all_stops_posting_and_slots_wait_for_their_completions() {
     assert_eq!(m.ops().result(a), Some(Err(OpError::Cancelled)));
     assert!(m.idle());
 }
+
+#[test]
+fn every_reply_status_round_trips_and_an_unknown_one_does_not_parse() {
+    for status in [
+        Status::Ok,
+        Status::TransferFailed,
+        Status::BadRequest,
+        Status::Busy,
+    ] {
+        let rep = Reply {
+            status,
+            tag: 3,
+            bytes: 77,
+        };
+        let mut b = [0u8; REPLY_SIZE];
+        rep.emit(&mut b);
+        assert_eq!(Reply::parse(&b).map(|(r, _)| r), Some(rep), "{status:?}");
+    }
+    let mut b = [0u8; REPLY_SIZE];
+    b[0] = 4;
+    assert!(Reply::parse(&b).is_none(), "status 4");
+}
+
+#[test]
+fn a_removed_region_describes_nothing_and_leaves_the_others() {
+    let mut r = regions();
+    r.add(Region {
+        va: 0x4000,
+        len: 0x100,
+        lkey: 21,
+        rkey: 22,
+    })
+    .unwrap();
+    r.remove(11);
+    assert_eq!(r.describe(12, 0x1000, 16), Err(BulkError::UnknownKey));
+    assert_eq!(r.local(11, 0x1000, 16), Err(BulkError::UnknownKey));
+    assert!(
+        r.describe(22, 0x4000, 16).is_ok(),
+        "another region went too"
+    );
+    // Its entry is free again.
+    r.add(Region {
+        va: 0x8000,
+        len: 0x100,
+        lkey: 31,
+        rkey: 32,
+    })
+    .unwrap();
+}
