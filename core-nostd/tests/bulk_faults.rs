@@ -110,6 +110,48 @@ fn a_single_operation_that_fails_is_reported_failed_and_not_answered_ok() {
     });
 }
 
+/// A server that cancels a get mid-transfer lets go of the request (and answers it) only
+/// once its WRITEs in flight have completed: the server's buffer is its caller's again
+/// then, and the client's when the call ends.
+#[test]
+fn a_server_cancel_answers_only_after_its_writes_in_flight_completed() {
+    big_stack(|| {
+        const LEN: usize = 2 << 20;
+        let mut b = Bulk::new(LEN, 1);
+        b.sget.buf.write(0, &pattern(5, LEN));
+        let op = b.call(0, Pattern::Get, 0, LEN as u64).unwrap();
+        b.run_until("a WRITE in flight", ROUNDS, &mut standard, |b| {
+            b.server.mover().free_slots() < 16 && b.server.held() == 1
+        });
+        assert!(!b.server.idle(), "idle with a transfer in flight");
+        assert_eq!(b.server.cancel_all(), 1);
+        // The server lets go of the request (its buffers are the caller's again) only
+        // once no operation of it is in flight.
+        b.run_until("the cancelled get to end", ROUNDS, &mut standard, |b| {
+            assert!(
+                b.server.held() == 1 || b.server.mover().free_slots() == 16,
+                "the request was let go with operations in flight"
+            );
+            b.client.ops().is_done(op)
+        });
+        assert_eq!(b.client.ops().result(op), Some(Err(OpError::Failed)));
+        let mine = vec![0xA5u8; LEN];
+        b.cget.buf.write(0, &mine);
+        for _ in 0..2_000 {
+            b.round(&mut standard);
+        }
+        assert!(b.server.idle());
+        let hit = b
+            .cget
+            .buf
+            .read(0, LEN)
+            .iter()
+            .filter(|&&x| x != 0xA5)
+            .count();
+        assert_eq!(hit, 0, "{hit} bytes written after the call ended");
+    });
+}
+
 #[test]
 fn cancel_all_on_both_sides_mid_transfer_ends_each_call_once() {
     big_stack(|| {

@@ -217,3 +217,52 @@ fn a_get_answered_short_writes_only_its_bytes_and_a_long_answer_is_refused() {
         );
     });
 }
+
+/// The caller bytes a request carries arrive intact after its fixed part, up to
+/// `MAX_EXTRA` of them; one more is refused before anything is sent. The server counts
+/// each answer once.
+#[test]
+fn caller_bytes_arrive_intact_and_one_too_many_is_refused() {
+    use copyrpc_core::bulk::{Request, MAX_EXTRA};
+    big_stack(|| {
+        let mut b = Bulk::new(4096, 1);
+        let ep = b.p.a.eps[0];
+        let long = pattern(11, MAX_EXTRA + 1);
+        assert_eq!(
+            b.client
+                .call(&mut b.p.a.ctx, ep, Pattern::HeaderOnly, None, None, &long),
+            Err(BulkError::TooLong)
+        );
+        for n in [1, MAX_EXTRA] {
+            let extra = &long[..n];
+            let op = b
+                .client
+                .call(&mut b.p.a.ctx, ep, Pattern::HeaderOnly, None, None, extra)
+                .unwrap();
+            let mut seen = None;
+            for _ in 0..400_000 {
+                if b.client.ops().is_done(op) {
+                    break;
+                }
+                let client = &b.client;
+                b.p.a.ctx.poll(|ud, r| {
+                    client.on_response(ud, r);
+                });
+                b.p.b.ctx.poll(|_, _| {});
+                while let Some(h) = b.p.b.ctx.recv() {
+                    seen = Request::parse(h.data(&b.p.b.ctx)).map(|(_, x)| x.to_vec());
+                    // SAFETY: no buffers are named.
+                    unsafe { b.server.accept(&mut b.p.b.ctx, h, None, None) }.unwrap();
+                }
+                b.server.progress(&mut b.p.b.ctx);
+                while let Some((id, _)) = b.server.next_ready() {
+                    b.server.respond(&mut b.p.b.ctx, id, 0).unwrap();
+                }
+                b.p.step();
+            }
+            assert_eq!(b.client.ops().result(op), Some(Ok(0)), "{n} caller bytes");
+            assert_eq!(seen.as_deref(), Some(extra), "{n} caller bytes");
+        }
+        assert_eq!(b.server.stats().replied, [2, 0, 0, 0]);
+    });
+}
