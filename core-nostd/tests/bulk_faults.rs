@@ -110,6 +110,34 @@ fn a_single_operation_that_fails_is_reported_failed_and_not_answered_ok() {
     });
 }
 
+/// A get of `len` bytes from lane 0, in flight: the server's source filled with
+/// `seed`'s pattern, the call made, rounds until an operation of it is posted.
+fn get_in_flight(len: usize, seed: u64) -> (Bulk, OpHandle) {
+    let mut b = Bulk::new(len, 1);
+    b.sget.buf.write(0, &pattern(seed, len));
+    let op = b.call(0, Pattern::Get, 0, len as u64).unwrap();
+    until_in_flight(&mut b);
+    (b, op)
+}
+
+/// The caller reuses the client's get buffer once its call ended: whatever the server
+/// still runs must not land in it.
+fn reuse_get_buffer_and_check(b: &mut Bulk, len: usize) {
+    b.cget.buf.write(0, &vec![0xA5u8; len]);
+    for _ in 0..2_000 {
+        b.round(&mut standard);
+    }
+    assert!(b.server.idle(), "the server still moves bytes");
+    let hit = b
+        .cget
+        .buf
+        .read(0, len)
+        .iter()
+        .filter(|&&x| x != 0xA5)
+        .count();
+    assert_eq!(hit, 0, "{hit} bytes of the reused buffer were written");
+}
+
 /// A server that cancels a get mid-transfer lets go of the request (and answers it) only
 /// once its WRITEs in flight have completed: the server's buffer is its caller's again
 /// then, and the client's when the call ends.
@@ -117,12 +145,7 @@ fn a_single_operation_that_fails_is_reported_failed_and_not_answered_ok() {
 fn a_server_cancel_answers_only_after_its_writes_in_flight_completed() {
     big_stack(|| {
         const LEN: usize = 2 << 20;
-        let mut b = Bulk::new(LEN, 1);
-        b.sget.buf.write(0, &pattern(5, LEN));
-        let op = b.call(0, Pattern::Get, 0, LEN as u64).unwrap();
-        b.run_until("a WRITE in flight", ROUNDS, &mut standard, |b| {
-            b.server.mover().free_slots() < 16 && b.server.held() == 1
-        });
+        let (mut b, op) = get_in_flight(LEN, 5);
         assert!(!b.server.idle(), "idle with a transfer in flight");
         assert_eq!(b.server.cancel_all(), 1);
         // The server lets go of the request (its buffers are the caller's again) only
@@ -135,20 +158,7 @@ fn a_server_cancel_answers_only_after_its_writes_in_flight_completed() {
             b.client.ops().is_done(op)
         });
         assert_eq!(b.client.ops().result(op), Some(Err(OpError::Failed)));
-        let mine = vec![0xA5u8; LEN];
-        b.cget.buf.write(0, &mine);
-        for _ in 0..2_000 {
-            b.round(&mut standard);
-        }
-        assert!(b.server.idle());
-        let hit = b
-            .cget
-            .buf
-            .read(0, LEN)
-            .iter()
-            .filter(|&&x| x != 0xA5)
-            .count();
-        assert_eq!(hit, 0, "{hit} bytes written after the call ended");
+        reuse_get_buffer_and_check(&mut b, LEN);
     });
 }
 
@@ -186,10 +196,7 @@ fn cancel_all_on_both_sides_mid_transfer_ends_each_call_once() {
 fn a_cancelled_get_ends_only_when_the_server_is_done_with_its_buffer() {
     big_stack(|| {
         const LEN: usize = 2 << 20;
-        let mut b = Bulk::new(LEN, 1);
-        b.sget.buf.write(0, &pattern(7, LEN));
-        let op = b.call(0, Pattern::Get, 0, LEN as u64).unwrap();
-        until_in_flight(&mut b);
+        let (mut b, op) = get_in_flight(LEN, 7);
         assert_eq!(b.client.cancel_all(), 1);
         assert_eq!(
             b.client.in_flight(),
@@ -205,16 +212,7 @@ fn a_cancelled_get_ends_only_when_the_server_is_done_with_its_buffer() {
         });
         assert_eq!(b.client.ops().result(op), Some(Err(OpError::Cancelled)));
         assert_eq!(b.client.in_flight(), 0);
-        // The caller reuses the buffer; the server's transfer must be over.
-        let mine = vec![0xA5u8; LEN];
-        b.cget.buf.write(0, &mine);
-        for _ in 0..2_000 {
-            b.round(&mut standard);
-        }
-        assert!(b.server.idle(), "the server still moves bytes");
-        let now = b.cget.buf.read(0, LEN);
-        let hit = now.iter().filter(|&&x| x != 0xA5).count();
-        assert_eq!(hit, 0, "{hit} bytes of the reused buffer were overwritten");
+        reuse_get_buffer_and_check(&mut b, LEN);
     });
 }
 

@@ -166,6 +166,44 @@ fn bad_input_is_a_typed_error_and_nothing_is_posted() {
     });
 }
 
+/// Runs the pair by hand until `op` ends (bounded): the server accepts each request
+/// with the server's get area of `get_len` bytes (`None`: no buffer) after showing its
+/// bytes to `seen`, and `ready` answers each one the server has ready. Returns how many
+/// were ready.
+fn serve_by_hand(
+    b: &mut Bulk,
+    op: copyrpc_core::ops::OpHandle,
+    get_len: Option<u64>,
+    mut seen: impl FnMut(&[u8]),
+    mut ready: impl FnMut(&mut Bulk, copyrpc_core::bulk::ReqId),
+) -> usize {
+    let mut n = 0;
+    for _ in 0..400_000 {
+        if b.client.ops().is_done(op) {
+            return n;
+        }
+        let client = &b.client;
+        b.p.a.ctx.poll(|ud, r| {
+            client.on_response(ud, r);
+        });
+        b.p.b.ctx.poll(|_, _| {});
+        while let Some(h) = b.p.b.ctx.recv() {
+            seen(h.data(&b.p.b.ctx));
+            let get =
+                get_len.and_then(|len| b.sreg.local(b.sget.keys.lkey, b.sget.keys.va, len).ok());
+            // SAFETY: the server's get area is touched by nothing else meanwhile.
+            unsafe { b.server.accept(&mut b.p.b.ctx, h, None, get) }.unwrap();
+        }
+        b.server.progress(&mut b.p.b.ctx);
+        while let Some((id, _)) = b.server.next_ready() {
+            ready(b, id);
+            n += 1;
+        }
+        b.p.step();
+    }
+    panic!("the call never ended\n{}", b.p.dump());
+}
+
 /// `respond` with fewer bytes than the client's get buffer writes only those, and the
 /// reply says how many; more than the client's buffer (or the server's) is refused and
 /// the request stays held for a proper answer.
@@ -178,23 +216,12 @@ fn a_get_answered_short_writes_only_its_bytes_and_a_long_answer_is_refused() {
         b.sget.buf.write(0, &src);
         b.cget.buf.write(0, &[0xEE; LEN]);
         let op = b.call(0, Pattern::Get, 0, LEN as u64).unwrap();
-        let mut answered = false;
-        for _ in 0..400_000 {
-            if b.client.ops().is_done(op) {
-                break;
-            }
-            let client = &b.client;
-            b.p.a.ctx.poll(|ud, r| {
-                client.on_response(ud, r);
-            });
-            b.p.b.ctx.poll(|_, _| {});
-            while let Some(h) = b.p.b.ctx.recv() {
-                let get = b.sreg.local(b.sget.keys.lkey, b.sget.keys.va, LEN as u64);
-                // SAFETY: the server's get area is touched by nothing else meanwhile.
-                unsafe { b.server.accept(&mut b.p.b.ctx, h, None, get.ok()) }.unwrap();
-            }
-            b.server.progress(&mut b.p.b.ctx);
-            while let Some((id, _)) = b.server.next_ready() {
+        let answered = serve_by_hand(
+            &mut b,
+            op,
+            Some(LEN as u64),
+            |_| {},
+            |b, id| {
                 let ctx = &mut b.p.b.ctx;
                 assert_eq!(
                     b.server.respond(ctx, id, LEN as u64 + 1),
@@ -203,11 +230,9 @@ fn a_get_answered_short_writes_only_its_bytes_and_a_long_answer_is_refused() {
                 );
                 assert_eq!(b.server.respond(ctx, id, 0), Err(BulkError::ZeroLength));
                 b.server.respond(ctx, id, 1000).unwrap();
-                answered = true;
-            }
-            b.p.step();
-        }
-        assert!(answered, "the request never became ready\n{}", b.p.dump());
+            },
+        );
+        assert_eq!(answered, 1);
         assert_eq!(b.client.ops().result(op), Some(Ok(1000)));
         let got = b.cget.buf.read(0, LEN);
         assert_eq!(got[..1000], src[..1000]);
@@ -240,26 +265,13 @@ fn caller_bytes_arrive_intact_and_one_too_many_is_refused() {
                 .call(&mut b.p.a.ctx, ep, Pattern::HeaderOnly, None, None, extra)
                 .unwrap();
             let mut seen = None;
-            for _ in 0..400_000 {
-                if b.client.ops().is_done(op) {
-                    break;
-                }
-                let client = &b.client;
-                b.p.a.ctx.poll(|ud, r| {
-                    client.on_response(ud, r);
-                });
-                b.p.b.ctx.poll(|_, _| {});
-                while let Some(h) = b.p.b.ctx.recv() {
-                    seen = Request::parse(h.data(&b.p.b.ctx)).map(|(_, x)| x.to_vec());
-                    // SAFETY: no buffers are named.
-                    unsafe { b.server.accept(&mut b.p.b.ctx, h, None, None) }.unwrap();
-                }
-                b.server.progress(&mut b.p.b.ctx);
-                while let Some((id, _)) = b.server.next_ready() {
-                    b.server.respond(&mut b.p.b.ctx, id, 0).unwrap();
-                }
-                b.p.step();
-            }
+            serve_by_hand(
+                &mut b,
+                op,
+                None,
+                |data| seen = Request::parse(data).map(|(_, x)| x.to_vec()),
+                |b, id| b.server.respond(&mut b.p.b.ctx, id, 0).unwrap(),
+            );
             assert_eq!(b.client.ops().result(op), Some(Ok(0)), "{n} caller bytes");
             assert_eq!(seen.as_deref(), Some(extra), "{n} caller bytes");
         }
