@@ -138,6 +138,51 @@ fn reuse_get_buffer_and_check(b: &mut Bulk, len: usize) {
     assert_eq!(hit, 0, "{hit} bytes of the reused buffer were written");
 }
 
+/// A link counts the operations it posted until `drain` reports them.
+#[test]
+fn a_link_counts_its_operations_until_drained() {
+    use copyrpc_core::bulk::{Dir, Link, OneSided};
+    use copyrpc_core::ops::WrId;
+    big_stack(|| {
+        let mut b = Bulk::new(4096, 1);
+        // The client's endpoint carries no raw operation of its own: this link's alone.
+        let ep = b.p.a.eps[0];
+        let mut link = Link::new(&b.p.a.ctx, ep);
+        assert_eq!(link.outstanding(), 0);
+        let (remote, local) = (
+            mlx5_raw::Remote {
+                addr: b.sput.keys.va,
+                rkey: b.sput.keys.rkey,
+            },
+            mlx5_raw::Sge {
+                addr: b.cget.keys.va,
+                len: 64,
+                lkey: b.cget.keys.lkey,
+            },
+        );
+        for k in 0..2 {
+            // SAFETY: both buffers are registered and untouched until drained.
+            unsafe {
+                link.poster(&mut b.p.a.ctx)
+                    .post(Dir::Read, WrId(k), remote, local)
+            }
+            .unwrap();
+        }
+        assert_eq!(link.outstanding(), 2);
+        let mut done = Vec::new();
+        for _ in 0..ROUNDS {
+            b.p.a.ctx.poll(|_, _| {});
+            link.drain(&b.p.a.ctx, |wr, ok| done.push((wr.0, ok)));
+            if done.len() == 2 {
+                break;
+            }
+            b.p.step();
+        }
+        assert_eq!(done, [(0, true), (1, true)]);
+        assert_eq!(link.outstanding(), 0);
+    });
+}
+
 /// A server that cancels a get mid-transfer lets go of the request (and answers it) only
 /// once its WRITEs in flight have completed: the server's buffer is its caller's again
 /// then, and the client's when the call ends.
@@ -147,7 +192,12 @@ fn a_server_cancel_answers_only_after_its_writes_in_flight_completed() {
         const LEN: usize = 2 << 20;
         let (mut b, op) = get_in_flight(LEN, 5);
         assert!(!b.server.idle(), "idle with a transfer in flight");
+        assert!(
+            !b.server.mover().idle(),
+            "the mover idle with a transfer in flight"
+        );
         assert_eq!(b.server.cancel_all(), 1);
+        assert!(!b.server.mover().idle(), "its slots are still the device's");
         // The server lets go of the request (its buffers are the caller's again) only
         // once no operation of it is in flight.
         b.run_until("the cancelled get to end", ROUNDS, &mut standard, |b| {

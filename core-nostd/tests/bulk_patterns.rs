@@ -52,6 +52,11 @@ fn moves(pat: Pattern) {
                 }
                 _ => {}
             }
+            let ops_so_far = b.server.mover().stats().posted;
+            assert!(
+                pat == Pattern::HeaderOnly || ops_so_far >= (n as u64).div_ceil(128 << 10),
+                "{n} B: {ops_so_far} operations posted"
+            );
             assert!(b.server.idle(), "the server holds nothing after the reply");
             assert_eq!(b.server.mover().free_slots(), 16);
         }

@@ -343,6 +343,15 @@ fn the_fifo_wraps_and_says_what_it_holds() {
         [Some(2), Some(3), Some(4), None]
     );
     assert!(f.is_empty() && !f.any(|_| true));
+    // Part full, the items past the front: any() looks at exactly those two slots.
+    let mut f = Fifo::<u8, 4>::new();
+    for v in [1, 2, 3, 4] {
+        f.push(v).unwrap();
+    }
+    f.pop();
+    f.pop();
+    assert!(f.any(|&v| v == 3) && f.any(|&v| v == 4));
+    assert!(!f.any(|&v| v < 3), "a popped slot");
 }
 
 #[test]
