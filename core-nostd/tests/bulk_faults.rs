@@ -107,6 +107,11 @@ fn a_single_operation_that_fails_is_reported_failed_and_not_answered_ok() {
             "only the first call was answered ok: {:?}",
             b.server.stats()
         );
+        assert_eq!(
+            b.server.stats().reply_lost,
+            1,
+            "the failure took the endpoint, and the answer with it"
+        );
     });
 }
 

@@ -224,14 +224,21 @@ fn a_get_answered_short_writes_only_its_bytes_and_a_long_answer_is_refused() {
         let answered = serve_by_hand(
             &mut b,
             op,
-            Some(LEN as u64),
+            // The server's own get buffer: half the client's.
+            Some(LEN as u64 / 2),
             |_| {},
             |b, id| {
+                assert!(!b.server.idle(), "a request held, waiting for its answer");
                 let ctx = &mut b.p.b.ctx;
                 assert_eq!(
                     b.server.respond(ctx, id, LEN as u64 + 1),
                     Err(BulkError::BeyondRegion),
                     "more than the client's buffer"
+                );
+                assert_eq!(
+                    b.server.respond(ctx, id, LEN as u64 / 2 + 1),
+                    Err(BulkError::BeyondRegion),
+                    "more than the server's buffer"
                 );
                 assert_eq!(b.server.respond(ctx, id, 0), Err(BulkError::ZeroLength));
                 b.server.respond(ctx, id, 1000).unwrap();

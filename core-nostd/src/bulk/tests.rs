@@ -180,7 +180,9 @@ fn a_transfer_is_split_pipelined_within_its_depth_and_completes_out_of_order() {
     let mut m = Mover::<4, 8>::new(1000);
     let mut l = Loop::default();
     // SAFETY: the loopback link touches no memory.
+    assert!(m.idle());
     let op = unsafe { m.start(Dir::Write, local(4500), remote(4500), 3) }.unwrap();
+    assert!(!m.idle(), "a transfer started, nothing posted yet");
     assert_eq!(m.pump(&mut l), 3, "depth 3");
     assert_eq!(m.pump(&mut l), 0);
     let offs: Vec<u64> = l.posted.iter().map(|p| p.2.addr - 0x9000).collect();
