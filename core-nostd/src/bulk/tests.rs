@@ -179,8 +179,8 @@ fn bad_transfers_are_refused_and_nothing_is_posted() {
 fn a_transfer_is_split_pipelined_within_its_depth_and_completes_out_of_order() {
     let mut m = Mover::<4, 8>::new(1000);
     let mut l = Loop::default();
-    // SAFETY: the loopback link touches no memory.
     assert!(m.idle());
+    // SAFETY: the loopback link touches no memory.
     let op = unsafe { m.start(Dir::Write, local(4500), remote(4500), 3) }.unwrap();
     assert!(!m.idle(), "a transfer started, nothing posted yet");
     assert_eq!(m.pump(&mut l), 3, "depth 3");
