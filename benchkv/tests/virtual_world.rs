@@ -313,10 +313,14 @@ fn bad_world_cost_nic_and_fault_flags_are_refused_before_anything_runs() {
             "--cost",
         ),
         (&["--world", "virtual:2", "--cost", "speed=3"], "--cost"),
-        // Empty polls alone longer than a quarter of the drain: it could never drain.
+        // Loops whose floor (loop_ns and the empty polls) outlasts a quarter of the drain.
         (
             &["--world", "virtual:2", "--poll-budget", "65536"],
             "--poll-budget",
+        ),
+        (
+            &["--world", "virtual:2", "--cost", "loop_ns=1e9"],
+            "loop_ns",
         ),
         (&["--world", "virtual:2", "--nic", "gbps=0"], "--nic"),
         (

@@ -107,17 +107,19 @@ pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
     let tables = std::mem::size_of::<SimDevice>() as u64
         * u64::from(n)
         * k.min(n as usize - 1).max(1) as u64;
-    // A loop that finds nothing makes its `--poll-budget` empty polls: that long at
-    // least, and a request's answer needs a few loops on both sides. A budget whose
-    // polls alone fill a quarter of the drain could never drain (65 536 × 1 us: 65 ms
-    // a loop, against at most 100 ms), and the run failed with "drain incomplete".
-    let loop_floor_ns = f64::from(cfg.poll_budget) * spec.cost.poll_ns;
+    // A loop that finds nothing costs `loop_ns` plus its `--poll-budget` empty polls:
+    // that long at least, and a request's answer needs a few loops on both sides. A
+    // loop whose floor fills a quarter of the drain could never drain (65 536 polls of
+    // 1 us: 65 ms a loop, against at most 100 ms), and the run failed with "drain
+    // incomplete".
+    let loop_floor_ns = spec.cost.loop_ns + f64::from(cfg.poll_budget) * spec.cost.poll_ns;
     let drain_ns = drain_window_ns(cfg, spec);
     if loop_floor_ns * 4.0 > drain_ns as f64 {
         return Err(format!(
-            "--poll-budget {} with --cost poll_ns={}: a daemon loop takes at least {:.1} ms \
-             of virtual time in empty polls, and the clients' drain gets {:.1} ms \
-             (--drain-timeout, at most {} ms): lower --poll-budget or poll_ns",
+            "--cost loop_ns={} with --poll-budget {} of poll_ns={}: a daemon loop takes at \
+             least {:.1} ms of virtual time, and the clients' drain gets {:.1} ms \
+             (--drain-timeout, at most {} ms): lower --poll-budget, poll_ns or loop_ns",
+            spec.cost.loop_ns,
             cfg.poll_budget,
             spec.cost.poll_ns,
             loop_floor_ns / 1e6,
