@@ -189,6 +189,19 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     let counters: Vec<Counters> = (0..cfg.clients).map(|_| Counters::default()).collect();
     let ready = Barrier::new(threads + 1);
     let mut setup = setup::describe(cfg, size, &fabric, pins.as_deref());
+    // What the figures were measured on: every daemon and client busy-polls, and so does
+    // the sim fabric's engine thread when ranks talk through it.
+    // `cpus` is this rank's affinity mask (mpirun binds each rank to one core by default).
+    let busy = threads + usize::from(size > 1 && fabric.starts_with("sim"));
+    setup.extend([
+        ("cpus", serde_json::json!(cores.len())),
+        ("busy_threads", serde_json::json!(busy)),
+        ("host_cpus", serde_json::json!(affinity::online_cpus())),
+        (
+            "host_busy_threads",
+            serde_json::json!(local_size.max(1) * busy),
+        ),
+    ]);
     if let Some(d) = &nic {
         setup.push(("nic_numa_node", serde_json::json!(nic_node)));
         setup.push((

@@ -28,6 +28,25 @@ fn us(v: Option<u64>) -> String {
 }
 
 /// The human table.
+/// Said under the set-up when a rank ran more busy-polling threads than its CPUs, or the
+/// host more than it has: they then take turns on the cores, and req/s and latency
+/// measure the scheduler as much as the code (scale questions: `--world virtual:N`).
+fn oversubscribed(setup: &[(&'static str, Value)]) -> Option<String> {
+    let get = |key| setup.iter().find(|(k, _)| *k == key)?.1.as_u64();
+    let said = |busy: u64, cpus: u64, whose: &str| {
+        format!(
+            "{busy} busy-polling threads on {whose}{cpus} CPU(s): they take turns, so req/s \
+             and latency include the scheduler's time slices (for scale, --world virtual:N)"
+        )
+    };
+    let (busy, cpus) = (get("busy_threads")?, get("cpus")?);
+    if busy > cpus {
+        return Some(said(busy, cpus, "each rank's "));
+    }
+    let (busy, cpus) = (get("host_busy_threads")?, get("host_cpus")?);
+    (busy > cpus).then(|| said(busy, cpus, "the host's "))
+}
+
 pub fn table(r: &Report) -> String {
     let mut o = String::new();
     for (k, v) in &r.setup {
@@ -36,6 +55,9 @@ pub fn table(r: &Report) -> String {
             other => other.to_string(),
         };
         let _ = writeln!(o, "{k:<16} {v}");
+    }
+    if let Some(why) = oversubscribed(&r.setup) {
+        let _ = writeln!(o, "note             {why}");
     }
     let _ = writeln!(
         o,
@@ -401,5 +423,23 @@ mod tests {
         let out = table(&report());
         assert!(out.contains("24 issued, 24 completed, 0 outstanding (every request answered)"));
         assert!(out.contains("all"), "a total row for two ranks");
+    }
+
+    #[test]
+    fn table_says_when_busy_threads_outnumber_the_cpus() {
+        let mut r = report();
+        r.setup.extend([
+            ("cpus", json!(2)),
+            ("busy_threads", json!(2)),
+            ("host_cpus", json!(4)),
+            ("host_busy_threads", json!(4)),
+        ]);
+        assert!(!table(&r).contains("busy-polling"), "2 on 2 and 4 on 4 fit");
+        r.setup[5].1 = json!(6);
+        let host = "note             6 busy-polling threads on the host's 4 CPU(s)";
+        assert!(table(&r).contains(host), "{}", table(&r));
+        r.setup[3].1 = json!(3);
+        let rank = "note             3 busy-polling threads on each rank's 2 CPU(s)";
+        assert!(table(&r).contains(rank), "{}", table(&r));
     }
 }

@@ -222,6 +222,10 @@ fn json_lines_follow_the_schema() {
         ("verify", Value::is_boolean),
         ("fabric", Value::is_string),
         ("pinned", Value::is_boolean),
+        ("cpus", Value::is_u64),
+        ("busy_threads", Value::is_u64),
+        ("host_cpus", Value::is_u64),
+        ("host_busy_threads", Value::is_u64),
     ] {
         assert!(check(&setup[k]), "setup.{k} = {}", setup[k]);
     }

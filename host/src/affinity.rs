@@ -22,6 +22,13 @@ pub fn usable_cores() -> Result<Vec<usize>> {
         .collect())
 }
 
+/// The cpus online on this host, whatever this process may run on (at least 1).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf reads a system value and touches no memory of ours.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
 /// Pins the calling thread to `cpu`.
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
