@@ -47,6 +47,16 @@ fn oversubscribed(setup: &[(&'static str, Value)]) -> Option<String> {
     (busy > cpus).then(|| said(busy, cpus, "the host's "))
 }
 
+/// Decimal places that show a run's length to two digits or more: a 5 ms virtual run
+/// reads 0.0050, not 0.01, and a 70 us one 0.000070, not 0.00.
+fn seconds_places(secs: f64) -> usize {
+    match secs {
+        s if s >= 1.0 => 2,
+        s if s >= 0.001 => 4,
+        _ => 6,
+    }
+}
+
 pub fn table(r: &Report) -> String {
     let mut o = String::new();
     for (k, v) in &r.setup {
@@ -70,10 +80,11 @@ pub fn table(r: &Report) -> String {
                 let [p50, p99, p999] = percentiles(h);
                 let _ = writeln!(
                     o,
-                    "{:>4} {:>5} {:>12} {:>8.2} {:>14.0} {:>9} {:>9} {:>9}",
+                    "{:>4} {:>5} {:>12} {:>8.*} {:>14.0} {:>9} {:>9} {:>9}",
                     i + 1,
                     rank,
                     rec.completed,
+                    seconds_places(secs),
                     secs,
                     rps,
                     us(p50),
@@ -423,6 +434,23 @@ mod tests {
         let out = table(&report());
         assert!(out.contains("24 issued, 24 completed, 0 outstanding (every request answered)"));
         assert!(out.contains("all"), "a total row for two ranks");
+    }
+
+    #[test]
+    fn short_runs_show_their_length() {
+        let mut r = report();
+        let line = |r: &Report, rank: &str| {
+            table(r)
+                .lines()
+                .find(|l| l.split_whitespace().nth(1) == Some(rank))
+                .unwrap()
+                .to_string()
+        };
+        assert!(line(&r, "0").contains(" 1.00 "), "{}", line(&r, "0"));
+        r.runs[0].ranks[0].elapsed_ns = 5_000_000;
+        assert!(line(&r, "0").contains(" 0.0050 "), "{}", line(&r, "0"));
+        r.runs[0].ranks[0].elapsed_ns = 70_000;
+        assert!(line(&r, "0").contains(" 0.000070 "), "{}", line(&r, "0"));
     }
 
     #[test]
