@@ -314,6 +314,90 @@ fn a_request_from_another_endpoint_is_refused_and_answered() {
     });
 }
 
+/// A reply the call cannot have (another call's tag, more bytes than `get` holds, a
+/// pulled count other than `put`'s length, malformed bytes) ends the call with
+/// `BadReply`: never a byte count beyond the caller's buffer.
+#[test]
+fn a_reply_that_does_not_fit_its_call_ends_it_as_a_bad_reply() {
+    use bulk_common::copyrpc_common::{Opts, Pair};
+    use copyrpc_core::bulk::{Client, Desc, Reply, Request, Status, REPLY_SIZE};
+    const LEN: u64 = 4096;
+    // (pattern, how the fake server changes the right reply's tag and byte count,
+    // what the call must end with)
+    type Forge = fn(u32, u64) -> Option<(u32, u64)>;
+    let cases: [(Pattern, Forge, Result<u64, OpError>); 8] = [
+        (Pattern::Get, |t, n| Some((t, n)), Ok(LEN)),
+        (Pattern::Get, |t, n| Some((t, n - 1)), Ok(LEN - 1)),
+        (
+            Pattern::Get,
+            |t, n| Some((t, n + 1)),
+            Err(OpError::BadReply),
+        ),
+        (
+            Pattern::Get,
+            |t, n| Some((t ^ 1, n)),
+            Err(OpError::BadReply),
+        ),
+        (Pattern::Put, |t, n| Some((t, n)), Ok(LEN)),
+        (
+            Pattern::Put,
+            |t, n| Some((t, n - 1)),
+            Err(OpError::BadReply),
+        ),
+        (
+            Pattern::HeaderOnly,
+            |t, _| Some((t, 1)),
+            Err(OpError::BadReply),
+        ),
+        (Pattern::Get, |_, _| None, Err(OpError::BadReply)),
+    ];
+    big_stack(move || {
+        for (i, (pattern, forge, want)) in cases.into_iter().enumerate() {
+            let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, 4096));
+            let mut client: Client<4> = Client::new();
+            let buf = Desc {
+                addr: 0x1000,
+                len: LEN,
+                rkey: 7,
+            };
+            let (put, get) = (pattern.pulls(), pattern.pushes());
+            let op = client
+                .call(
+                    &mut p.a.ctx,
+                    p.a.eps[0],
+                    pattern,
+                    put.then_some(buf),
+                    get.then_some(buf),
+                    b"",
+                )
+                .unwrap();
+            while !client.ops().is_done(op) {
+                p.a.ctx.poll(|ud, r| {
+                    client.on_response(ud, r);
+                });
+                p.b.ctx.poll(|_, _| {});
+                while let Some(h) = p.b.ctx.recv() {
+                    let (req, _) = Request::parse(h.data(&p.b.ctx)).unwrap();
+                    let right = if get { req.get.len } else { req.put.len };
+                    let mut out = [0xffu8; REPLY_SIZE];
+                    if let Some((tag, bytes)) = forge(req.tag, right) {
+                        Reply {
+                            status: Status::Ok,
+                            tag,
+                            bytes,
+                        }
+                        .emit(&mut out);
+                    }
+                    h.reply(&mut p.b.ctx, &out).unwrap();
+                }
+                p.step();
+                assert!(p.steps < 400_000, "case {i}: the call never ended");
+            }
+            assert_eq!(client.ops().result(op), Some(want), "case {i}: {pattern:?}");
+        }
+    });
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Fault {
     None,

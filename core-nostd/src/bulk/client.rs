@@ -15,6 +15,30 @@ pub const MAX_EXTRA: usize = 200;
 pub struct Client<const N: usize> {
     ops: OpTable<N>,
     tag: u32,
+    /// Per op cell: what its reply must say, so a server's wrong reply is an error and
+    /// never a byte count beyond the caller's buffer.
+    expect: [Expect; N],
+}
+
+/// The reply a call allows: its tag, and the byte count a successful reply may give.
+#[derive(Debug, Clone, Copy, Default)]
+struct Expect {
+    tag: u32,
+    /// Pushing patterns: at most `get`'s length (the server writes what it chose).
+    /// Otherwise exactly `put`'s length (pulled whole) or 0 (header only).
+    bytes: u64,
+    up_to: bool,
+}
+
+impl Expect {
+    fn admits(&self, tag: u32, bytes: u64) -> bool {
+        tag == self.tag
+            && if self.up_to {
+                bytes <= self.bytes
+            } else {
+                bytes == self.bytes
+            }
+    }
 }
 
 impl<const N: usize> Default for Client<N> {
@@ -29,11 +53,14 @@ impl<const N: usize> Client<N> {
         Self {
             ops: OpTable::new(),
             tag: 0,
+            expect: [Expect::default(); N],
         }
     }
 
     /// The op table: poll a call's handle here. A call's result is the reply's byte
-    /// count (bytes written into `get`, or pulled from `put`).
+    /// count (bytes written into `get`, or pulled from `put`), checked against the call:
+    /// a reply with another call's tag, more bytes than `get` holds, or a pulled count
+    /// other than `put`'s length ends the call with [`OpError::BadReply`].
     pub fn ops(&self) -> &OpTable<N> {
         &self.ops
     }
@@ -77,6 +104,19 @@ impl<const N: usize> Client<N> {
         .emit(&mut buf);
         buf[REQUEST_SIZE..REQUEST_SIZE + extra.len()].copy_from_slice(extra);
         let h = self.ops.start().map_err(BulkError::Op)?;
+        self.expect[usize::from(h.index())] = if pattern.pushes() {
+            Expect {
+                tag: self.tag,
+                bytes: get.len,
+                up_to: true,
+            }
+        } else {
+            Expect {
+                tag: self.tag,
+                bytes: put.len,
+                up_to: false,
+            }
+        };
         let payload = &buf[..REQUEST_SIZE + extra.len()];
         // The server's reply is the fixed part alone: reserve no more credit than that.
         let allowance = REPLY_SIZE as u32;
@@ -92,13 +132,16 @@ impl<const N: usize> Client<N> {
     /// `false` if it answers none still pending (cancelled, or not a bulk call).
     pub fn on_response(&self, user: u64, response: Result<&[u8], Error>) -> bool {
         let h = OpHandle::from_u64(user);
+        let expect = self.expect.get(usize::from(h.index()));
         let result = match response.map(Reply::parse) {
             Ok(Some((r, _))) => match r.status {
-                Status::Ok => Ok(r.bytes),
+                Status::Ok if expect.is_some_and(|e| e.admits(r.tag, r.bytes)) => Ok(r.bytes),
+                Status::Ok => Err(OpError::BadReply),
                 Status::TransferFailed => Err(OpError::Failed),
                 Status::BadRequest | Status::Busy => Err(OpError::Refused),
             },
-            Ok(None) | Err(_) => Err(OpError::Failed),
+            Ok(None) => Err(OpError::BadReply),
+            Err(_) => Err(OpError::Failed),
         };
         self.ops.finish(h, result)
     }

@@ -26,6 +26,10 @@ pub enum OpError {
     RepostFailed,
     /// The peer refused the request (malformed, or no room for it).
     Refused,
+    /// The peer's answer was malformed, or does not fit the request (another request's
+    /// tag, a byte count the request's buffers cannot have). What the peer did with
+    /// the buffers is unknown.
+    BadReply,
 }
 
 /// An operation's identity: drawn from a 64-bit counter, never given twice by a table.
