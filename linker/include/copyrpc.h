@@ -260,7 +260,8 @@
 #define COPYRPC_E_BAD_SETUP -28
 
 /**
- * A shared-memory ring is full (after the bounded wait) or its server is gone.
+ * A shared-memory ring is full (after the bounded wait) or its server is gone;
+ * `copyrpc_refusal_detail` says which.
  */
 #define COPYRPC_E_SHM_UNAVAILABLE -30
 
@@ -578,7 +579,8 @@ int32_t copyrpc_deleg_client_attach(void *mem,
  * response) or an error code. `COPYRPC_E_TOO_MANY_CALLS`: poll and retry.
  * `COPYRPC_E_SHM_UNAVAILABLE`: the ring stayed full past the bound, or the server is
  * gone, also when every call is in flight (its process is checked at most once a
- * millisecond then, so a killed server ends the retrying).
+ * millisecond then, so a killed server ends the retrying), or the region was
+ * overwritten; `copyrpc_refusal_detail` says which.
  *
  * # Safety
  *
@@ -963,11 +965,13 @@ int32_t copyrpc_reply(struct copyrpc_ctx *ctx,
 int32_t copyrpc_flush(struct copyrpc_ctx *ctx);
 
 /**
- * Which rule the core applied in the last refusal, in this process, that was
+ * Which rule or cause lies behind the last refusal, in this process, that was
  * returned as `COPYRPC_E_BAD_SETUP` or `COPYRPC_E_TOO_LARGE` (for example "send ring
- * smaller than the peer's recv ring"): a static string, never NULL, "" before the
- * first. Process-wide, not per thread (the data path keeps no thread state): read it
- * right after the refusal, on the thread that set up.
+ * smaller than the peer's recv ring"), or as `COPYRPC_E_SHM_UNAVAILABLE` (whether
+ * the ring stayed full, which a later call may get past, or the server is gone or
+ * its region overwritten, which no retry mends): a static string, never NULL, ""
+ * before the first. Process-wide, not per thread (the data path keeps no thread
+ * state): read it right after the refusal, on the thread that made the call.
  */
 const char *copyrpc_refusal_detail(void);
 

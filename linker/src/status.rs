@@ -2,7 +2,7 @@
 //! negative `COPYRPC_E_*` for a refusal. Codes -1..=-4 clear up by polling (retry);
 //! the rest are permanent for the arguments given.
 
-use core::ffi::c_char;
+use core::ffi::{c_char, CStr};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use copyrpc_core::copyrpc::Error;
@@ -59,7 +59,8 @@ pub const COPYRPC_E_ALREADY_CONNECTED: i32 = -27;
 /// The queues, the rings or the peer's ring were refused by the core (a setup error);
 /// `copyrpc_refusal_detail` names the rule.
 pub const COPYRPC_E_BAD_SETUP: i32 = -28;
-/// A shared-memory ring is full (after the bounded wait) or its server is gone.
+/// A shared-memory ring is full (after the bounded wait) or its server is gone;
+/// `copyrpc_refusal_detail` says which.
 pub const COPYRPC_E_SHM_UNAVAILABLE: i32 = -30;
 /// A shared-memory reply was refused (duplicate, evicted client, bad slot).
 pub const COPYRPC_E_SHM_REPLY: i32 = -31;
@@ -81,11 +82,21 @@ pub fn of(e: Error) -> i32 {
     code
 }
 
-/// Which rule the core applied in the last refusal, in this process, that was
+/// Keeps `text` for `copyrpc_refusal_detail`: for a code of the C library's own that
+/// stands for several causes (`COPYRPC_E_SHM_UNAVAILABLE`).
+#[cold]
+pub fn set_detail(text: &'static CStr) {
+    // Relaxed: as in `of`.
+    DETAIL.store(text.as_ptr().cast_mut(), Ordering::Relaxed);
+}
+
+/// Which rule or cause lies behind the last refusal, in this process, that was
 /// returned as `COPYRPC_E_BAD_SETUP` or `COPYRPC_E_TOO_LARGE` (for example "send ring
-/// smaller than the peer's recv ring"): a static string, never NULL, "" before the
-/// first. Process-wide, not per thread (the data path keeps no thread state): read it
-/// right after the refusal, on the thread that set up.
+/// smaller than the peer's recv ring"), or as `COPYRPC_E_SHM_UNAVAILABLE` (whether
+/// the ring stayed full, which a later call may get past, or the server is gone or
+/// its region overwritten, which no retry mends): a static string, never NULL, ""
+/// before the first. Process-wide, not per thread (the data path keeps no thread
+/// state): read it right after the refusal, on the thread that made the call.
 #[unsafe(no_mangle)]
 pub extern "C" fn copyrpc_refusal_detail() -> *const c_char {
     let p = DETAIL.load(Ordering::Relaxed);
@@ -147,7 +158,9 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
         COPYRPC_E_BAD_SETUP => {
             c"the core refused the queues or rings (copyrpc_refusal_detail says why)"
         }
-        COPYRPC_E_SHM_UNAVAILABLE => c"the shared-memory ring is full or its server is gone",
+        COPYRPC_E_SHM_UNAVAILABLE => {
+            c"the shared-memory ring is full or its server is gone (copyrpc_refusal_detail says which)"
+        }
         COPYRPC_E_SHM_REPLY => c"the shared-memory reply was refused",
         _ => c"unknown copyrpc code",
     };

@@ -293,7 +293,8 @@ pub unsafe extern "C" fn copyrpc_deleg_client_attach(
 /// response) or an error code. `COPYRPC_E_TOO_MANY_CALLS`: poll and retry.
 /// `COPYRPC_E_SHM_UNAVAILABLE`: the ring stayed full past the bound, or the server is
 /// gone, also when every call is in flight (its process is checked at most once a
-/// millisecond then, so a killed server ends the retrying).
+/// millisecond then, so a killed server ends the retrying), or the region was
+/// overwritten; `copyrpc_refusal_detail` says which.
 ///
 /// # Safety
 ///
@@ -316,7 +317,21 @@ pub unsafe extern "C" fn copyrpc_deleg_client_call(
         Ok(id) => i32::try_from(id).unwrap_or(COPYRPC_E_BAD_SETUP),
         Err(CallError::NoResponseSlot) => COPYRPC_E_TOO_MANY_CALLS,
         Err(CallError::Abandoned) => COPYRPC_E_RING_FULL,
-        Err(_) => COPYRPC_E_SHM_UNAVAILABLE,
+        Err(e) => {
+            set_detail(match e {
+                CallError::RingFull => {
+                    c"the delegation ring stayed full past the bounded wait: the server \
+                      released no slot (the client keeps its claimed position, and its next \
+                      call waits for it again)"
+                }
+                CallError::RingCorrupt => {
+                    c"the delegation ring's head or tail hold values no run of the protocol \
+                      produces: the region was overwritten"
+                }
+                _ => c"the delegation server is gone (it closed, or its process exited)",
+            });
+            COPYRPC_E_SHM_UNAVAILABLE
+        }
     }
 }
 

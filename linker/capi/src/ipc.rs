@@ -306,7 +306,10 @@ pub unsafe extern "C" fn copyrpc_ipc_client_call(
     match h.c.call(req, token) {
         Ok(()) => COPYRPC_OK,
         Err(IpcCallError::Full) => COPYRPC_E_TOO_MANY_CALLS,
-        Err(IpcCallError::ServerDisconnected) => COPYRPC_E_SHM_UNAVAILABLE,
+        Err(IpcCallError::ServerDisconnected) => {
+            set_detail(c"the ipc server is gone (it closed, or its process exited)");
+            COPYRPC_E_SHM_UNAVAILABLE
+        }
     }
 }
 

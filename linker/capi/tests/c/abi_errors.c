@@ -496,9 +496,14 @@ int main(void) {
     EXPECT(copyrpc_ipc_server_reap(is), 1);
     EXPECT(copyrpc_ipc_server_reap((copyrpc_ipc_server *)ic), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_ipc_server_reap(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_ipc_server_close(is), COPYRPC_OK);
+    EXPECT(copyrpc_ipc_client_call(ic, &m, 9), COPYRPC_E_SHM_UNAVAILABLE);
+    if (!strstr(copyrpc_refusal_detail(), "ipc server is gone")) {
+        fprintf(stderr, "ipc SHM_UNAVAILABLE detail: \"%s\"\n", copyrpc_refusal_detail());
+        failures++;
+    }
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_OK);
     EXPECT(copyrpc_ipc_client_close(ic), COPYRPC_E_WRONG_KIND);
-    EXPECT(copyrpc_ipc_server_close(is), COPYRPC_OK);
     EXPECT(copyrpc_ipc_server_recv(is, &ir), COPYRPC_E_WRONG_KIND);
 
     /* --- delegation round trip in this process; handles of the wrong kind ---------- */
@@ -540,8 +545,14 @@ int main(void) {
     /* The client has read the answer, so the slot reads empty again: the second reply
      * is still refused (it would answer the client's next call on the slot). */
     EXPECT(copyrpc_deleg_server_reply(ds, &dr, &r), COPYRPC_E_SHM_REPLY);
-    EXPECT(copyrpc_deleg_client_close(dc), COPYRPC_OK);
+    /* A server gone: the code stands for several causes, the detail says which. */
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_OK);
+    EXPECT(copyrpc_deleg_client_call(dc, &m), COPYRPC_E_SHM_UNAVAILABLE);
+    if (!strstr(copyrpc_refusal_detail(), "delegation server is gone")) {
+        fprintf(stderr, "SHM_UNAVAILABLE detail: \"%s\"\n", copyrpc_refusal_detail());
+        failures++;
+    }
+    EXPECT(copyrpc_deleg_client_close(dc), COPYRPC_OK);
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_E_WRONG_KIND);
 
     free(big);
