@@ -475,3 +475,161 @@ fn change_points(u: &[u32]) -> ([usize; 64], usize) {
     }
     (at, n)
 }
+
+#[test]
+fn the_seed_parameters_are_the_seeds_fractions() {
+    // rho 0.8..1.2 and empty ratio 0.40..0.75, × 2^16 (truncated).
+    let p = Params::SEED;
+    assert_eq!(
+        (p.rho_low, p.rho_high, p.e_high, p.e_low),
+        (52_428, 78_643, 49_152, 26_214)
+    );
+}
+
+#[test]
+fn every_ewma_follows_its_input_up_and_down() {
+    let mut c = Controller::new(P);
+    // Loop 1: no start to time it from; 16 completions; the first RTT sample seeds the
+    // RTT EWMA whole.
+    c.update(Observation {
+        cqes: 16,
+        now_ns: 0,
+        rtt_ns: Some(6400),
+    });
+    let s = c.snapshot();
+    assert_eq!((s.batch, s.empty, s.loop_ns), (ONE, 0, 0), "{s:?}");
+    assert_eq!(s.rtt_ns, 6400 * ONE, "{s:?}");
+    // Loop 2: 1 600 ns, empty, a shorter RTT: every EWMA moves 1/16 (RTT 1/64) of the
+    // way, the batch and the RTT downwards.
+    c.update(Observation {
+        cqes: 0,
+        now_ns: 1600,
+        rtt_ns: Some(640),
+    });
+    let s = c.snapshot();
+    assert_eq!(s.batch, ONE - ONE / 16, "{s:?}");
+    assert_eq!(s.empty, ONE / 16, "{s:?}");
+    assert_eq!(s.loop_ns, 100 * ONE, "{s:?}");
+    assert_eq!(s.rtt_ns, (6400 - 90) * ONE, "{s:?}");
+    // rho = loop / RTT = 100 / 6310, × 2^16.
+    assert_eq!(s.rho, (100 << 16) / 6310, "{s:?}");
+}
+
+#[test]
+fn warmup_rounds_step_up_and_u_max_to_the_nearest() {
+    // B0 = 0, B1 = 6 at u_probe = 8: dB/du = 0.75, 2 / 0.75 = 2.67, so step_up = 3.
+    // Loops of 1 µs and a 5.5 µs RTT: R0 = 5.5, 2.5 R0 = 13.75, so u_max = 14.
+    // (Truncating would give 2 and 13.)
+    let mut c = Controller::new(P);
+    for i in 0..2 * P.warmup {
+        c.update(Observation {
+            cqes: if i < P.warmup { 0 } else { 6 },
+            now_ns: u64::from(i) * 1000,
+            rtt_ns: Some(5500),
+        });
+    }
+    let s = c.snapshot();
+    assert_eq!(c.phase(), Phase::Control);
+    assert_eq!((s.step_up, s.step_down, s.u_max), (3, 6, 14), "{s:?}");
+}
+
+#[test]
+fn rho_divides_by_no_less_than_the_rtt_floor() {
+    // Loops of 1 µs against a 100 ns RTT: rho = 1 000 / max(100, 500) = 2, not 10.
+    let mut c = Controller::new(P);
+    for i in 0..2u64 {
+        c.update(Observation {
+            cqes: 1,
+            now_ns: i * 16_000,
+            rtt_ns: Some(100),
+        });
+    }
+    let s = c.snapshot();
+    assert_eq!((s.loop_ns, s.rtt_ns), (1000 * ONE, 100 * ONE), "{s:?}");
+    assert_eq!(s.rho, 2 * ONE, "{s:?}");
+}
+
+/// One `steer` from an in-band state (rho 1, batch 2, empty ratio 0.5; `u` = 4, every
+/// need 1, no hold) after `set`; returns the state after it.
+fn steer_once(p: Params, set: impl FnOnce(&mut Snapshot)) -> Snapshot {
+    let p = Params {
+        low_need: 1,
+        high_need: 1,
+        hold_min: 0,
+        ..p
+    };
+    let mut c = Controller::new(p);
+    c.phase = Phase::Control;
+    c.s.step_up = 2;
+    c.s.step_down = 4;
+    c.s.u_max = 20;
+    c.s.u = 4;
+    c.s.rho = ONE;
+    c.s.batch = 2 * ONE;
+    c.s.empty = ONE / 2;
+    set(&mut c.s);
+    c.steer();
+    c.snapshot()
+}
+
+#[test]
+fn a_level_exactly_on_a_band_edge_is_in_band() {
+    let seed = Params::SEED;
+    let lo = u64::from(seed.rho_low);
+    let hi = u64::from(seed.rho_high);
+    let (e_hi, e_lo) = (u64::from(seed.e_high), u64::from(seed.e_low));
+    // (what is set, u after one steer): on the edge nothing moves, one past it moves.
+    type Set = fn(&mut Snapshot);
+    let cases: [(Set, u32); 8] = [
+        (|s| s.rho = u64::from(Params::SEED.rho_low), 4),
+        (|s| s.rho = u64::from(Params::SEED.rho_low) - 1, 6),
+        (|s| s.empty = u64::from(Params::SEED.e_high), 4),
+        (|s| s.empty = u64::from(Params::SEED.e_high) + 1, 6),
+        (
+            |s| (s.rho, s.empty) = (u64::from(Params::SEED.rho_high), 0),
+            4,
+        ),
+        (
+            |s| (s.rho, s.empty) = (u64::from(Params::SEED.rho_high) + 1, 0),
+            0,
+        ),
+        (
+            |s| (s.rho, s.empty) = (2 * ONE, u64::from(Params::SEED.e_low)),
+            4,
+        ),
+        (
+            |s| (s.rho, s.empty) = (2 * ONE, u64::from(Params::SEED.e_low) - 1),
+            0,
+        ),
+    ];
+    assert!(lo < ONE && ONE < hi && e_lo < ONE / 2 && ONE / 2 < e_hi);
+    for (i, (set, u)) in cases.into_iter().enumerate() {
+        let s = steer_once(Params::SEED, set);
+        assert_eq!(s.u, u, "case {i}: {s:?}");
+    }
+}
+
+#[test]
+fn collapse_recovery_needs_a_batch_below_one_and_over_nine_tenths_empty() {
+    // Steering on the batch with b_low = 0, so only the recovery can move u; a low
+    // empty-ratio threshold above 1 keeps the empty ratio from stepping up.
+    let p = Params {
+        use_rho: false,
+        b_low: 0,
+        e_high: u32::MAX,
+        ..Params::SEED
+    };
+    let edge = ONE * 9 / 10;
+    let cases: [(u64, u64, u64); 4] = [
+        // (batch, empty, recoveries)
+        (ONE - 1, edge + 1, 1),
+        (ONE, edge + 1, 0),
+        (ONE - 1, edge, 0),
+        (0, ONE, 1),
+    ];
+    for (i, (batch, empty, n)) in cases.into_iter().enumerate() {
+        let s = steer_once(p, |s| (s.batch, s.empty) = (batch, empty));
+        assert_eq!(s.recoveries, n, "case {i}: {s:?}");
+        assert_eq!(s.u, if n == 1 { 8 } else { 4 }, "case {i}: {s:?}");
+    }
+}
