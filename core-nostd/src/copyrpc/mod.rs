@@ -68,7 +68,6 @@ mod config;
 mod context;
 mod endpoint;
 mod error;
-mod fifo;
 mod handle;
 mod info;
 mod liveness;

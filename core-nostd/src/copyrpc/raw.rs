@@ -5,8 +5,8 @@
 use mlx5_raw::{Remote, Sge};
 
 use super::context::{Context, EndpointId};
-use super::fifo::Fifo;
 use super::Error;
+use crate::ops::Fifo;
 
 /// Raw READ/WRITE operations outstanding per endpoint.
 pub(crate) const RAW_OPS: usize = 64;

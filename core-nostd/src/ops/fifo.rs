@@ -1,12 +1,22 @@
-//! A fixed-capacity first-in first-out queue of `Copy` values.
+//! A fixed-capacity first-in first-out queue of `Copy` values: the free slots and
+//! waiting asks here, and copyrpc's wrap ranges and raw operations.
 
 /// Up to `N` values in arrival order.
+///
+/// `repr(C)`, the counters first: copyrpc's every flush reads them, the values only a
+/// wrap. Last in the struct that holds it (copyrpc's `Tx`), the counters sit with that
+/// struct's hot fields.
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 pub struct Fifo<T: Copy, const N: usize> {
-    items: [Option<T>; N],
     head: usize,
     len: usize,
+    items: [Option<T>; N],
 }
+
+// The counters precede the values (the struct's comment).
+const _: () =
+    assert!(core::mem::offset_of!(Fifo<u64, 4>, items) == 2 * core::mem::size_of::<usize>());
 
 impl<T: Copy, const N: usize> Default for Fifo<T, N> {
     fn default() -> Self {
@@ -44,15 +54,21 @@ impl<T: Copy, const N: usize> Fifo<T, N> {
         Ok(())
     }
 
+    /// The oldest value, left queued.
+    pub fn front(&self) -> Option<T> {
+        if self.len == 0 {
+            None
+        } else {
+            self.items[self.head]
+        }
+    }
+
     /// Removes the oldest value.
     pub fn pop(&mut self) -> Option<T> {
-        if self.len == 0 {
-            return None;
-        }
-        let v = self.items[self.head].take();
+        let v = self.front()?;
         self.head = (self.head + 1) % N;
         self.len -= 1;
-        v
+        Some(v)
     }
 
     /// Whether any queued value satisfies `f`.

@@ -15,10 +15,10 @@ mod reply;
 
 use mlx5_raw::Remote;
 
-use super::fifo::Fifo;
 use super::mem::Dma;
 use super::Error;
 use crate::credit::{self, CreditState};
+use crate::ops::Fifo;
 use crate::ring::{FlushRange, RemoteConsumer, RingError, RingSize, SendRing, Wrap};
 use crate::wire::{padded_message_size, ALIGNMENT, FLOW_METADATA_SIZE};
 
