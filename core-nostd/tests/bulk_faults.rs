@@ -398,6 +398,79 @@ fn a_reply_that_does_not_fit_its_call_ends_it_as_a_bad_reply() {
     });
 }
 
+/// The application's own calls share the context with bulk calls and number their
+/// user data as they like: a response to one of them is not a bulk reply, even when its
+/// number equals a pending bulk call's handle, and the bulk call goes on waiting for its
+/// own reply (its buffers stay the server's until then).
+#[test]
+fn the_applications_own_responses_never_end_a_bulk_call() {
+    use bulk_common::copyrpc_common::{Opts, Pair};
+    use copyrpc_core::bulk::{Client, Desc, Reply, Request, Status, REPLY_SIZE};
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, 4096));
+        let mut client: Client<4> = Client::new();
+        let get = Desc {
+            addr: 0x1000,
+            len: 64,
+            rkey: 7,
+        };
+        let op = client
+            .call(&mut p.a.ctx, p.a.eps[0], Pattern::Get, None, Some(get), b"")
+            .unwrap();
+        // The application's calls, numbered from 0 up past the bulk call's handle as a
+        // bare number (`OpHandle::to_u64`: its identity above 16 bits of index).
+        let own = op.to_u64();
+        let mut answered = [false; 2];
+        for user in [0, own] {
+            p.a.ctx
+                .call_with_allowance(p.a.eps[0], b"plain", 16, user)
+                .unwrap();
+        }
+        let mut held = None;
+        let mut rounds = 0;
+        while !client.ops().is_done(op) {
+            p.a.ctx.poll(|ud, r| {
+                if !client.on_response(ud, r) {
+                    assert_eq!(r.unwrap(), b"plain answer", "user data {ud:#x}");
+                    answered[usize::from(ud == own)] = true;
+                }
+            });
+            p.b.ctx.poll(|_, _| {});
+            while let Some(h) = p.b.ctx.recv() {
+                if h.data(&p.b.ctx) == b"plain" {
+                    h.reply(&mut p.b.ctx, b"plain answer").unwrap();
+                } else {
+                    held = Some(h);
+                }
+            }
+            // The bulk request is answered only once both plain answers are in.
+            if answered == [true; 2] {
+                if let Some(h) = held.take() {
+                    let (req, _) = Request::parse(h.data(&p.b.ctx)).unwrap();
+                    let mut out = [0u8; REPLY_SIZE];
+                    Reply {
+                        status: Status::Ok,
+                        tag: req.tag,
+                        bytes: 64,
+                    }
+                    .emit(&mut out);
+                    h.reply(&mut p.b.ctx, &out).unwrap();
+                }
+            } else {
+                assert!(
+                    !client.ops().is_done(op),
+                    "a plain answer ended the bulk call"
+                );
+            }
+            p.step();
+            rounds += 1;
+            assert!(rounds < 400_000, "the calls never ended");
+        }
+        assert_eq!(answered, [true; 2]);
+        assert_eq!(client.ops().result(op), Some(Ok(64)));
+    });
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Fault {
     None,

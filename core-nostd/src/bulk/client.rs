@@ -10,6 +10,14 @@ use crate::ops::{OpError, OpHandle, OpTable};
 /// Caller bytes a request may carry after its fixed part.
 pub const MAX_EXTRA: usize = 200;
 
+/// The bit set in the user data of every bulk call (bit 63). The application's own
+/// calls on the same context leave it clear (sequence numbers and user-space pointers
+/// do), so a response is a bulk reply exactly when [`Client::owns`] says so, however
+/// the application numbers its calls. The rest is the call's [`OpHandle`] (so a
+/// client starts fewer than 2^47 calls in its life). One bulk `Client` per context:
+/// two would number their calls alike.
+pub const TOKEN_MARK: u64 = 1 << 63;
+
 /// Up to `N` bulk calls outstanding.
 #[derive(Debug)]
 pub struct Client<const N: usize> {
@@ -120,7 +128,8 @@ impl<const N: usize> Client<N> {
         let payload = &buf[..REQUEST_SIZE + extra.len()];
         // The server's reply is the fixed part alone: reserve no more credit than that.
         let allowance = REPLY_SIZE as u32;
-        if let Err(e) = ctx.call_with_allowance(ep, payload, allowance, U::from(h.to_u64())) {
+        let token = h.to_u64() | TOKEN_MARK;
+        if let Err(e) = ctx.call_with_allowance(ep, payload, allowance, U::from(token)) {
             self.ops.finish(h, Err(OpError::Failed));
             let _ = self.ops.result(h);
             return Err(BulkError::Call(e.error));
@@ -128,10 +137,19 @@ impl<const N: usize> Client<N> {
         Ok(h)
     }
 
+    /// Whether `user` (a response's user data) is a bulk call's: [`TOKEN_MARK`] set.
+    pub const fn owns(user: u64) -> bool {
+        user & TOKEN_MARK != 0
+    }
+
     /// Hands a copyrpc response (from `ctx.poll`'s callback) to the call it answers;
-    /// `false` if it answers none still pending (cancelled, or not a bulk call).
+    /// `false` if it answers none still pending (cancelled, or not a bulk call: its
+    /// user data lacks [`TOKEN_MARK`], and the response is the application's).
     pub fn on_response(&self, user: u64, response: Result<&[u8], Error>) -> bool {
-        let h = OpHandle::from_u64(user);
+        if !Self::owns(user) {
+            return false;
+        }
+        let h = OpHandle::from_u64(user & !TOKEN_MARK);
         let expect = self.expect.get(usize::from(h.index()));
         let result = match response.map(Reply::parse) {
             Ok(Some((r, _))) => match r.status {

@@ -41,7 +41,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use client::{Client, MAX_EXTRA};
+pub use client::{Client, MAX_EXTRA, TOKEN_MARK};
 pub use link::{Link, LinkPoster, LINK_DEPTH};
 pub use mover::{Dir, Mover, MoverStats, OneSided, PostRefused};
 pub use region::{Local, Region, Regions};
