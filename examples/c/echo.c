@@ -194,7 +194,8 @@ static int run(uint64_t rank, struct link *l, uint64_t calls) {
         if (s->bad) {
             copyrpc_cause c;
             if (copyrpc_failure_cause(ctx, ep, &c) == COPYRPC_OK && c.kind != COPYRPC_CAUSE_NONE)
-                fprintf(stderr, "echo rank %llu: endpoint failed, cause %d\n", (unsigned long long)rank, c.kind);
+                fprintf(stderr, "echo rank %llu: endpoint failed: %s\n", (unsigned long long)rank,
+                        copyrpc_cause_text(&c));
             return 1;
         }
         copyrpc_request r;

@@ -826,6 +826,17 @@ uint64_t copyrpc_decode_imm(uint32_t imm);
 int32_t copyrpc_failure_cause(struct copyrpc_ctx *ctx, uint16_t ep, struct copyrpc_cause *out);
 
 /**
+ * What `*c` (from `copyrpc_failure_cause`) means, as a static string that is never
+ * NULL: the kind, and for an error completion what its syndrome says (a retry
+ * counter exceeded is the usual sign of a dead peer or link). "" for a NULL `c`.
+ *
+ * # Safety
+ *
+ * `c` is NULL or readable.
+ */
+const char *copyrpc_cause_text(const struct copyrpc_cause *c);
+
+/**
  * Builds a context in `mem` (`len >= COPYRPC_CTX_BYTES`, aligned to
  * `COPYRPC_CTX_ALIGN`) over the queues `copyrpc_fabric_queues` described, and stores
  * the handle in `*out`. The memory stays the caller's: end with `copyrpc_ctx_fini`.

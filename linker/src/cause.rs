@@ -1,7 +1,10 @@
 //! Why an endpoint failed, for C: the core's `FailureCause` as a kind code and its
 //! completion details.
 
+use core::ffi::{c_char, CStr};
+
 use copyrpc_core::copyrpc::{EndpointId, FailureCause, Side};
+use mlx5_raw::layout::Syndrome;
 
 use crate::ctx::{copyrpc_ctx, handle};
 use crate::status::{self, COPYRPC_E_NULL, COPYRPC_OK};
@@ -98,4 +101,110 @@ pub unsafe extern "C" fn copyrpc_failure_cause(
     // SAFETY: non-null, caller contract.
     unsafe { out.write(c) };
     COPYRPC_OK
+}
+
+/// What `*c` (from `copyrpc_failure_cause`) means, as a static string that is never
+/// NULL: the kind, and for an error completion what its syndrome says (a retry
+/// counter exceeded is the usual sign of a dead peer or link). "" for a NULL `c`.
+///
+/// # Safety
+///
+/// `c` is NULL or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_cause_text(c: *const copyrpc_cause) -> *const c_char {
+    // SAFETY: NULL or readable (caller contract).
+    let Some(c) = (unsafe { c.as_ref() }) else {
+        return c"".as_ptr();
+    };
+    cause_text(c).as_ptr()
+}
+
+fn cause_text(c: &copyrpc_cause) -> &'static CStr {
+    match c.kind {
+        COPYRPC_CAUSE_NONE => c"no failure",
+        COPYRPC_CAUSE_APPLICATION => c"failed by the application (copyrpc_fail_endpoint)",
+        COPYRPC_CAUSE_ERROR_COMPLETION => syndrome_text(c.syndrome),
+        COPYRPC_CAUSE_UNEXPECTED_COMPLETION => c"a completion copyrpc never causes",
+        COPYRPC_CAUSE_PROTOCOL_VIOLATION => {
+            c"the peer broke the protocol (a bad immediate, metadata or message)"
+        }
+        COPYRPC_CAUSE_BAD_CONSUMER_READ => {
+            c"a READ of the peer's consumer returned an impossible position (the peer failed its endpoint, or the word is corrupt)"
+        }
+        COPYRPC_CAUSE_REPLY_WRITE => c"a reply found the endpoint's send state inconsistent",
+        COPYRPC_CAUSE_POST_REJECTED => c"the send queue rejected a WQE",
+        _ => c"unknown cause kind",
+    }
+}
+
+fn syndrome_text(raw: u32) -> &'static CStr {
+    let Ok(raw) = u8::try_from(raw) else {
+        return c"error completion: unknown syndrome";
+    };
+    match Syndrome::from_u8(raw) {
+        Syndrome::TransportRetryExcErr => {
+            c"error completion: transport retry counter exceeded (no ACK: the peer or the link is gone)"
+        }
+        Syndrome::RnrRetryExcErr => {
+            c"error completion: RNR retry counter exceeded (the peer posted no receive in time)"
+        }
+        Syndrome::WrFlushErr => {
+            c"error completion: work request flushed (the QP was already in error)"
+        }
+        Syndrome::RemoteAccessErr => {
+            c"error completion: remote access error (bad rkey, bounds or permissions at the peer)"
+        }
+        Syndrome::RemoteInvalReqErr => c"error completion: the peer refused an invalid request",
+        Syndrome::RemoteOpErr => c"error completion: the peer could not complete the operation",
+        Syndrome::RemoteAbortedErr => c"error completion: the remote side aborted",
+        Syndrome::LocalLengthErr => c"error completion: local length error",
+        Syndrome::LocalQpOpErr => c"error completion: malformed WQE (local QP operation error)",
+        Syndrome::LocalProtErr => {
+            c"error completion: local protection error (bad lkey or buffer outside its MR)"
+        }
+        Syndrome::LocalAccessErr => c"error completion: local access error",
+        Syndrome::MwBindErr => c"error completion: memory window bind error",
+        Syndrome::BadRespErr => c"error completion: unexpected response",
+        Syndrome::Other(_) => c"error completion: unknown syndrome",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cause_and_syndrome_has_its_own_text() {
+        let mut texts: [&CStr; 8 + 256] = [c""; 8 + 256];
+        for kind in 0..8 {
+            texts[kind as usize] = cause_text(&copyrpc_cause {
+                kind,
+                ..Default::default()
+            });
+        }
+        for raw in 0..=255u8 {
+            texts[8 + usize::from(raw)] = syndrome_text(u32::from(raw));
+        }
+        // Distinct but for the unknown syndromes and kind 2's stand-in (syndrome 0).
+        for (i, a) in texts.iter().enumerate() {
+            assert!(!a.is_empty(), "text {i}");
+            for (j, b) in texts.iter().enumerate().skip(i + 1) {
+                let unknown = a.to_bytes().ends_with(b"unknown syndrome");
+                assert!(a != b || unknown, "texts {i} and {j} are both {a:?}");
+            }
+        }
+        let retry = syndrome_text(0x15).to_str().unwrap();
+        assert!(retry.contains("retry counter exceeded"), "{retry}");
+        assert_eq!(
+            syndrome_text(0x1_0015),
+            c"error completion: unknown syndrome"
+        );
+        assert_eq!(
+            cause_text(&copyrpc_cause {
+                kind: 99,
+                ..Default::default()
+            }),
+            c"unknown cause kind"
+        );
+    }
 }

@@ -545,6 +545,12 @@ int main(void) {
     /* The client has read the answer, so the slot reads empty again: the second reply
      * is still refused (it would answer the client's next call on the slot). */
     EXPECT(copyrpc_deleg_server_reply(ds, &dr, &r), COPYRPC_E_SHM_REPLY);
+    /* A failure cause as text: never NULL, the syndrome named. */
+    copyrpc_cause retry = {.kind = COPYRPC_CAUSE_ERROR_COMPLETION, .syndrome = 0x15};
+    if (copyrpc_cause_text(NULL)[0] != '\0' || !strstr(copyrpc_cause_text(&retry), "retry counter exceeded")) {
+        fprintf(stderr, "cause text: \"%s\"\n", copyrpc_cause_text(&retry));
+        failures++;
+    }
     /* A server gone: the code stands for several causes, the detail says which. */
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_OK);
     EXPECT(copyrpc_deleg_client_call(dc, &m), COPYRPC_E_SHM_UNAVAILABLE);
