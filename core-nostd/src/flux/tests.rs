@@ -199,3 +199,60 @@ fn all_to_all_threads_conserve_calls() {
         }
     });
 }
+
+#[test]
+fn try_recv_takes_turns_among_the_peers() {
+    // Three callers, each with two requests queued for node 0: one from each peer
+    // before any peer's second (round robin), not both of peer 1's first.
+    let mem = Mem::<u64>::new(4, 4);
+    let mesh = mem.mesh(4, 4);
+    let mut slabs: Vec<Vec<SlabEntry<u64>>> = (0..4).map(|_| slab_mem::<u64>(4)).collect();
+    let mut nodes: Vec<_> = slabs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, s)| mesh.node(i, Slab::new(s)).unwrap())
+        .collect();
+    for from in 1..4 {
+        for k in 0..2u64 {
+            nodes[from].call(0, from as u64 * 10 + k, k).unwrap();
+        }
+    }
+    let order: Vec<(usize, u64)> = core::iter::from_fn(|| nodes[0].try_recv())
+        .map(|r| (r.from, r.payload))
+        .collect();
+    assert_eq!(
+        order,
+        [(1, 10), (2, 20), (3, 30), (1, 11), (2, 21), (3, 31)],
+        "{order:?}"
+    );
+}
+
+#[test]
+fn counts_and_texts() {
+    let mem = Mem::<u64>::new(3, 4);
+    let mesh = mem.mesh(3, 4);
+    assert_eq!((mesh.len(), mesh.is_empty()), (3, false));
+    let (mut sa, mut sb) = (slab_mem::<u64>(4), slab_mem::<u64>(4));
+    let mut a = mesh.node(0, Slab::new(&mut sa)).unwrap();
+    let mut b = mesh.node(1, Slab::new(&mut sb)).unwrap();
+    assert_eq!((a.id(), b.id(), a.in_flight()), (0, 1, 0));
+    a.call(1, 5, 50).unwrap();
+    a.call(2, 6, 60).unwrap();
+    assert_eq!(a.in_flight(), 2);
+    let r = b.try_recv().unwrap();
+    b.reply(r, 7).unwrap();
+    a.poll(|_, _| {});
+    assert_eq!(a.in_flight(), 1);
+    let errors = [
+        FluxError::Full,
+        FluxError::SlabFull,
+        FluxError::BadNode,
+        FluxError::Taken,
+        FluxError::BadMemory,
+        FluxError::WrongNode,
+    ];
+    let texts: Vec<std::string::String> = errors.iter().map(|e| std::format!("{e}")).collect();
+    for (i, t) in texts.iter().enumerate() {
+        assert!(!t.is_empty() && !texts[..i].contains(t), "{texts:?}");
+    }
+}
