@@ -212,9 +212,9 @@ fn try_recv_takes_turns_among_the_peers() {
         .enumerate()
         .map(|(i, s)| mesh.node(i, Slab::new(s)).unwrap())
         .collect();
-    for from in 1..4 {
+    for (from, node) in nodes.iter_mut().enumerate().skip(1) {
         for k in 0..2u64 {
-            nodes[from].call(0, from as u64 * 10 + k, k).unwrap();
+            node.call(0, from as u64 * 10 + k, k).unwrap();
         }
     }
     let order: Vec<(usize, u64)> = core::iter::from_fn(|| nodes[0].try_recv())
