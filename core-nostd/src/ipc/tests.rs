@@ -246,3 +246,45 @@ fn threaded_clients_conserve_requests() {
         }
     });
 }
+
+#[test]
+fn recv_takes_turns_among_the_clients() {
+    // Three clients with two requests each: one from each client before any client's
+    // second (the scan starts after the client last served), with their ids and counts.
+    let cfg = Config {
+        max_clients: 3,
+        depth: 4,
+    };
+    let mut mem = mem_for(&cfg);
+    let r = region(&mut mem, &cfg);
+    let mut server = Server::new(r);
+    let mut sms: Vec<Vec<SlabEntry<u32>>> = (0..3).map(|_| slab::<u32>(4)).collect();
+    let mut cs: Vec<_> = sms
+        .iter_mut()
+        .enumerate()
+        .map(|(i, sm)| Client::connect(r, 10 + i as u32, Slab::new(sm)).unwrap())
+        .collect();
+    for (i, c) in cs.iter_mut().enumerate() {
+        for k in 0..2u64 {
+            c.call(&[i as u64, k], 0).unwrap();
+        }
+        assert_eq!(c.in_flight(), 2);
+    }
+    assert_eq!(server.poll(), 3);
+    let order: Vec<(u32, [u64; 2])> = core::iter::from_fn(|| server.recv())
+        .map(|h| (h.client_id(), h.payload))
+        .collect();
+    let ids: Vec<u32> = order.iter().map(|o| o.0).collect();
+    let first = ids[0];
+    assert_eq!(
+        ids[..3].iter().filter(|&&id| id == first).count(),
+        1,
+        "{order:?}"
+    );
+    assert_eq!(ids[..3], ids[3..], "{order:?}");
+    for j in 0..3 {
+        // Each client's first request in the first turn, its second in the next.
+        let (a, b) = (order[j].1, order[j + 3].1);
+        assert_eq!((a[0], a[1], b[1]), (b[0], 0, 1), "{order:?}");
+    }
+}
