@@ -190,8 +190,8 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
     let ready = Barrier::new(threads + 1);
     let mut setup = setup::describe(cfg, size, &fabric, pins.as_deref());
     // What the figures were measured on: every daemon and client busy-polls, and so does
-    // the sim fabric's engine thread when ranks talk through it.
-    // `cpus` is this rank's affinity mask (mpirun binds each rank to one core by default).
+    // the sim fabric's engine thread when ranks talk through it; `cpus` is this rank's
+    // affinity mask (mpirun binds each rank to one core by default).
     let busy = threads + usize::from(size > 1 && fabric.starts_with("sim"));
     setup.extend([
         ("cpus", serde_json::json!(cores.len())),

@@ -27,7 +27,6 @@ fn us(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_string(), |ns| format!("{:.2}", ns as f64 / 1e3))
 }
 
-/// The human table.
 /// Said under the set-up when a rank ran more busy-polling threads than its CPUs, or the
 /// host more than it has: they then take turns on the cores, and req/s and latency
 /// measure the scheduler as much as the code (scale questions: `--world virtual:N`).
@@ -57,6 +56,7 @@ fn seconds_places(secs: f64) -> usize {
     }
 }
 
+/// The human table.
 pub fn table(r: &Report) -> String {
     let mut o = String::new();
     for (k, v) in &r.setup {

@@ -112,18 +112,15 @@ impl<const N: usize> Client<N> {
         .emit(&mut buf);
         buf[REQUEST_SIZE..REQUEST_SIZE + extra.len()].copy_from_slice(extra);
         let h = self.ops.start().map_err(BulkError::Op)?;
-        self.expect[usize::from(h.index())] = if pattern.pushes() {
-            Expect {
-                tag: self.tag,
-                bytes: get.len,
-                up_to: true,
-            }
+        let (bytes, up_to) = if pattern.pushes() {
+            (get.len, true)
         } else {
-            Expect {
-                tag: self.tag,
-                bytes: put.len,
-                up_to: false,
-            }
+            (put.len, false)
+        };
+        self.expect[usize::from(h.index())] = Expect {
+            tag: self.tag,
+            bytes,
+            up_to,
         };
         let payload = &buf[..REQUEST_SIZE + extra.len()];
         // The server's reply is the fixed part alone: reserve no more credit than that.
