@@ -46,3 +46,5 @@ pub mod shm;
 pub mod wire;
 
 mod sync;
+#[cfg(test)]
+mod test_text;

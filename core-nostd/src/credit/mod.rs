@@ -290,11 +290,7 @@ mod tests {
             CreditError::ReplyTooLarge,
             CreditError::ReservationUnderflow,
         ];
-        let mut texts: Vec<String> = all.iter().map(ToString::to_string).collect();
-        assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
-        texts.sort();
-        texts.dedup();
-        assert_eq!(texts.len(), all.len());
+        crate::test_text::distinct_texts(&all);
     }
 
     #[test]

@@ -251,8 +251,5 @@ fn counts_and_texts() {
         FluxError::BadMemory,
         FluxError::WrongNode,
     ];
-    let texts: Vec<std::string::String> = errors.iter().map(|e| std::format!("{e}")).collect();
-    for (i, t) in texts.iter().enumerate() {
-        assert!(!t.is_empty() && !texts[..i].contains(t), "{texts:?}");
-    }
+    crate::test_text::distinct_texts(&errors);
 }

@@ -143,11 +143,7 @@ mod tests {
             RingError::BeyondProducer,
             RingError::CreditOverrun,
         ];
-        let mut texts: Vec<String> = all.iter().map(ToString::to_string).collect();
-        assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
-        texts.sort();
-        texts.dedup();
-        assert_eq!(texts.len(), all.len());
+        crate::test_text::distinct_texts(&all);
     }
 
     #[test]
