@@ -2,7 +2,8 @@
 #![allow(unsafe_code)]
 
 use super::*;
-use crate::shm::{EvictError, LayoutError, Slab, SlabEntry, Stall, ZeroedMem};
+use crate::shm::spsc::RingCtl;
+use crate::shm::{ClientState, EvictError, LayoutError, Owner, Slab, SlabEntry, Stall, ZeroedMem};
 use std::vec::Vec;
 
 type Req = [u64; 2];
@@ -287,4 +288,155 @@ fn recv_takes_turns_among_the_clients() {
         let (a, b) = (order[j].1, order[j + 3].1);
         assert_eq!((a[0], a[1], b[1]), (b[0], 0, 1), "{order:?}");
     }
+}
+
+#[test]
+fn config_bounds_are_refused_past_each_limit_and_accepted_at_it() {
+    let ok = |max_clients, depth| Config { max_clients, depth }.validate();
+    assert_eq!(ok(1, 1), Ok(()));
+    assert_eq!(ok(MAX_CLIENTS, MAX_DEPTH), Ok(()));
+    for (n, d) in [
+        (0, 4),
+        (MAX_CLIENTS + 1, 4),
+        (2, 0),
+        (2, 6),
+        (2, MAX_DEPTH * 2),
+    ] {
+        assert_eq!(
+            ok(n, d),
+            Err(LayoutError::BadConfig),
+            "{n} clients, depth {d}"
+        );
+        let cfg = Config {
+            max_clients: n,
+            depth: d,
+        };
+        assert_eq!(
+            cfg.offsets::<Req, Resp>().map(|o| o.region_len),
+            Err(LayoutError::BadConfig),
+            "no layout for {n} clients, depth {d}"
+        );
+    }
+}
+
+#[test]
+fn offsets_place_each_part_after_the_last_on_128_byte_lines() {
+    // The layout mod.rs documents: the header's line, 64 B per client row (rounded up to
+    // a line), 256 B per ring control block, then the cells. Three clients, so the
+    // client table ends off a line boundary.
+    let cfg = Config {
+        max_clients: 3,
+        depth: 4,
+    };
+    let o = cfg.offsets::<Req, Resp>().unwrap();
+    let cell = size_of::<Cell<Req, Resp>>();
+    assert_eq!(cell, 64, "both slots of a 16 B payload in one line");
+    assert_eq!(
+        (o.clients, o.req_ctl, o.resp_ctl, o.cells),
+        (128, 384, 384 + 3 * 256, 384 + 6 * 256)
+    );
+    assert_eq!(o.region_len, o.cells + 12 * cell);
+    // One 64 B cell ends off a line: the length rounds up to the next one.
+    let odd = Config {
+        max_clients: 1,
+        depth: 1,
+    }
+    .offsets::<Req, Resp>()
+    .unwrap();
+    let end = odd.cells + cell;
+    assert_ne!(end % 128, 0, "the case needs an end off a line");
+    assert_eq!(odd.region_len, end.next_multiple_of(128));
+}
+
+#[test]
+fn from_parts_takes_parts_of_the_configured_sizes_only() {
+    let header = Header::new::<Req, Resp>(&CFG);
+    let n = CFG.max_clients as usize;
+    let slots = n * CFG.depth as usize;
+    let clients: Vec<ClientEntry> = (0..n + 1).map(|_| ClientEntry::new()).collect();
+    let ctl: Vec<RingCtl> = (0..n + 1).map(|_| RingCtl::new()).collect();
+    let cells: Vec<Cell<Req, Resp>> = (0..slots + 1).map(|_| Cell::new()).collect();
+    let parts = |c: usize, q: usize, s: usize, k: usize| {
+        IpcRegion::from_parts(&header, &clients[..c], &ctl[..q], &ctl[..s], &cells[..k])
+            .map(|r| r.config())
+    };
+    assert_eq!(parts(n, n, n, slots), Ok(CFG));
+    for (c, q, s, k) in [
+        (n + 1, n, n, slots),
+        (n - 1, n, n, slots),
+        (n, n + 1, n, slots),
+        (n, n, n - 1, slots),
+        (n, n, n, slots + 1),
+        (n, n, n, slots - 1),
+    ] {
+        assert_eq!(
+            parts(c, q, s, k),
+            Err(LayoutError::BadConfig),
+            "{c} client rows, {q} + {s} ring blocks, {k} cells"
+        );
+    }
+    let r = IpcRegion::from_parts(
+        &header,
+        &clients[..n],
+        &ctl[..n],
+        &ctl[..n],
+        &cells[..slots],
+    )
+    .unwrap();
+    let shown = std::format!("{r:?}");
+    assert!(
+        shown.contains("IpcRegion") && shown.contains("depth: 4"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_client_dropped_without_close_frees_its_id_and_a_dropped_server_refuses_calls() {
+    let cfg = Config {
+        max_clients: 2,
+        depth: 2,
+    };
+    let mut mem = mem_for(&cfg);
+    let r = region(&mut mem, &cfg);
+    assert_eq!(r.header().server_owner(), Owner::from(1), "init's owner");
+    let mut server = Server::new(r);
+    let (mut s1, mut s2, mut s3) = (slab::<()>(2), slab::<()>(2), slab::<()>(2));
+    let a = Client::connect(r, 7, Slab::new(&mut s1)).unwrap();
+    let mut b = Client::connect(r, 8, Slab::new(&mut s2)).unwrap();
+    let rows = |s: &Server<Req, Resp>| {
+        s.clients()
+            .map(|i| (i.id, i.state, i.epoch, i.owner))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rows(&server),
+        [
+            (0, ClientState::Active, 1, 7),
+            (1, ClientState::Active, 1, 8)
+        ]
+    );
+    drop(a);
+    server.poll();
+    assert_eq!(rows(&server)[0].1, ClientState::Free, "dropping closes");
+    let c = Client::connect(r, 9, Slab::new(&mut s3)).unwrap();
+    assert_eq!((c.id(), c.epoch()), (0, 2));
+    drop(server);
+    assert_eq!(b.call(&[1, 1], ()), Err(IpcCallError::ServerDisconnected));
+    assert_eq!(b.in_flight(), 0, "a refused call is not in flight");
+}
+
+#[test]
+fn errors_display_distinct_nonempty_text() {
+    use crate::test_text::distinct_texts;
+    distinct_texts(&[
+        IpcConnectError::NoFreeClientId,
+        IpcConnectError::ServerDisconnected,
+        IpcConnectError::EmptySlab,
+    ]);
+    distinct_texts(&[IpcCallError::Full, IpcCallError::ServerDisconnected]);
+    distinct_texts(&[
+        IpcReplyError::ClientGone,
+        IpcReplyError::UnknownClient,
+        IpcReplyError::NothingOutstanding,
+    ]);
 }

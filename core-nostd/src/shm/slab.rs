@@ -131,7 +131,9 @@ mod tests {
         let mut s = Slab::new(&mut mem);
         let a = s.insert(1).unwrap();
         let b = s.insert(2).unwrap();
+        assert!(!s.is_empty() && !s.is_full());
         let c = s.insert(3).unwrap();
+        assert!(s.is_full());
         assert_eq!(s.insert(4), Err(4));
         assert_eq!(s.remove(b), Some(2));
         assert_eq!(s.remove(b), None, "duplicate");
@@ -142,7 +144,7 @@ mod tests {
             (s.remove(c), s.remove(a), s.remove(d)),
             (Some(3), Some(1), Some(5))
         );
-        assert!(s.is_empty());
+        assert!(s.is_empty() && !s.is_full());
         assert_eq!(s.remove(Token(99)), None);
     }
 }

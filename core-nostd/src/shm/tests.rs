@@ -2,6 +2,7 @@
 //! a bound on the waits of their threaded tests.
 #![allow(unsafe_code)]
 
+use super::EvictError;
 use std::time::{Duration, Instant};
 use std::vec::Vec;
 
@@ -107,4 +108,9 @@ fn a_wait_that_progresses_is_not_cut_short() {
         n += 1;
         stall.turn(n);
     }
+}
+
+#[test]
+fn evict_errors_display_distinct_nonempty_text() {
+    crate::test_text::distinct_texts(&[EvictError::BadId, EvictError::NotActive]);
 }
