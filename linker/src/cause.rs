@@ -3,7 +3,7 @@
 
 use core::ffi::{c_char, CStr};
 
-use copyrpc_core::copyrpc::{EndpointId, FailureCause, Side};
+use copyrpc_core::copyrpc::{EndpointId, FailureCause, FailureKind, Side};
 use mlx5_raw::layout::Syndrome;
 
 use crate::ctx::{copyrpc_ctx, handle};
@@ -120,52 +120,26 @@ pub unsafe extern "C" fn copyrpc_cause_text(c: *const copyrpc_cause) -> *const c
 }
 
 fn cause_text(c: &copyrpc_cause) -> &'static CStr {
-    match c.kind {
-        COPYRPC_CAUSE_NONE => c"no failure",
-        COPYRPC_CAUSE_APPLICATION => c"failed by the application (copyrpc_fail_endpoint)",
-        COPYRPC_CAUSE_ERROR_COMPLETION => syndrome_text(c.syndrome),
-        COPYRPC_CAUSE_UNEXPECTED_COMPLETION => c"a completion copyrpc never causes",
-        COPYRPC_CAUSE_PROTOCOL_VIOLATION => {
-            c"the peer broke the protocol (a bad immediate, metadata or message)"
-        }
-        COPYRPC_CAUSE_BAD_CONSUMER_READ => {
-            c"a READ of the peer's consumer returned an impossible position (the peer failed its endpoint, or the word is corrupt)"
-        }
-        COPYRPC_CAUSE_REPLY_WRITE => c"a reply found the endpoint's send state inconsistent",
-        COPYRPC_CAUSE_POST_REJECTED => c"the send queue rejected a WQE",
-        _ => c"unknown cause kind",
-    }
+    let kind = match c.kind {
+        COPYRPC_CAUSE_NONE => return c"no failure",
+        // The syndrome says more than the kind.
+        COPYRPC_CAUSE_ERROR_COMPLETION => return syndrome_text(c.syndrome),
+        COPYRPC_CAUSE_APPLICATION => FailureKind::Application,
+        COPYRPC_CAUSE_UNEXPECTED_COMPLETION => FailureKind::UnexpectedCompletion,
+        COPYRPC_CAUSE_PROTOCOL_VIOLATION => FailureKind::ProtocolViolation,
+        COPYRPC_CAUSE_BAD_CONSUMER_READ => FailureKind::BadConsumerRead,
+        COPYRPC_CAUSE_REPLY_WRITE => FailureKind::ReplyWrite,
+        COPYRPC_CAUSE_POST_REJECTED => FailureKind::PostRejected,
+        _ => return c"unknown cause kind",
+    };
+    kind.text()
 }
 
+/// A syndrome as `copyrpc_cause` carries it (widened to 32 bits).
 fn syndrome_text(raw: u32) -> &'static CStr {
-    let Ok(raw) = u8::try_from(raw) else {
-        return c"error completion: unknown syndrome";
-    };
-    match Syndrome::from_u8(raw) {
-        Syndrome::TransportRetryExcErr => {
-            c"error completion: transport retry counter exceeded (no ACK: the peer or the link is gone)"
-        }
-        Syndrome::RnrRetryExcErr => {
-            c"error completion: RNR retry counter exceeded (the peer posted no receive in time)"
-        }
-        Syndrome::WrFlushErr => {
-            c"error completion: work request flushed (the QP was already in error)"
-        }
-        Syndrome::RemoteAccessErr => {
-            c"error completion: remote access error (bad rkey, bounds or permissions at the peer)"
-        }
-        Syndrome::RemoteInvalReqErr => c"error completion: the peer refused an invalid request",
-        Syndrome::RemoteOpErr => c"error completion: the peer could not complete the operation",
-        Syndrome::RemoteAbortedErr => c"error completion: the remote side aborted",
-        Syndrome::LocalLengthErr => c"error completion: local length error",
-        Syndrome::LocalQpOpErr => c"error completion: malformed WQE (local QP operation error)",
-        Syndrome::LocalProtErr => {
-            c"error completion: local protection error (bad lkey or buffer outside its MR)"
-        }
-        Syndrome::LocalAccessErr => c"error completion: local access error",
-        Syndrome::MwBindErr => c"error completion: memory window bind error",
-        Syndrome::BadRespErr => c"error completion: unexpected response",
-        Syndrome::Other(_) => c"error completion: unknown syndrome",
+    match u8::try_from(raw) {
+        Ok(raw) => Syndrome::from_u8(raw).text(),
+        Err(_) => Syndrome::Other(0).text(),
     }
 }
 
@@ -195,10 +169,7 @@ mod tests {
         }
         let retry = syndrome_text(0x15).to_str().unwrap();
         assert!(retry.contains("retry counter exceeded"), "{retry}");
-        assert_eq!(
-            syndrome_text(0x1_0015),
-            c"error completion: unknown syndrome"
-        );
+        assert_eq!(syndrome_text(0x1_0015), c"unknown syndrome");
         assert_eq!(
             cause_text(&copyrpc_cause {
                 kind: 99,

@@ -173,6 +173,35 @@ fn opcode_values() {
     assert_eq!(Syndrome::from_u8(0x03), Syndrome::Other(3));
 }
 
+/// A failed endpoint's report quotes the syndrome's text (copyrpc's `FailureCause`, C's
+/// `copyrpc_cause_text`): each named syndrome has its own, every other value reads as
+/// unknown, and all are ASCII.
+#[test]
+fn each_named_syndrome_has_its_own_text() {
+    let mut named: Vec<(u8, &str)> = Vec::new();
+    for v in 0..=255u8 {
+        let s = Syndrome::from_u8(v);
+        let t = s.text().to_str().expect("UTF-8");
+        assert!(!t.is_empty() && t.is_ascii(), "{v:#04x}: {t:?}");
+        match s {
+            Syndrome::Other(_) => assert_eq!(t, "unknown syndrome", "{v:#04x}"),
+            _ => {
+                assert!(
+                    named.iter().all(|&(_, u)| u != t) && t != "unknown syndrome",
+                    "{v:#04x}: {t:?} is not its own"
+                );
+                named.push((v, t));
+            }
+        }
+    }
+    assert_eq!(named.len(), 13);
+    assert!(Syndrome::TransportRetryExcErr
+        .text()
+        .to_str()
+        .unwrap()
+        .contains("retry counter exceeded"));
+}
+
 fn tv3_expected() -> Completion {
     Completion {
         opcode: CqeOpcode::RespWrImm,

@@ -221,26 +221,83 @@ pub enum FailureCause {
     PostRejected(PostError),
 }
 
+/// A [`FailureCause`] without its details: what C reports as `copyrpc_cause.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// [`FailureCause::Application`].
+    Application,
+    /// [`FailureCause::ErrorCompletion`].
+    ErrorCompletion,
+    /// [`FailureCause::UnexpectedCompletion`].
+    UnexpectedCompletion,
+    /// [`FailureCause::ProtocolViolation`].
+    ProtocolViolation,
+    /// [`FailureCause::BadConsumerRead`].
+    BadConsumerRead,
+    /// [`FailureCause::ReplyWrite`].
+    ReplyWrite,
+    /// [`FailureCause::PostRejected`].
+    PostRejected,
+}
+
+impl FailureKind {
+    /// The kind in a few words, NUL-terminated for C (`copyrpc_cause_text`); a
+    /// [`FailureCause`]'s `Display` writes it before the details.
+    pub const fn text(self) -> &'static CStr {
+        match self {
+            Self::Application => c"failed by the application (fail_endpoint)",
+            Self::ErrorCompletion => c"error completion",
+            Self::UnexpectedCompletion => c"a completion copyrpc never causes",
+            Self::ProtocolViolation => {
+                c"the peer broke the protocol (a bad immediate, metadata or message)"
+            }
+            Self::BadConsumerRead => {
+                c"a READ of the peer's consumer returned an impossible position (the peer failed its endpoint, or the word is corrupt)"
+            }
+            Self::ReplyWrite => c"a reply found the endpoint's send state inconsistent",
+            Self::PostRejected => c"the send queue rejected a WQE",
+        }
+    }
+}
+
+impl FailureCause {
+    /// Which kind of failure this is.
+    pub const fn kind(&self) -> FailureKind {
+        match self {
+            Self::Application => FailureKind::Application,
+            Self::ErrorCompletion { .. } => FailureKind::ErrorCompletion,
+            Self::UnexpectedCompletion { .. } => FailureKind::UnexpectedCompletion,
+            Self::ProtocolViolation => FailureKind::ProtocolViolation,
+            Self::BadConsumerRead => FailureKind::BadConsumerRead,
+            Self::ReplyWrite => FailureKind::ReplyWrite,
+            Self::PostRejected(_) => FailureKind::PostRejected,
+        }
+    }
+}
+
+/// A static text as `&str`; every text here and in `Syndrome::text` is ASCII (the tests
+/// below), so the fallback is never written.
+fn ascii(t: &'static CStr) -> &'static str {
+    t.to_str().unwrap_or("copyrpc failure")
+}
+
 impl fmt::Display for FailureCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = ascii(self.kind().text());
         match self {
-            Self::Application => f.write_str("failed by the application"),
             Self::ErrorCompletion { side, error } => write!(
                 f,
-                "error completion on the {} side: {:?} (vendor syndrome {:#04x})",
+                "{kind} on the {} side: {} (syndrome {:#04x}, vendor syndrome {:#04x})",
                 side.name(),
-                error.syndrome,
+                ascii(error.syndrome.text()),
+                error.syndrome.as_u8(),
                 error.vendor_syndrome
             ),
             Self::UnexpectedCompletion { side } => {
-                write!(f, "unexpected completion on the {} side", side.name())
+                write!(f, "{kind}, on the {} side", side.name())
             }
-            Self::ProtocolViolation => f.write_str("the peer broke the protocol"),
-            Self::BadConsumerRead => {
-                f.write_str("READ of the peer's consumer returned an impossible position (the peer failed its endpoint, or the word is corrupt)")
-            }
-            Self::ReplyWrite => f.write_str("a reply found the endpoint's send state inconsistent"),
-            Self::PostRejected(e) => write!(f, "send queue rejected a WQE: {e:?}"),
+            Self::PostRejected(e) => write!(f, "{kind}: {e:?}"),
+            _ => f.write_str(kind),
         }
     }
 }
@@ -257,17 +314,9 @@ impl Side {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_text::distinct_texts;
     use mlx5_raw::layout::Syndrome;
-    use std::string::{String, ToString};
-    use std::vec::Vec;
-
-    fn distinct_nonempty(texts: Vec<String>) {
-        assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
-        let mut sorted = texts.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted.len(), texts.len(), "{texts:?}");
-    }
+    use std::string::ToString;
 
     /// The host quotes these texts when it reports a refused call, a failed endpoint or
     /// a setup step: each must say which one it is.
@@ -306,7 +355,7 @@ mod tests {
             TooManySges,
             SgeTooLong,
         ];
-        distinct_nonempty(all.iter().map(ToString::to_string).collect());
+        distinct_texts(&all);
         for e in all {
             let c = e.text().to_str().expect("UTF-8");
             assert!(c.is_ascii(), "{e:?}: {c}");
@@ -314,7 +363,27 @@ mod tests {
         }
     }
 
-    /// As above for failure causes; a completion's text names its side.
+    /// C's `copyrpc_cause_text` quotes these.
+    #[test]
+    fn failure_kinds_have_distinct_ascii_texts() {
+        let all = [
+            FailureKind::Application,
+            FailureKind::ErrorCompletion,
+            FailureKind::UnexpectedCompletion,
+            FailureKind::ProtocolViolation,
+            FailureKind::BadConsumerRead,
+            FailureKind::ReplyWrite,
+            FailureKind::PostRejected,
+        ];
+        let texts: std::vec::Vec<&str> = all
+            .iter()
+            .map(|k| k.text().to_str().expect("UTF-8"))
+            .collect();
+        distinct_texts(&texts);
+        assert!(texts.iter().all(|t| t.is_ascii()));
+    }
+
+    /// As above for failure causes; a completion's text names its side and its syndrome.
     #[test]
     fn failure_causes_display_distinct_nonempty_text_naming_the_side() {
         let error = CqeError {
@@ -338,9 +407,18 @@ mod tests {
             FailureCause::ReplyWrite,
             FailureCause::PostRejected(PostError::SqFull { needed: 2, free: 1 }),
         ];
-        let texts: Vec<String> = all.iter().map(ToString::to_string).collect();
+        let texts = distinct_texts(&all);
+        for (c, t) in all.iter().zip(&texts) {
+            assert!(t.is_ascii(), "{t}");
+            assert!(t.starts_with(ascii(c.kind().text())), "{t}");
+        }
+        assert!(
+            texts[1].contains("local length error")
+                && texts[1].contains("(syndrome 0x01, vendor syndrome 0x39)"),
+            "{}",
+            texts[1]
+        );
         assert!(texts[1].contains("send side") && texts[2].contains("receive side"));
         assert!(texts[3].contains("send side") && texts[4].contains("receive side"));
-        distinct_nonempty(texts);
     }
 }

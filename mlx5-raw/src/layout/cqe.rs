@@ -332,6 +332,34 @@ impl Syndrome {
             Self::Other(o) => o,
         }
     }
+
+    /// What the syndrome tells whoever reads the failure, in a few words:
+    /// NUL-terminated so a C caller can print it as it is. A retry counter exceeded is
+    /// the usual sign of a dead peer or link.
+    pub const fn text(self) -> &'static core::ffi::CStr {
+        match self {
+            Self::LocalLengthErr => c"local length error (a receive buffer too small)",
+            Self::LocalQpOpErr => c"malformed WQE (local QP operation error)",
+            Self::LocalProtErr => c"local protection error (bad lkey or buffer outside its MR)",
+            Self::WrFlushErr => c"work request flushed (the QP was already in error)",
+            Self::MwBindErr => c"memory window bind error",
+            Self::BadRespErr => c"unexpected response",
+            Self::LocalAccessErr => c"local access error",
+            Self::RemoteInvalReqErr => c"the peer refused an invalid request",
+            Self::RemoteAccessErr => {
+                c"remote access error (bad rkey, bounds or permissions at the peer)"
+            }
+            Self::RemoteOpErr => c"the peer could not complete the operation",
+            Self::TransportRetryExcErr => {
+                c"transport retry counter exceeded (no ACK: the peer or the link is gone)"
+            }
+            Self::RnrRetryExcErr => {
+                c"RNR retry counter exceeded (the peer posted no receive in time)"
+            }
+            Self::RemoteAbortedErr => c"the remote side aborted",
+            Self::Other(_) => c"unknown syndrome",
+        }
+    }
 }
 
 /// Where a responder CQE's payload is (`op_own[3:2]`, reference §3.6). Compressed
