@@ -322,6 +322,19 @@ fn bad_world_cost_nic_and_fault_flags_are_refused_before_anything_runs() {
             &["--world", "virtual:2", "--cost", "loop_ns=1e9"],
             "loop_ns",
         ),
+        // One request's answer outlasting the drain, named by its largest figure.
+        (
+            &["--world", "virtual:2", "--cost", "item_ns=1e9"],
+            "lower item_ns",
+        ),
+        (
+            &["--world", "virtual:2", "--cost", "post_ns=6e7,cqe_ns=5e7"],
+            "lower post_ns",
+        ),
+        (
+            &["--world", "virtual:1", "--cost", "client_ns=6e7"],
+            "lower client_ns",
+        ),
         (&["--world", "virtual:2", "--nic", "gbps=0"], "--nic"),
         (
             &["--world", "virtual:2", "--nic", "latency_ns=nan"],

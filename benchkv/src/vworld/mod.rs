@@ -96,6 +96,46 @@ fn drain_window_ns(cfg: &Config, spec: &VirtualSpec) -> u64 {
         .max(transport_gives_up)
 }
 
+/// Refuses costs under which no request could be answered within the drain: its answer
+/// takes at least two client turns (issuing it, collecting the answer) and a daemon loop
+/// that handles it, and across ranks also a completion and a posted WQE, each as short
+/// as the jitter can make it. Without this an `item_ns` of a second ran and then failed
+/// with "drain incomplete", naming no figure.
+fn request_fits_the_drain(spec: &VirtualSpec, drain_ns: u64) -> Result<(), String> {
+    let c = &spec.cost;
+    let mut terms = vec![
+        ("client_ns", 2.0 * c.client_ns),
+        ("client_item_ns", 2.0 * c.client_item_ns),
+        ("loop_ns", c.loop_ns),
+        ("item_ns", c.item_ns),
+    ];
+    if spec.ranks > 1 {
+        terms.extend([("cqe_ns", c.cqe_ns), ("post_ns", c.post_ns)]);
+    }
+    let least_ns = terms.iter().map(|t| t.1).sum::<f64>() * (1.0 - c.jitter);
+    if least_ns <= drain_ns as f64 {
+        return Ok(());
+    }
+    let largest = terms
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or("", |t| t.0);
+    let remote = if spec.ranks > 1 {
+        ", a completion of cqe_ns and a WQE of post_ns"
+    } else {
+        ""
+    };
+    Err(format!(
+        "--cost: one request's answer takes at least {:.1} ms of virtual time (two client \
+         turns of client_ns + client_item_ns, a daemon loop of loop_ns + item_ns{remote}, \
+         less the jitter), and the clients' drain gets {:.1} ms (--drain-timeout, at most \
+         {} ms): lower {largest}",
+        least_ns / 1e6,
+        drain_ns as f64 / 1e6,
+        DRAIN_LIMIT_NS / 1_000_000
+    ))
+}
+
 /// Checks that the world fits in memory before anything is built (endpoints per
 /// daemon fit by [`MAX_RANKS`]), and that its daemon loops are short enough to drain.
 pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
@@ -127,6 +167,7 @@ pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
             DRAIN_LIMIT_NS / 1_000_000
         ));
     }
+    request_fits_the_drain(spec, drain_ns)?;
     let nics = u64::from(n) * (u64::from(n) - 1) * per_peer + tables;
     let need = store + patterns + nics;
     if let Some(avail) = crate::resources::mem_available() {
