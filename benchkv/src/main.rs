@@ -92,6 +92,7 @@ fn main() -> ExitCode {
                 t
             }
             OutputArg::Csv => {
+                eprint!("{}", output::setup_lines(&out.report));
                 let t = out.report.total();
                 eprintln!(
                     "benchkv: drain: {} issued, {} completed; {} error answers; verify: {} \

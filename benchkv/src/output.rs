@@ -8,7 +8,7 @@
 //!   `--metrics` `"metrics"` (one per rank and daemon). Latencies are integer
 //!   nanoseconds, `null` when a run recorded none.
 //! - `csv`: a header row and one row per run and rank plus a `total` row per run; the
-//!   drain and verify summary goes to stderr.
+//!   set-up ([`setup_lines`]) and the drain and verify summary go to stderr.
 
 use std::fmt::Write as _;
 
@@ -56,15 +56,33 @@ fn seconds_places(secs: f64) -> usize {
     }
 }
 
+/// A set-up value as the table and the CSV's stderr line show it (strings unquoted).
+fn setup_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The set-up for stderr beside CSV output, which has no place for it: a line per key
+/// (values may hold spaces and commas), and the table's note when threads outnumber
+/// their CPUs.
+pub fn setup_lines(r: &Report) -> String {
+    let mut o = String::new();
+    for (k, v) in &r.setup {
+        let _ = writeln!(o, "benchkv: setup: {k} = {}", setup_value(v));
+    }
+    if let Some(why) = oversubscribed(&r.setup) {
+        let _ = writeln!(o, "benchkv: note: {why}");
+    }
+    o
+}
+
 /// The human table.
 pub fn table(r: &Report) -> String {
     let mut o = String::new();
     for (k, v) in &r.setup {
-        let v = match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        let _ = writeln!(o, "{k:<16} {v}");
+        let _ = writeln!(o, "{k:<16} {}", setup_value(v));
     }
     if let Some(why) = oversubscribed(&r.setup) {
         let _ = writeln!(o, "note             {why}");
@@ -469,5 +487,12 @@ mod tests {
         r.setup[3].1 = json!(3);
         let rank = "note             3 busy-polling threads on each rank's 2 CPU(s)";
         assert!(table(&r).contains(rank), "{}", table(&r));
+        let lines = setup_lines(&r);
+        assert!(
+            lines.starts_with("benchkv: setup: backend = meta\nbenchkv: setup: daemons = 2\n")
+                && lines.contains("\nbenchkv: setup: busy_threads = 3\n")
+                && lines.ends_with("\nbenchkv: note: 3 busy-polling threads on each rank's 2 CPU(s): they take turns, so req/s and latency include the scheduler's time slices (for scale, --world virtual:N)\n"),
+            "{lines}"
+        );
     }
 }

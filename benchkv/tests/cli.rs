@@ -292,7 +292,12 @@ fn csv_has_a_header_and_a_row_per_rank_and_total() {
         assert_eq!(r.len(), 8);
         assert!(r[2].parse::<u64>().unwrap() > 0);
     }
-    assert!(text(&out.stderr).contains("drain:"), "summary on stderr");
+    let err = text(&out.stderr);
+    assert!(err.contains("drain:"), "summary on stderr: {err}");
+    for key in ["backend", "cpus", "busy_threads", "host_cpus"] {
+        let line = format!("benchkv: setup: {key} = ");
+        assert!(err.contains(&line), "{key} missing: {err}");
+    }
 }
 
 #[test]
