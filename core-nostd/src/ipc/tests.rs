@@ -440,3 +440,35 @@ fn errors_display_distinct_nonempty_text() {
         IpcReplyError::NothingOutstanding,
     ]);
 }
+
+#[test]
+fn recv_goes_on_after_the_client_last_served_when_a_client_joins() {
+    // Two clients with two requests each; after client 0 is served, client 2 joins (the
+    // scan grows to three ids). The next request is client 1's, not client 0's second.
+    let cfg = Config {
+        max_clients: 3,
+        depth: 2,
+    };
+    let mut mem = mem_for(&cfg);
+    let r = region(&mut mem, &cfg);
+    let mut server = Server::new(r);
+    let mut sms: Vec<Vec<SlabEntry<u32>>> = (0..3).map(|_| slab::<u32>(2)).collect();
+    let mut it = sms.iter_mut();
+    let mut cs: Vec<_> = (0..2)
+        .map(|i| Client::connect(r, 10 + i, Slab::new(it.next().unwrap())).unwrap())
+        .collect();
+    for (i, c) in cs.iter_mut().enumerate() {
+        for k in 0..2u64 {
+            c.call(&[i as u64, k], 0).unwrap();
+        }
+    }
+    assert_eq!(server.poll(), 2);
+    assert_eq!(server.recv().map(|h| h.client_id()), Some(0));
+    cs.push(Client::connect(r, 12, Slab::new(it.next().unwrap())).unwrap());
+    cs[2].call(&[2, 0], 0).unwrap();
+    assert_eq!(server.poll(), 3);
+    let order: Vec<u32> = core::iter::from_fn(|| server.recv())
+        .map(|h| h.client_id())
+        .collect();
+    assert_eq!(order, [1, 2, 0, 1]);
+}
