@@ -3,7 +3,7 @@
 
 use super::layout::Claim;
 use super::*;
-use crate::shm::{EvictError, LayoutError, Stall, ZeroedMem as Mem};
+use crate::shm::{ClientState, EvictError, LayoutError, Stall, ZeroedMem as Mem};
 use std::vec::Vec;
 
 type Req = [u64; 2];
@@ -29,6 +29,11 @@ const SC: ServerConfig = ServerConfig { hole_timeout: 10 };
 fn call_recv_reply_round_trip() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
+    let shown = std::format!("{r:?}");
+    assert!(
+        shown.starts_with("DelegRegion") && shown.contains("ring_depth: 4"),
+        "{shown}"
+    );
     let mut server = Server::new(r, SC);
     let mut c = Client::connect(r, 42).unwrap();
     assert_eq!(c.id(), 0);
@@ -563,4 +568,108 @@ fn hole_after_idle_polls_is_seen_within_64_polls() {
     assert_eq!(server.poll(seen_at + SC.hole_timeout), 1);
     assert_eq!(server.recv().unwrap().payload, [2, 0]);
     assert_eq!(stalled.commit(&[1, 0]), Err(CallError::Abandoned));
+}
+
+#[test]
+fn a_head_that_goes_back_is_reported_corrupt() {
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let _server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    a.call(&[1, 0]).unwrap();
+    // An overwrite of `head` by one: the next claim gets the position `a` already has.
+    r.ctrl.head.store(0, crate::sync::Ordering::Relaxed);
+    assert_eq!(a.call(&[1, 1]), Err(CallError::RingCorrupt));
+}
+
+#[test]
+fn a_client_declared_dead_has_its_hole_skipped_and_its_id_freed() {
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(
+        r,
+        ServerConfig {
+            hole_timeout: u64::MAX,
+        },
+    );
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    // `a` dies between its claim CAS and its commit, as in the eviction test; here its
+    // host declares it dead instead of the server evicting it.
+    let res = a.reserve().unwrap();
+    let pos = res.position();
+    r.slot(pos).claim.store(
+        Claim::writing(pos, r.depth_log2),
+        crate::sync::Ordering::Relaxed,
+    );
+    core::mem::forget(res);
+    let (a_id, a_epoch) = (a.id(), a.epoch());
+    core::mem::forget(a);
+    b.call(&[2, 0]).unwrap();
+    assert_eq!(server.poll(0), 0, "writing hole, writer not known dead");
+    assert!(!r.declare_dead(a_id, a_epoch + 1), "another registration");
+    assert!(!r.declare_dead(CFG.max_clients, a_epoch), "no such id");
+    assert!(!r.declare_dead(u32::MAX, a_epoch), "no such id");
+    assert_eq!(server.poll(1), 0, "refused declarations change nothing");
+    assert!(r.declare_dead(a_id, a_epoch));
+    assert!(!r.declare_dead(a_id, a_epoch), "already dead");
+    assert_eq!(
+        server.poll(2),
+        1,
+        "the dead writer's hole is skipped at once"
+    );
+    assert_eq!(server.recv().unwrap().payload, [2, 0]);
+    server.advance_tail();
+    server.poll(3);
+    assert_eq!(r.client_info(a_id).state, ClientState::Free);
+    let again = Client::connect(r, 3).unwrap();
+    assert_eq!(
+        (again.id(), again.epoch()),
+        (2, 1),
+        "the never-used id first"
+    );
+    let n = Client::connect(r, 4).unwrap();
+    assert_eq!((n.id(), n.epoch()), (a_id, a_epoch + 1));
+}
+
+#[test]
+fn a_live_claimer_is_waited_for_while_another_client_is_dead() {
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(
+        r,
+        ServerConfig {
+            hole_timeout: u64::MAX,
+        },
+    );
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut c = Client::connect(r, 3).unwrap();
+    // `a` (alive) holds position 0 reserved; `c` claims 1 and dies before committing.
+    let slow = a.reserve().unwrap();
+    let res = c.reserve().unwrap();
+    let pos = res.position();
+    r.slot(pos).claim.store(
+        Claim::writing(pos, r.depth_log2),
+        crate::sync::Ordering::Relaxed,
+    );
+    core::mem::forget(res);
+    let c_id = c.id();
+    core::mem::forget(c);
+    server.evict(c_id).unwrap();
+    for t in 0..3 {
+        assert_eq!(
+            server.poll(t),
+            0,
+            "position 0 is a live client's: waited for"
+        );
+    }
+    assert_eq!(server.stats().abandoned, 0);
+    slow.commit(&[1, 0]).unwrap();
+    assert_eq!(server.poll(4), 1);
+    assert_eq!(server.recv().unwrap().payload, [1, 0]);
+    assert_eq!(
+        server.stats().abandoned,
+        0,
+        "the dead one's hole comes next"
+    );
 }
