@@ -81,11 +81,13 @@ pub fn setup_lines(r: &Report) -> String {
 /// The human table.
 pub fn table(r: &Report) -> String {
     let mut o = String::new();
+    // Keys in a column as wide as the longest (host_busy_threads is 17).
+    let w = r.setup.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in &r.setup {
-        let _ = writeln!(o, "{k:<16} {}", setup_value(v));
+        let _ = writeln!(o, "{k:<w$} {}", setup_value(v));
     }
     if let Some(why) = oversubscribed(&r.setup) {
-        let _ = writeln!(o, "note             {why}");
+        let _ = writeln!(o, "{:<w$} {why}", "note");
     }
     let _ = writeln!(
         o,
@@ -482,10 +484,15 @@ mod tests {
         ]);
         assert!(!table(&r).contains("busy-polling"), "2 on 2 and 4 on 4 fit");
         r.setup[5].1 = json!(6);
-        let host = "note             6 busy-polling threads on the host's 4 CPU(s)";
+        let t = table(&r);
+        assert!(
+            t.contains("\nbusy_threads      2\n") && t.contains("\nhost_busy_threads 6\n"),
+            "keys in one column: {t}"
+        );
+        let host = "note              6 busy-polling threads on the host's 4 CPU(s)";
         assert!(table(&r).contains(host), "{}", table(&r));
         r.setup[3].1 = json!(3);
-        let rank = "note             3 busy-polling threads on each rank's 2 CPU(s)";
+        let rank = "note              3 busy-polling threads on each rank's 2 CPU(s)";
         assert!(table(&r).contains(rank), "{}", table(&r));
         let lines = setup_lines(&r);
         assert!(
