@@ -673,3 +673,43 @@ fn a_live_claimer_is_waited_for_while_another_client_is_dead() {
         "the dead one's hole comes next"
     );
 }
+
+#[test]
+fn a_tail_no_run_produces_is_reported_corrupt_while_waiting_for_room() {
+    // Two clients fill the ring (positions 0..4); a third waits for room, with a wait
+    // that gives up (RingFull) after ten calls, long past the 64 readings that confirm
+    // corruption. Each case overwrites a ring word to a value no run produces.
+    type Overwrite = fn(&DelegRegion<'static, Req, Resp>);
+    let cases: [(&str, Overwrite); 2] = [
+        ("tail past head", |r| {
+            r.ctrl.tail.store(100, crate::sync::Ordering::Relaxed)
+        }),
+        ("a claim more than a ring past tail", |r| {
+            r.ctrl.head.store(10, crate::sync::Ordering::Relaxed)
+        }),
+    ];
+    for (what, overwrite) in cases {
+        let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+        let r = region(&mut mem, &CFG);
+        let _server = Server::new(r, SC);
+        let mut a = Client::connect(r, 1).unwrap();
+        let mut b = Client::connect(r, 2).unwrap();
+        for k in 0..2 {
+            a.call(&[1, k]).unwrap();
+            b.call(&[2, k]).unwrap();
+        }
+        let mut c = Client::connect(r, 3).unwrap();
+        overwrite(&r);
+        let mut waits = 0;
+        let got = c.call_with(&[3, 0], || {
+            waits += 1;
+            if waits < 10 {
+                Ok(())
+            } else {
+                Err(CallError::RingFull)
+            }
+        });
+        assert_eq!(got, Err(CallError::RingCorrupt), "{what}");
+        assert_eq!(waits, 0, "{what}: confirmed within the first spins");
+    }
+}
