@@ -713,3 +713,38 @@ fn a_tail_no_run_produces_is_reported_corrupt_while_waiting_for_room() {
         assert_eq!(waits, 0, "{what}: confirmed within the first spins");
     }
 }
+
+#[test]
+fn a_head_below_the_cursor_is_reported_after_the_confirming_samples_only() {
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    for k in 0..2 {
+        a.call(&[1, k]).unwrap();
+    }
+    assert_eq!(server.poll(0), 2);
+    while let Some(e) = server.recv() {
+        server.reply(e.token, &[0, 0]).unwrap();
+    }
+    server.advance_tail();
+    assert_eq!(server.cursor(), 2);
+    // `head` overwritten below the cursor: no position is abandoned for it, and it is
+    // called corruption once `head` read low on 16 samples in a row (one idle poll in
+    // 64 samples it), not before.
+    r.ctrl.head.store(0, crate::sync::Ordering::Relaxed);
+    let mut polls = 0u64;
+    while !server.ring_corrupt() {
+        assert_eq!(server.poll(polls), 0);
+        polls += 1;
+        assert!(polls <= 64 * 16, "not reported in {polls} polls");
+    }
+    assert!(polls > 64 * 15, "reported after {polls} polls");
+    assert_eq!(server.stats().abandoned, 0);
+    // The word put back: the next sample clears it.
+    r.ctrl.head.store(2, crate::sync::Ordering::Relaxed);
+    for t in 0..64 {
+        assert_eq!(server.poll(polls + t), 0);
+    }
+    assert!(!server.ring_corrupt());
+}
