@@ -77,7 +77,10 @@ where
     F: FnOnce(&mut mlx5_raw::SqBatch<'_>) -> Result<Posted, PostError>,
 {
     let mut b = sq.batch();
+    assert!(b.is_empty());
+    assert_eq!(b.len(), 0);
     let p = f(&mut b).unwrap();
+    assert!(!b.is_empty() && b.len() == 1);
     b.finish();
     p
 }
@@ -1048,4 +1051,14 @@ fn init_rejects_bad_descriptions() {
         post_one(&mut sq, |b| b.rdma_write(r, payload, FmCeSe::CQ_UPDATE)).ds,
         32
     );
+}
+
+/// The driver's size limits, from the 512-byte WQE (reference §1.1): eight WQEBBs, and
+/// the inline bytes left after ctrl + raddr (+ one data segment for an inline head) and
+/// the inline header.
+#[test]
+fn size_limits_follow_from_the_512_byte_wqe() {
+    use mlx5_raw::sq::{MAX_INLINE, MAX_INLINE_HEAD, MAX_WQE_BBS, MAX_WQE_BYTES};
+    assert_eq!((MAX_WQE_BYTES, MAX_WQE_BBS), (512, 8));
+    assert_eq!((MAX_INLINE, MAX_INLINE_HEAD), (476, 460));
 }
