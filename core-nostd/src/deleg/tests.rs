@@ -748,3 +748,32 @@ fn a_head_below_the_cursor_is_reported_after_the_confirming_samples_only() {
     }
     assert!(!server.ring_corrupt());
 }
+
+#[test]
+fn a_body_naming_no_client_or_no_response_slot_is_counted_and_skipped() {
+    // What a broken or hostile writer can leave in a committed slot: a client id past
+    // the table, or a response slot past the client's. Either alone is malformed; the
+    // server counts it, answers nothing for it, and goes on to the next request.
+    let cfg = Config {
+        max_clients: 3,
+        ring_depth: 4,
+        resp_depth: 4,
+    };
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&cfg).unwrap());
+    let r = region(&mut mem, &cfg);
+    let mut server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    for k in 0..3 {
+        a.call(&[1, k]).unwrap();
+    }
+    assert!(core::ptr::eq(r.req_slot(1), r.slot(1)));
+    // Only this thread touches the region, and the server has not read these yet.
+    r.slot(0).write_body(cfg.max_clients, 0, &[9, 0]);
+    r.slot(1).write_body(a.id(), cfg.resp_depth, &[9, 1]);
+    assert_eq!(server.poll(0), 3);
+    let e = server.recv().expect("the third request");
+    assert_eq!(e.payload, [1, 2]);
+    assert!(server.recv().is_none());
+    let s = server.stats();
+    assert_eq!((s.malformed, s.received, s.dropped), (2, 1, 0));
+}
