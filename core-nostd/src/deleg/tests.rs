@@ -777,3 +777,24 @@ fn a_body_naming_no_client_or_no_response_slot_is_counted_and_skipped() {
     let s = server.stats();
     assert_eq!((s.malformed, s.received, s.dropped), (2, 1, 0));
 }
+
+#[test]
+fn errors_display_distinct_nonempty_text() {
+    use crate::test_text::distinct_texts;
+    distinct_texts(&[
+        ConnectError::NoFreeClientId,
+        ConnectError::ServerDisconnected,
+    ]);
+    distinct_texts(&[
+        CallError::ServerDisconnected,
+        CallError::NoResponseSlot,
+        CallError::Abandoned,
+        CallError::RingFull,
+        CallError::RingCorrupt,
+    ]);
+    distinct_texts(&[
+        ReplyError::ClientGone,
+        ReplyError::BadToken,
+        ReplyError::Duplicate,
+    ]);
+}
