@@ -66,6 +66,11 @@ fn tv1_rdma_write_imm_segments() {
     );
     assert_eq!(c.opmod(), 0);
     assert_eq!(c.wqe_index(), 0x1234);
+    // The opcode modifier is the top byte (TV1 has none; an atomic's would be there).
+    let mut with_opmod = TV1;
+    with_opmod[0] = 0x08;
+    let m = CtrlSeg::read_from_bytes(&with_opmod[..16]).unwrap();
+    assert_eq!((m.opmod(), m.wqe_index(), m.opcode()), (0x08, 0x1234, 0x09));
     assert_eq!(c.qpn(), 0xabcde);
     assert_eq!(c.ds(), 3);
     assert_eq!(

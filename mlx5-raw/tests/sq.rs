@@ -1062,3 +1062,36 @@ fn size_limits_follow_from_the_512_byte_wqe() {
     assert_eq!((MAX_WQE_BYTES, MAX_WQE_BBS), (512, 8));
     assert_eq!((MAX_INLINE, MAX_INLINE_HEAD), (476, 460));
 }
+
+/// A WQE that needs exactly the free WQEBBs is posted, down both paths: the contiguous
+/// one (inline bytes) and the general one (a gather list).
+#[test]
+fn a_wqe_needing_exactly_the_free_blocks_is_posted_by_either_path() {
+    let mem = Mem::new(16);
+    let mut sq = mem.sq(0x3, SqConfig::COPYRPC);
+    let remote = Remote {
+        addr: 0x1000,
+        rkey: 0x42,
+    };
+    let sge = [Sge {
+        addr: 0x7f00_0000_0000,
+        len: 64,
+        lkey: 0x9,
+    }];
+    for general in [false, true] {
+        while sq.free_bbs() > 1 {
+            post_one(&mut sq, |b| b.nop(FmCeSe::CQ_UPDATE));
+        }
+        let p = post_one(&mut sq, |b| {
+            if general {
+                // SAFETY: no device reads this memory; the address only goes into the WQE.
+                b.rdma_write(remote, unsafe { Payload::gather(&sge) }, FmCeSe::CQ_UPDATE)
+            } else {
+                b.rdma_write(remote, Payload::inline(&[5; 8]), FmCeSe::CQ_UPDATE)
+            }
+        });
+        assert_eq!((p.bbs, sq.free_bbs()), (1, 0), "general path {general}");
+        sq.retire(p.wqe_index).unwrap();
+        assert_eq!(sq.free_bbs(), 16);
+    }
+}
