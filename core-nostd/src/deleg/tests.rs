@@ -798,3 +798,91 @@ fn errors_display_distinct_nonempty_text() {
         ReplyError::Duplicate,
     ]);
 }
+
+/// `a` and `b` fill CFG's four-slot ring with two calls each; returns them.
+fn fill_ring<'r>(r: DelegRegion<'r, Req, Resp>) -> (Client<'r, Req, Resp>, Client<'r, Req, Resp>) {
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    for k in 0..2 {
+        a.call(&[1, k]).unwrap();
+        b.call(&[2, k]).unwrap();
+    }
+    (a, b)
+}
+
+/// Serves everything the server has, then publishes its cursor as `tail`.
+fn serve_all(server: &mut Server<'_, Req, Resp>, now: u64) -> usize {
+    server.poll(now);
+    let mut n = 0;
+    while let Some(e) = server.recv() {
+        server.reply(e.token, &[0, 0]).unwrap();
+        n += 1;
+    }
+    server.advance_tail();
+    n
+}
+
+#[test]
+fn a_client_waiting_for_room_goes_on_when_tail_moves_and_not_when_it_goes_back() {
+    // Single-threaded: the server runs inside the waiting client's `wait`.
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    assert!(core::ptr::eq(r.ring_control(), r.ctrl));
+    let mut server = Server::new(r, SC);
+    let (mut a, mut b) = fill_ring(r);
+    let mut c = Client::connect(r, 3).unwrap();
+    let mut waits = 0;
+    c.call_with(&[3, 0], || {
+        waits += 1;
+        assert_eq!(serve_all(&mut server, 0), 4, "the full ring's four");
+        Ok(())
+    })
+    .expect("room once the server moved tail");
+    assert_eq!(waits, 1);
+    assert_eq!(serve_all(&mut server, 1), 1, "c's request, at position 4");
+    a.poll(|_, _| {});
+    b.poll(|_, _| {});
+    c.poll(|_, _| {});
+    // c has seen tail 4. The ring fills again (positions 5..9); c's next call, at 9,
+    // waits, and meanwhile tail reads 2: below what c saw, which no run produces.
+    for k in 0..2 {
+        a.call(&[1, 10 + k]).unwrap();
+        b.call(&[2, 10 + k]).unwrap();
+    }
+    let mut waits = 0;
+    let got = c.call_with(&[3, 1], || {
+        waits += 1;
+        r.ctrl.tail.store(2, crate::sync::Ordering::Relaxed);
+        Ok(())
+    });
+    assert_eq!(got, Err(CallError::RingCorrupt));
+}
+
+#[test]
+fn a_waiting_claim_the_server_abandons_ends_abandoned_and_loses_nothing_else() {
+    // c's position (4) waits for room; inside its wait the server serves the full ring,
+    // finds 4 unclaimed past its hole timeout, abandons it and publishes tail 5. c sees
+    // tail past its position: not corruption, and its commit reports the abandonment.
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let (_a, _b) = fill_ring(r);
+    let mut c = Client::connect(r, 3).unwrap();
+    let mut now = 0;
+    let got = c.call_with(&[3, 0], || {
+        assert_eq!(serve_all(&mut server, now), 4);
+        for _ in 0..2 {
+            now += SC.hole_timeout;
+            assert_eq!(server.poll(now), 0);
+        }
+        server.advance_tail();
+        assert_eq!(server.stats().abandoned, 1);
+        Ok(())
+    });
+    assert_eq!(got, Err(CallError::Abandoned));
+    assert_eq!(c.in_flight(), 0);
+    // c calls again, at position 5, and is served.
+    c.call(&[3, 1]).unwrap();
+    assert_eq!(serve_all(&mut server, now), 1);
+    assert_eq!(c.poll(|_, _| {}), 1);
+}
