@@ -766,6 +766,24 @@ fn retire_rejects_bad_counters() {
         sq.retire(3),
         Err(RetireError::NotOutstanding { wqe_counter: 3 })
     );
+    // A ctrl segment whose DS (byte 7) no longer fits what was posted: a one-block NOP
+    // at 4 made to claim two blocks (past the producer), then none. Refused without
+    // effect, and retired once its byte is put back.
+    assert_eq!(sq.wqe_cnt(), 16);
+    post_one(&mut sq, |b| b.nop(FmCeSe::COMP_ONLY_ERR));
+    let ds_at = 4 * 64 + 7;
+    assert_eq!(mem.buf.read(ds_at, 1), [1]);
+    for bad in [8, 0] {
+        mem.buf.write(ds_at, &[bad]);
+        assert_eq!(
+            sq.retire(4),
+            Err(RetireError::NotAWqeStart { wqe_counter: 4 }),
+            "DS {bad}"
+        );
+        assert_eq!(sq.outstanding_bbs(), 1);
+    }
+    mem.buf.write(ds_at, &[1]);
+    assert_eq!(sq.retire(4), Ok(1));
 }
 
 #[test]
@@ -1094,4 +1112,39 @@ fn a_wqe_needing_exactly_the_free_blocks_is_posted_by_either_path() {
         sq.retire(p.wqe_index).unwrap();
         assert_eq!(sq.free_bbs(), 16);
     }
+}
+
+/// A queue smaller than the largest WQE: a WQE of exactly the queue's blocks is posted
+/// (through the general path: a gather list), one block more is too large for it
+/// whatever is free.
+#[test]
+fn a_wqe_as_large_as_a_small_queue_fits_and_a_larger_one_never_does() {
+    let mem = Mem::new(4);
+    let mut sq = mem.sq(0x3, SqConfig::COPYRPC);
+    let remote = Remote {
+        addr: 0x1000,
+        rkey: 0x42,
+    };
+    // ctrl + raddr + 14 data segments = 16 DS = 4 blocks; 15 segments need a fifth.
+    let sges: Vec<Sge> = (0..15)
+        .map(|i| Sge {
+            addr: 0x7f00_0000_0000 + 64 * i,
+            len: 64,
+            lkey: 0x9,
+        })
+        .collect();
+    let mut b = sq.batch();
+    // SAFETY: no device reads this memory; the addresses only go into the WQE.
+    let too_large = b.rdma_write(remote, unsafe { Payload::gather(&sges) }, FmCeSe::CQ_UPDATE);
+    assert_eq!(too_large, Err(PostError::WqeTooLarge { ds: 17 }));
+    // SAFETY: as above.
+    let p = b
+        .rdma_write(
+            remote,
+            unsafe { Payload::gather(&sges[..14]) },
+            FmCeSe::CQ_UPDATE,
+        )
+        .unwrap();
+    b.finish();
+    assert_eq!((p.bbs, p.ds, sq.free_bbs()), (4, 16, 0));
 }
