@@ -236,6 +236,12 @@ fn tv3_decode_every_field() {
     assert_eq!(c.sop_drop_qpn.get(), 0xabcdf);
     assert_eq!(c.wqe_counter.get(), 5);
     assert_eq!(c.op_own, 0x13);
+    // The same CQE a lap later: only the owner bit differs.
+    let mut next_lap = TV3;
+    next_lap[63] = 0x12;
+    let c = Cqe64::ref_from_bytes(&next_lap).unwrap();
+    assert!(!c.owner());
+    assert_eq!((c.opcode(), c.format_bits()), (CqeOpcode::RespWrImm, 0));
 }
 
 #[test]

@@ -783,6 +783,16 @@ fn retire_rejects_bad_counters() {
         assert_eq!(sq.outstanding_bbs(), 1);
     }
     mem.buf.write(ds_at, &[1]);
+    // Another QP's number in the same ctrl (QPN 0x3 in bytes 4..7, big-endian).
+    let qpn_at = 4 * 64 + 6;
+    assert_eq!(mem.buf.read(qpn_at, 1), [0x03]);
+    mem.buf.write(qpn_at, &[0x04]);
+    assert_eq!(
+        sq.retire(4),
+        Err(RetireError::NotAWqeStart { wqe_counter: 4 }),
+        "another QP's WQE"
+    );
+    mem.buf.write(qpn_at, &[0x03]);
     assert_eq!(sq.retire(4), Ok(1));
 }
 
