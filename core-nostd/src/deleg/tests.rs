@@ -2,6 +2,7 @@
 #![allow(unsafe_code)]
 
 use super::layout::Claim;
+use super::layout::{ReqSlot, RespSlot};
 use super::*;
 use crate::shm::{ClientState, EvictError, LayoutError, Stall, ZeroedMem as Mem};
 use std::vec::Vec;
@@ -885,4 +886,112 @@ fn a_waiting_claim_the_server_abandons_ends_abandoned_and_loses_nothing_else() {
     c.call(&[3, 1]).unwrap();
     assert_eq!(serve_all(&mut server, now), 1);
     assert_eq!(c.poll(|_, _| {}), 1);
+}
+
+#[test]
+fn from_parts_takes_parts_of_the_configured_sizes_only() {
+    let header = Header::new::<Req, Resp>(&CFG);
+    let ctrl = RingControl::new();
+    let (d, n, k) = (
+        CFG.ring_depth as usize,
+        CFG.max_clients as usize,
+        CFG.resp_depth as usize,
+    );
+    let ring: Vec<ReqSlot<Req>> = (0..d + 1).map(|_| ReqSlot::new()).collect();
+    let resp: Vec<RespSlot<Resp>> = (0..n * k + 1).map(|_| RespSlot::new()).collect();
+    let clients: Vec<ClientEntry> = (0..n + 1).map(|_| ClientEntry::new()).collect();
+    let parts = |r: usize, s: usize, c: usize| {
+        DelegRegion::from_parts(&header, &ctrl, &ring[..r], &resp[..s], &clients[..c])
+            .map(|r| r.config())
+    };
+    assert_eq!(parts(d, n * k, n), Ok(CFG));
+    for (r, s, c) in [
+        (d + 1, n * k, n),
+        (d - 1, n * k, n),
+        (d, n * k + 1, n),
+        (d, n * k - 1, n),
+        (d, n * k, n + 1),
+        (d, n * k, n - 1),
+    ] {
+        assert_eq!(
+            parts(r, s, c),
+            Err(LayoutError::BadConfig),
+            "{r} request slots, {s} response slots, {c} client rows"
+        );
+    }
+}
+
+#[test]
+fn a_claimer_that_started_writing_is_never_abandoned() {
+    // Position 0's claimer has taken its slot (the claim word says "writing") but not
+    // committed; at position 0 that word differs from "free" only in its low bit. The
+    // server times the hole out, fails to abandon it, and takes the request once it is
+    // committed.
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    assert_eq!(
+        r.header().server_owner(),
+        crate::shm::Owner::from(7),
+        "init's"
+    );
+    let mut server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    let res = a.reserve().unwrap();
+    let (pos, slot_idx) = (res.position(), 0);
+    assert_eq!(pos, 0);
+    let lg = r.depth_log2;
+    assert_eq!(Claim::writing(0, lg), Claim::free(0, lg) | 1);
+    // What `commit` does, in two halves: the claim CAS now, the body and `committed`
+    // after the timeout.
+    r.slot(pos)
+        .claim
+        .store(Claim::writing(pos, lg), crate::sync::Ordering::Relaxed);
+    core::mem::forget(res);
+    b.call(&[2, 0]).unwrap();
+    for now in [0, 10, 20, 40] {
+        assert_eq!(server.poll(now), 0, "at {now}: a writer is waited for");
+    }
+    assert_eq!(server.stats().abandoned, 0);
+    r.slot(pos).write_body(a.id(), slot_idx, &[1, 0]);
+    r.slot(pos)
+        .committed
+        .store(1, crate::sync::Ordering::Release);
+    assert_eq!(server.poll(50), 2);
+    assert_eq!(server.recv().unwrap().payload, [1, 0]);
+    assert_eq!(server.recv().unwrap().payload, [2, 0]);
+}
+
+#[test]
+fn with_a_dead_client_every_idle_poll_reads_head() {
+    // Idle polls read `head` one time in 64, but every time while a dead client may hold
+    // the cursor: its hole is then skipped at the first poll that sees it, whatever the
+    // idle count.
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(
+        r,
+        ServerConfig {
+            hole_timeout: u64::MAX,
+        },
+    );
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    assert_eq!(server.poll(0), 0, "idle poll 0, which samples head anyway");
+    // a dies mid-write at position 0 and is evicted; b commits position 1.
+    let res = a.reserve().unwrap();
+    let pos = res.position();
+    r.slot(pos).claim.store(
+        Claim::writing(pos, r.depth_log2),
+        crate::sync::Ordering::Relaxed,
+    );
+    core::mem::forget(res);
+    let a_id = a.id();
+    core::mem::forget(a);
+    server.evict(a_id).unwrap();
+    b.call(&[2, 0]).unwrap();
+    // Idle poll 1, not a multiple of 64: the hole is seen, found dead and skipped.
+    assert_eq!(server.poll(1), 1);
+    assert_eq!(server.recv().map(|e| e.payload), Some([2, 0]));
+    assert_eq!(server.stats().abandoned, 1);
 }
