@@ -992,6 +992,20 @@ fn with_a_dead_client_every_idle_poll_reads_head() {
     b.call(&[2, 0]).unwrap();
     // Idle poll 1, not a multiple of 64: the hole is seen, found dead and skipped.
     assert_eq!(server.poll(1), 1);
-    assert_eq!(server.recv().map(|e| e.payload), Some([2, 0]));
+    let e = server.recv().unwrap();
+    assert_eq!(e.payload, [2, 0]);
     assert_eq!(server.stats().abandoned, 1);
+    server.reply(e.token, &[0, 0]).unwrap();
+    b.poll(|_, _| {});
+    // The skipped slot is free for its next lap: b's calls at positions 2..=5 (slot 0
+    // again at 4) all land.
+    for k in 1..5 {
+        b.call(&[2, k]).unwrap();
+        server.advance_tail();
+        assert_eq!(server.poll(1 + k), 1, "position {}", 1 + k);
+        let e = server.recv().unwrap();
+        assert_eq!(e.payload, [2, k]);
+        server.reply(e.token, &[0, 0]).unwrap();
+        assert_eq!(b.poll(|_, _| {}), 1);
+    }
 }
