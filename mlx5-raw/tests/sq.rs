@@ -1158,3 +1158,33 @@ fn a_wqe_as_large_as_a_small_queue_fits_and_a_larger_one_never_does() {
     b.finish();
     assert_eq!((p.bbs, p.ds, sq.free_bbs()), (4, 16, 0));
 }
+
+/// Two SQs sharing one BlueFlame register take its halves in turn, whichever SQ rings:
+/// the shared lock, not each SQ, keeps the half the next doorbell uses.
+#[test]
+fn sqs_sharing_a_register_alternate_its_halves_between_them() {
+    let lock = mlx5_raw::SharedBf::new();
+    let (ma, mb) = (Mem::new(16), Mem::new(16));
+    let shared = |m: &Mem, qpn: u32| {
+        let desc = SqDesc {
+            bf_lock: &lock,
+            // Both write the same register (ma's window).
+            bf_reg: ma.bf.ptr(),
+            ..m.desc(qpn, 256, true)
+        };
+        // SAFETY: as in `Mem::sq`; the register is shared through `lock`, which outlives
+        // both SQs.
+        unsafe { Sq::new(&desc, SqConfig::COPYRPC) }.unwrap()
+    };
+    let (mut a, mut b) = (shared(&ma, 0xa), shared(&mb, 0xb));
+    assert_eq!(lock.with_register(|h| h), 0);
+    post_one(&mut a, |q| q.nop(FmCeSe::COMP_ONLY_ERR));
+    assert_eq!(lock.with_register(|h| h), 256, "a rang half 0");
+    post_one(&mut b, |q| q.nop(FmCeSe::COMP_ONLY_ERR));
+    assert_eq!(lock.with_register(|h| h), 0, "b rang half 1");
+    post_one(&mut b, |q| q.nop(FmCeSe::COMP_ONLY_ERR));
+    assert_eq!(lock.with_register(|h| h), 256);
+    // Each BlueFlame copy is the WQE of the SQ that rang, in the half it was given.
+    assert_eq!(ma.bf.read(0, 64), mb.wqe(1, 64), "half 0: b's second");
+    assert_eq!(ma.bf.read(256, 64), mb.wqe(0, 64), "half 1: b's first");
+}
