@@ -102,6 +102,9 @@ fn tv2_send_inline_hello() {
     assert_eq!(wqe, TV2);
     assert!(hdr.is_inline());
     assert_eq!(hdr.len(), 5);
+    // A data segment's byte count in the same place (bit 31 clear) is not inline.
+    let data = InlineSegHdr::read_from_bytes(&[0x00, 0x00, 0x10, 0x00]).unwrap();
+    assert!(!data.is_inline());
 }
 
 #[test]
@@ -227,6 +230,7 @@ fn tv3_expected() -> Completion {
 #[test]
 fn tv3_decode_every_field() {
     assert_eq!(decode_cqe(&TV3), Ok(tv3_expected()));
+    assert!(!tv3_expected().is_error());
     let c = Cqe64::ref_from_bytes(&TV3).unwrap();
     assert_eq!(c.opcode(), CqeOpcode::RespWrImm);
     assert!(c.owner());
@@ -356,6 +360,7 @@ fn error_cqe_layout_and_decode() {
     assert_eq!(got.opcode, CqeOpcode::RespErr);
     assert_eq!(got.send_opcode, None);
     assert_eq!(got.error.unwrap().syndrome, Syndrome::LocalLengthErr);
+    assert!(got.is_error());
 }
 
 #[test]
