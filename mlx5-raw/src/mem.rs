@@ -384,32 +384,38 @@ mod tests {
 
     /// No driver reads across the end today (every read is inside one WQEBB), so the
     /// wrapping copies are pinned here: bytes written across the end land at the end and
-    /// at offset 0, and read back the same way, from any offset and any lap.
+    /// at offset 0, and read back the same way, from any offset and any lap; and neither
+    /// copy touches a byte past its span (the ring's other bytes, or the caller's buffer).
     #[test]
     fn copies_across_the_end_continue_at_offset_0() {
         let mut buf = [0u8; 64];
         let mut r = ring(&mut buf);
         let src: [u8; 10] = core::array::from_fn(|i| 0xa0 + i as u8);
         for off in [55, 57, 63, 64 + 59, 1 << 20 | 61] {
+            let mut before = [0u8; 64];
+            r.read(0, &mut before);
             r.write(off, &src);
-            let mut back = [0u8; 10];
-            r.read(off, &mut back);
-            assert_eq!(back, src, "offset {off}");
             let start = off & 63;
+            let wrapped = 10 - (64 - start);
+            let mut after = [0u8; 64];
+            r.read(0, &mut after);
+            assert_eq!(after[start..], src[..64 - start], "offset {off}: the end");
+            assert_eq!(after[..wrapped], src[64 - start..], "offset {off}: 0");
+            assert_eq!(
+                after[wrapped..start],
+                before[wrapped..start],
+                "offset {off}: the rest"
+            );
+            // Read back into the front of a larger buffer whose tail must stay as it was.
+            let mut guarded = [0xee_u8; 32];
+            r.read(off, &mut guarded[..10]);
+            assert_eq!(guarded[..10], src, "offset {off}");
+            assert!(
+                guarded[10..].iter().all(|&b| b == 0xee),
+                "offset {off}: past dst"
+            );
             assert_eq!(r.read_array::<1>(start), [0xa0], "offset {off}");
-            assert_eq!(
-                r.read_array::<1>(0),
-                [0xa0 + (64 - start) as u8],
-                "offset {off}"
-            );
-            let mut whole = [0u8; 64];
-            r.read(0, &mut whole);
-            assert_eq!(whole[start..], src[..64 - start], "offset {off}: the end");
-            assert_eq!(
-                whole[..10 - (64 - start)],
-                src[64 - start..],
-                "offset {off}: 0"
-            );
+            assert_eq!(r.read_array::<1>(0), [src[64 - start]], "offset {off}");
         }
     }
 }
