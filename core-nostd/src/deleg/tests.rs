@@ -26,6 +26,32 @@ fn region(mem: &mut Mem, cfg: &Config) -> DelegRegion<'static, Req, Resp> {
 
 const SC: ServerConfig = ServerConfig { hole_timeout: 10 };
 
+/// A server that never times a hole out: only a dead claimer's hole is skipped.
+fn patient_server<'r>(r: DelegRegion<'r, Req, Resp>) -> Server<'r, Req, Resp> {
+    Server::new(
+        r,
+        ServerConfig {
+            hole_timeout: u64::MAX,
+        },
+    )
+}
+
+/// `c` claims its next position, takes the slot for writing (the claim word's CAS that
+/// `commit` starts with) and dies there: it never commits or closes. Returns the
+/// position, its id and its epoch.
+fn die_mid_write(r: DelegRegion<'_, Req, Resp>, mut c: Client<'_, Req, Resp>) -> (u64, u32, u32) {
+    let res = c.reserve().unwrap();
+    let pos = res.position();
+    r.slot(pos).claim.store(
+        Claim::writing(pos, r.depth_log2),
+        crate::sync::Ordering::Relaxed,
+    );
+    core::mem::forget(res);
+    let (id, epoch) = (c.id(), c.epoch());
+    core::mem::forget(c);
+    (pos, id, epoch)
+}
+
 #[test]
 fn call_recv_reply_round_trip() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
@@ -261,12 +287,7 @@ fn a_second_reply_after_the_first_was_read_answers_no_later_call() {
 fn cancelled_reservation_is_skipped_without_timeout() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
-    let mut server = Server::new(
-        r,
-        ServerConfig {
-            hole_timeout: u64::MAX,
-        },
-    );
+    let mut server = patient_server(r);
     let mut a = Client::connect(r, 1).unwrap();
     let mut b = Client::connect(r, 2).unwrap();
     let res = a.reserve().unwrap();
@@ -315,25 +336,12 @@ fn stalled_claimer_times_out_and_its_late_commit_is_refused() {
 fn evicted_writer_hole_is_skipped_at_once() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
-    let mut server = Server::new(
-        r,
-        ServerConfig {
-            hole_timeout: u64::MAX,
-        },
-    );
+    let mut server = patient_server(r);
     let mut a = Client::connect(r, 1).unwrap();
     let mut b = Client::connect(r, 2).unwrap();
     // `a` commits one request, then dies between its claim CAS and its commit.
     a.call(&[1, 0]).unwrap();
-    let res = a.reserve().unwrap();
-    let pos = res.position();
-    r.slot(pos).claim.store(
-        Claim::writing(pos, r.depth_log2),
-        crate::sync::Ordering::Relaxed,
-    );
-    core::mem::forget(res);
-    let a_id = a.id();
-    core::mem::forget(a);
+    let (_, a_id, _) = die_mid_write(r, a);
     b.call(&[2, 0]).unwrap();
     assert_eq!(server.poll(0), 1);
     assert!(server.recv().is_some());
@@ -435,12 +443,7 @@ fn threaded_stress_conserves_requests() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&cfg).unwrap());
     let r = region(&mut mem, &cfg);
     // No hole timeout: a preempted claimer must not lose its request in this test.
-    let mut server = Server::new(
-        r,
-        ServerConfig {
-            hole_timeout: u64::MAX,
-        },
-    );
+    let mut server = patient_server(r);
     std::thread::scope(|s| {
         for t in 0..3u32 {
             s.spawn(move || {
@@ -587,25 +590,12 @@ fn a_head_that_goes_back_is_reported_corrupt() {
 fn a_client_declared_dead_has_its_hole_skipped_and_its_id_freed() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
-    let mut server = Server::new(
-        r,
-        ServerConfig {
-            hole_timeout: u64::MAX,
-        },
-    );
-    let mut a = Client::connect(r, 1).unwrap();
+    let mut server = patient_server(r);
+    let a = Client::connect(r, 1).unwrap();
     let mut b = Client::connect(r, 2).unwrap();
     // `a` dies between its claim CAS and its commit, as in the eviction test; here its
     // host declares it dead instead of the server evicting it.
-    let res = a.reserve().unwrap();
-    let pos = res.position();
-    r.slot(pos).claim.store(
-        Claim::writing(pos, r.depth_log2),
-        crate::sync::Ordering::Relaxed,
-    );
-    core::mem::forget(res);
-    let (a_id, a_epoch) = (a.id(), a.epoch());
-    core::mem::forget(a);
+    let (_, a_id, a_epoch) = die_mid_write(r, a);
     b.call(&[2, 0]).unwrap();
     assert_eq!(server.poll(0), 0, "writing hole, writer not known dead");
     assert!(!r.declare_dead(a_id, a_epoch + 1), "another registration");
@@ -637,25 +627,12 @@ fn a_client_declared_dead_has_its_hole_skipped_and_its_id_freed() {
 fn a_live_claimer_is_waited_for_while_another_client_is_dead() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
-    let mut server = Server::new(
-        r,
-        ServerConfig {
-            hole_timeout: u64::MAX,
-        },
-    );
+    let mut server = patient_server(r);
     let mut a = Client::connect(r, 1).unwrap();
-    let mut c = Client::connect(r, 3).unwrap();
+    let c = Client::connect(r, 3).unwrap();
     // `a` (alive) holds position 0 reserved; `c` claims 1 and dies before committing.
     let slow = a.reserve().unwrap();
-    let res = c.reserve().unwrap();
-    let pos = res.position();
-    r.slot(pos).claim.store(
-        Claim::writing(pos, r.depth_log2),
-        crate::sync::Ordering::Relaxed,
-    );
-    core::mem::forget(res);
-    let c_id = c.id();
-    core::mem::forget(c);
+    let (_, c_id, _) = die_mid_write(r, c);
     server.evict(c_id).unwrap();
     for t in 0..3 {
         assert_eq!(
@@ -975,25 +952,13 @@ fn with_a_dead_client_every_idle_poll_reads_head() {
     // idle count.
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
-    let mut server = Server::new(
-        r,
-        ServerConfig {
-            hole_timeout: u64::MAX,
-        },
-    );
-    let mut a = Client::connect(r, 1).unwrap();
+    let mut server = patient_server(r);
+    let a = Client::connect(r, 1).unwrap();
     let mut b = Client::connect(r, 2).unwrap();
     assert_eq!(server.poll(0), 0, "idle poll 0, which samples head anyway");
     // a dies mid-write at position 0 and is evicted; b commits position 1.
-    let res = a.reserve().unwrap();
-    let pos = res.position();
-    r.slot(pos).claim.store(
-        Claim::writing(pos, r.depth_log2),
-        crate::sync::Ordering::Relaxed,
-    );
-    core::mem::forget(res);
-    let a_id = a.id();
-    core::mem::forget(a);
+    let (pos, a_id, _) = die_mid_write(r, a);
+    assert_eq!(pos, 0);
     server.evict(a_id).unwrap();
     b.call(&[2, 0]).unwrap();
     // Idle poll 1, not a multiple of 64: the hole is seen, found dead and skipped.
