@@ -132,6 +132,7 @@ mod tests {
         let a = s.insert(1).unwrap();
         let b = s.insert(2).unwrap();
         assert!(!s.is_empty() && !s.is_full());
+        assert_eq!((s.len(), s.capacity()), (2, 3));
         let c = s.insert(3).unwrap();
         assert!(s.is_full());
         assert_eq!(s.insert(4), Err(4));
