@@ -4,7 +4,8 @@
 # Not run in CI: on a 2-core machine a module takes tens of minutes.
 #
 #   scripts/mutants.sh [MODULE...]        default: wire ring credit copyrpc; also ops, bulk,
-#                                          budget, deleg, ipc, flux, shm
+#                                          budget, deleg, ipc, flux, shm, and mlx5 (the
+#                                          driver's host side, in mlx5-raw)
 #   scripts/mutants.sh copyrpc/rx.rs copyrpc/tx   one file or folder of a module each
 #                                          (a module too large for one sitting, run in parts)
 #
@@ -60,16 +61,18 @@ targets() {
     # The shared-memory protocols and the pieces they share: their unit tests only (the
     # loom models need --cfg loom, and host's tests of them live in another crate).
     deleg | ipc | flux | shm) ;;
-    *) echo "unknown module '$1' (wire, ring, credit, copyrpc, ops, bulk, budget, deleg, ipc, flux, shm)" >&2; exit 2 ;;
+    # The driver: every mlx5-raw test target (2 s in all), so no --lib restriction.
+    mlx5) t=() ;;
+    *) echo "unknown module '$1' (wire, ring, credit, copyrpc, ops, bulk, budget, deleg, ipc, flux, shm, mlx5)" >&2; exit 2 ;;
   esac
-  printf '%s\n' "${t[@]}" | sed -z 's/--test\n/--test=/g'
+  [ ${#t[@]} -eq 0 ] || printf '%s\n' "${t[@]}" | sed -z 's/--test\n/--test=/g'
 }
 
 # The shared-memory protocols' unit tests reach none of the other modules: skipped,
 # except the module under test's own (all of them for shm, which they stand on).
 skips() {
   local m=${1%%/*} p
-  [ "$m" = shm ] && return 0
+  [ "$m" = shm ] || [ "$m" = mlx5 ] && return 0
   for p in deleg ipc flux; do
     [ "$p" = "$m" ] || printf -- '--skip\n%s::\n' "$p"
   done
@@ -97,13 +100,20 @@ for m in "${modules[@]}"; do
     continue
   fi
   # `copyrpc/rx.rs` mutates that file; `copyrpc/tx` or `wire` every file below it.
-  if [[ $m == *.rs ]]; then glob=core-nostd/src/$m; else glob="core-nostd/src/$m/**"; fi
+  # mlx5 is the driver's host side: not its device model (test equipment, sim/).
+  pkg=copyrpc-core
+  if [ "$m" = mlx5 ]; then
+    pkg=mlx5-raw
+    files=(-f mlx5-raw/src/cq.rs -f mlx5-raw/src/srq.rs -f 'mlx5-raw/src/layout/*.rs'
+           -f 'mlx5-raw/src/sq/*.rs' -f mlx5-raw/src/mem.rs -f mlx5-raw/src/bf.rs
+           -f mlx5-raw/src/barrier.rs)
+  elif [[ $m == *.rs ]]; then files=(-f "core-nostd/src/$m"); else files=(-f "core-nostd/src/$m/**"); fi
   out=target/mutants/${m//\//_}
   mkdir -p "$out"
   t0=$SECONDS
   status=0
   timeout --signal=INT --kill-after=30 "$left" \
-    cargo mutants -p copyrpc-core -f "$glob" --shuffle -j "$JOBS" \
+    cargo mutants -p "$pkg" "${files[@]}" --shuffle -j "$JOBS" \
       --timeout "$TIMEOUT" --build-timeout 300 --output "$out" "${args[@]}" \
       -- -- "${skip[@]}" ||
     status=$?
@@ -119,7 +129,7 @@ for m in "${modules[@]}"; do
     # Each survivor's name as an anchored regex (metacharacters escaped).
     mapfile -t again < <(sed -e 's/[][\\.*+?(){}|^$]/\\&/g' -e 's/.*/--re=^&$/' "$dir/missed.txt")
     status2=0
-    FAULT_SEEDS=1000 cargo mutants -p copyrpc-core -f "$glob" -j "$JOBS" --timeout "$TIMEOUT" \
+    FAULT_SEEDS=1000 cargo mutants -p "$pkg" "${files[@]}" -j "$JOBS" --timeout "$TIMEOUT" \
       --build-timeout 300 --output "$out/second" "${again[@]}" "${args[@]}" \
       -- -- "${skip[@]}" || status2=$?
     d2=$out/second/mutants.out
@@ -134,7 +144,7 @@ for m in "${modules[@]}"; do
   viable=$((caught + missed + timeouts))
   note=""
   # cargo-mutants exits 2 when mutants were missed, 3 on timeouts: both are results.
-  total=$(cargo mutants -p copyrpc-core -f "$glob" --list 2>/dev/null | grep -c . || true)
+  total=$(cargo mutants -p "$pkg" "${files[@]}" --list 2>/dev/null | grep -c . || true)
   case $status in
     0 | 2 | 3) ;;
     124 | 130) note=" (stopped by the budget: $((viable + unviable)) of $total mutants, a random sample)" ;;
