@@ -25,18 +25,20 @@ step() {
 
 nostd_sources_clean() {
   # The no_std crates must not name std or alloc outside test code. Test code (under
-  # `#[cfg(test)]` or `#[cfg(all(test, ..))]`) is either a `mod tests { .. }` block at the end of a file (so each file is scanned up
-  # to its first `#[cfg(test)]`) or a whole `tests.rs` file declared `#[cfg(test)] mod
-  # tests;` (skipped, after checking that its declaration really is cfg(test)).
-  local bad=0 f
+  # `#[cfg(test)]` or `#[cfg(all(test, ..))]`) is either a `mod tests { .. }` block at the
+  # end of a file (so each file is scanned up to its first `#[cfg(test)]`) or a whole file
+  # its parent declares `#[cfg(test)] mod NAME;` (skipped; a `tests.rs` must be one).
+  local bad=0 f m parent
   for f in $(find core-nostd/src mlx5-raw/src -name '*.rs'); do
-    if [ "$(basename "$f")" = tests.rs ]; then
-      local parent
-      parent=$(dirname "$f")/mod.rs
-      [ -f "$parent" ] || parent=$(dirname "$f").rs
-      if ! grep -B2 -E '^\s*mod tests;' "$parent" | grep -qE '#\[cfg\((all\()?test[,)]'; then
-        echo "$f: not declared under #[cfg(test)] in $parent"; bad=1
-      fi
+    m=$(basename "$f" .rs)
+    parent=$(dirname "$f")/mod.rs
+    [ -f "$parent" ] || parent=$(dirname "$f").rs
+    [ -f "$parent" ] || parent=$(dirname "$f")/lib.rs
+    if grep -B2 -E "^\s*mod $m;" "$parent" 2>/dev/null | grep -qE '#\[cfg\((all\()?test[,)]'; then
+      continue
+    fi
+    if [ "$m" = tests ]; then
+      echo "$f: not declared under #[cfg(test)] in $parent"; bad=1
       continue
     fi
     if awk '/#\[cfg\((all\()?test[,)]/{exit} {print FILENAME": "FNR": "$0}' "$f" \
