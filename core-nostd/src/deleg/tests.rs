@@ -1,8 +1,7 @@
 //! Unit tests over heap buffers cast like a shared mapping (also run under Miri).
 #![allow(unsafe_code)]
 
-use super::layout::Claim;
-use super::layout::{ReqSlot, RespSlot};
+use super::layout::{Claim, ReqSlot, RespSlot};
 use super::*;
 use crate::shm::{ClientState, EvictError, LayoutError, Stall, ZeroedMem as Mem};
 use std::vec::Vec;
