@@ -149,10 +149,15 @@ impl Error {
     }
 }
 
+/// A static text as `&str`: every text here and in `Syndrome::text` is ASCII (the tests
+/// below), so the fallback is never written.
+fn ascii(t: &'static CStr) -> &'static str {
+    t.to_str().unwrap_or("copyrpc error")
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Every text is ASCII (the test below), so the conversion cannot fail.
-        f.write_str(self.text().to_str().unwrap_or("copyrpc error"))
+        f.write_str(ascii(self.text()))
     }
 }
 
@@ -273,12 +278,6 @@ impl FailureCause {
             Self::PostRejected(_) => FailureKind::PostRejected,
         }
     }
-}
-
-/// A static text as `&str`; every text here and in `Syndrome::text` is ASCII (the tests
-/// below), so the fallback is never written.
-fn ascii(t: &'static CStr) -> &'static str {
-    t.to_str().unwrap_or("copyrpc failure")
 }
 
 impl fmt::Display for FailureCause {
