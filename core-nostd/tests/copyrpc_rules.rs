@@ -356,13 +356,18 @@ fn a_recv_handle_names_its_call_and_survives_a_raw_round_trip() {
         );
         // The same sequence number with another call id is not this request.
         let (ep, seq, id) = raw;
-        let wrong = RecvHandle::from_raw((ep, seq, id ^ 1));
+        let wrong = RecvHandle::from_raw(&p.b.ctx, (ep, seq, id ^ 1));
         let err = wrong.reply(&mut p.b.ctx, b"no").unwrap_err();
         assert_eq!(err.error, Error::StaleHandle);
-        let h = RecvHandle::from_raw(raw);
+        // On an endpoint index the context does not have: refused too.
+        let nowhere = RecvHandle::from_raw(&p.b.ctx, (7, seq, id));
+        assert_eq!(nowhere.data(&p.b.ctx), b"");
+        let err = nowhere.reply(&mut p.b.ctx, b"no").unwrap_err();
+        assert_eq!(err.error, Error::StaleHandle);
+        let h = RecvHandle::from_raw(&p.b.ctx, raw);
         assert_eq!(h.data(&p.b.ctx), &pattern(2, 20)[..]);
         h.reply(&mut p.b.ctx, b"two").unwrap();
-        let again = RecvHandle::from_raw(raw);
+        let again = RecvHandle::from_raw(&p.b.ctx, raw);
         assert_eq!(again.data(&p.b.ctx), b"", "an answered request is gone");
         assert_eq!(
             again.reply(&mut p.b.ctx, b"twice").unwrap_err().error,
@@ -387,6 +392,61 @@ fn a_recv_handle_names_its_call_and_survives_a_raw_round_trip() {
                 (2, b"two".to_vec())
             ]
         );
+    });
+}
+
+/// A handle answered on a context other than the one that received it is refused as
+/// stale and comes back, and reads nothing there, even when that context holds a live
+/// request with the same endpoint, sequence number and call id (two contexts serving
+/// the same traffic in step): before handles knew their context, it answered that
+/// request with the other one's reply.
+#[test]
+fn a_handle_answered_on_another_context_is_refused_there() {
+    big_stack(|| {
+        let mut p: Pair<1, 64, 128> = Pair::new(Opts::new(1, 4096));
+        let mut q: Pair<1, 64, 128> = Pair::new(Opts::new(1, 4096));
+        let take = |x: &mut Pair<1, 64, 128>, payload: &[u8]| {
+            x.a.ctx.call(x.a.eps[0], payload, 0).unwrap();
+            loop {
+                x.a.ctx.poll(|_, _| unreachable!());
+                x.b.ctx.poll(|_, _| unreachable!());
+                x.step();
+                if let Some(h) = x.b.ctx.recv() {
+                    break h;
+                }
+                assert!(x.steps < 1000, "stalled\n{}", x.dump());
+            }
+        };
+        let hp = take(&mut p, b"to p");
+        let hq = take(&mut q, b"to q");
+        let (rp, rq) = (hp.into_raw(), hq.into_raw());
+        assert_eq!(
+            rp, rq,
+            "the premise: the two requests' raw handles coincide"
+        );
+        let (hp, hq) = (
+            RecvHandle::from_raw(&p.b.ctx, rp),
+            RecvHandle::from_raw(&q.b.ctx, rq),
+        );
+        assert_eq!(hp.data(&q.b.ctx), b"", "p's handle reads nothing on q");
+        assert_eq!(hp.max_reply_len(&q.b.ctx), 0);
+        let err = hp.reply(&mut q.b.ctx, b"p's answer").unwrap_err();
+        assert_eq!(err.error, Error::StaleHandle);
+        let hp = err.handle.expect("a stale handle comes back");
+        // Each request is still its own context's, and answered with its own reply.
+        assert_eq!(hq.data(&q.b.ctx), b"to q");
+        hq.reply(&mut q.b.ctx, b"q's answer").unwrap();
+        hp.reply(&mut p.b.ctx, b"p's answer").unwrap();
+        for (x, want) in [(&mut p, b"p's answer"), (&mut q, b"q's answer")] {
+            let mut got = Vec::new();
+            while got.is_empty() {
+                x.b.ctx.poll(|_, _| unreachable!());
+                x.a.ctx.poll(|_, r| got.push(r.unwrap().to_vec()));
+                x.step();
+                assert!(x.steps < 2000, "stalled\n{}", x.dump());
+            }
+            assert_eq!(got, vec![want.to_vec()]);
+        }
     });
 }
 

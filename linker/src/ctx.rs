@@ -547,7 +547,7 @@ pub unsafe extern "C" fn copyrpc_reply(
         Ok(p) => p,
         Err(e) => return e,
     };
-    let handle = RecvHandle::from_raw((r.ep, r.seq, r.call_id));
+    let handle = RecvHandle::from_raw(&h.ctx, (r.ep, r.seq, r.call_id));
     match handle.reply_with(&mut h.ctx, len, |_, out| out.copy_from_slice(payload)) {
         Ok(()) => COPYRPC_OK,
         Err(e) => status::of(e.error),

@@ -8,7 +8,7 @@ use super::mover::{Dir, Mover};
 use super::region::Local;
 use super::wire::{Desc, Reply, Request, Status, REPLY_SIZE};
 use super::BulkError;
-use crate::copyrpc::{Context, RecvHandle};
+use crate::copyrpc::{Context, Parked, RecvHandle};
 use crate::ops::{OpError, OpHandle};
 
 /// A request the server holds, by index.
@@ -27,7 +27,7 @@ enum Stage {
 
 #[derive(Debug, Clone, Copy)]
 struct Held {
-    handle: (u16, u32, u32),
+    handle: Parked,
     req: Request,
     stage: Stage,
     get_local: Option<Local>,
@@ -118,11 +118,11 @@ impl<const N: usize, const S: usize> Server<N, S> {
         get: Option<Local>,
     ) -> Result<(ReqId, Request), BulkError> {
         let parsed = Request::parse(handle.data(ctx)).map(|(r, _)| r);
-        let raw = handle.into_raw();
+        let raw = handle.park();
         let refuse = |ctx: &mut Context<U, E, C, R>, st: &mut ServerStats, tag, status, e| {
             answer(
                 ctx,
-                RecvHandle::from_raw(raw),
+                RecvHandle::unpark(raw),
                 Reply {
                     status,
                     tag,
@@ -134,7 +134,7 @@ impl<const N: usize, const S: usize> Server<N, S> {
         };
         // A request of another endpoint's peer: this server's transfers would go to
         // the wrong peer, with descriptors that name the other peer's memory.
-        if raw.0 != self.link.endpoint().0 {
+        if raw.endpoint() != self.link.endpoint() {
             let tag = parsed.map_or(0, |r| r.tag);
             return refuse(
                 ctx,
@@ -222,7 +222,7 @@ impl<const N: usize, const S: usize> Server<N, S> {
                         tag: h.req.tag,
                         bytes,
                     };
-                    answer(ctx, RecvHandle::from_raw(h.handle), reply, &mut self.stats);
+                    answer(ctx, RecvHandle::unpark(h.handle), reply, &mut self.stats);
                 }
                 Some(Ok(_)) => self.held[i].as_mut().expect("held").stage = Stage::Ready,
                 Some(Err(_)) => {
@@ -232,7 +232,7 @@ impl<const N: usize, const S: usize> Server<N, S> {
                         tag: h.req.tag,
                         bytes: 0,
                     };
-                    answer(ctx, RecvHandle::from_raw(h.handle), reply, &mut self.stats);
+                    answer(ctx, RecvHandle::unpark(h.handle), reply, &mut self.stats);
                 }
             }
         }
@@ -279,7 +279,7 @@ impl<const N: usize, const S: usize> Server<N, S> {
                 tag: h.req.tag,
                 bytes,
             };
-            answer(ctx, RecvHandle::from_raw(h.handle), reply, &mut self.stats);
+            answer(ctx, RecvHandle::unpark(h.handle), reply, &mut self.stats);
             return Ok(());
         };
         if get_len == 0 {

@@ -10,7 +10,7 @@ use super::endpoint::{Endpoint, EpData, Flush, CONSUMER_WORD, CONTROL_BYTES};
 use super::mem::{Control, Dma, Region};
 use super::pending::Pending;
 use super::qpn_map::QpnMap;
-use super::requests::{Link, Tag};
+use super::requests::Link;
 use super::stats::Stats;
 use super::{CallError, EndpointInfo, Error, FailureCause, RecvHandle};
 use crate::credit;
@@ -504,6 +504,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             let e = self.eps[usize::from(ep)].as_mut()?;
             let failed = e.d.is_failed();
             let requests = e.d.rx.requests_mut();
+            let tag = requests.delivered_tag(seq);
             let r = requests.queued_mut(seq);
             self.rq_head = r.next;
             if self.rq_head.is_none() {
@@ -513,10 +514,10 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 requests.release(seq);
                 continue;
             }
-            r.tag = Tag::delivered(seq);
+            r.tag = tag;
             return Some(RecvHandle {
                 ep: EndpointId(ep),
-                seq,
+                tag,
                 call_id: r.call_id,
             });
         }

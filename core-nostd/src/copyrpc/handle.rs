@@ -1,6 +1,7 @@
 //! A received request, answered at most once.
 
 use super::context::{Context, EndpointId};
+use super::requests::Tag;
 use super::tx::ReplyFail;
 use super::{Error, FailureCause, ReplyError};
 use crate::credit;
@@ -30,12 +31,28 @@ use crate::wire::{FLOW_METADATA_SIZE, HEADER_SIZE};
 ///
 /// A handle dropped without a reply keeps its ring bytes (and the peer's credit) until
 /// the endpoint fails: always answer.
+///
+/// A handle knows the context that received it: on another context it reads nothing
+/// and its reply is refused with [`Error::StaleHandle`] (the handle comes back), even
+/// where endpoint, sequence number and call id coincide with a live request there.
 #[must_use = "a request holds ring space and credit until it is answered"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct RecvHandle {
     pub(crate) ep: EndpointId,
-    pub(crate) seq: u32,
+    /// The sequence number and the receiving context's stamp: what the request's entry
+    /// holds while it is delivered.
+    pub(crate) tag: Tag,
     pub(crate) call_id: u32,
+}
+
+/// A [`RecvHandle`] stored by the crate ([`RecvHandle::park`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Parked(EndpointId, Tag, u32);
+
+impl Parked {
+    pub(crate) const fn endpoint(&self) -> EndpointId {
+        self.0
+    }
 }
 
 impl RecvHandle {
@@ -50,22 +67,48 @@ impl RecvHandle {
     }
 
     /// `(endpoint, sequence, call id)`, for storing a handle outside Rust (the C ABI).
+    /// The raw form does not name the context: keep that with it.
     pub const fn into_raw(self) -> (u16, u32, u32) {
-        (self.ep.0, self.seq, self.call_id)
+        (self.ep.0, self.tag.seq(), self.call_id)
     }
 
-    /// Rebuilds a handle from [`into_raw`](Self::into_raw). Any value is safe: the
-    /// replies check endpoint, sequence and call id against the context's live requests
-    /// (a forged or replayed handle is refused with [`Error::StaleHandle`]). `data` and
-    /// `max_reply_len` check endpoint and sequence only (no call id, to keep the
-    /// deferred path's reads lean): a handle whose sequence names a live request reads
-    /// that request, and one that names none reads nothing. The handle names no
-    /// context either: use it on the context that received it.
-    pub const fn from_raw(raw: (u16, u32, u32)) -> Self {
+    /// Rebuilds, as a handle of `ctx`, one that [`into_raw`](Self::into_raw) took apart.
+    /// Any value is safe: the replies check endpoint, sequence and call id against
+    /// `ctx`'s live requests (a forged or replayed handle is refused with
+    /// [`Error::StaleHandle`]). `data` and `max_reply_len` check endpoint and sequence
+    /// only (no call id, to keep the deferred path's reads lean): a handle whose
+    /// sequence names a live request reads that request, and one that names none reads
+    /// nothing. The raw form names no context, so this cannot tell a handle `ctx`
+    /// received from one another context did: rebuild it on the context it came from
+    /// (the C ABI keeps a context tag next to it for this).
+    pub fn from_raw<U, const E: usize, const C: usize, const R: usize>(
+        ctx: &Context<U, E, C, R>,
+        raw: (u16, u32, u32),
+    ) -> Self {
+        let ep = EndpointId(raw.0);
+        // A tag no entry holds if there is no such endpoint (one may be made later).
+        let tag = ctx
+            .ep(ep)
+            .map_or(Tag::NEVER, |e| e.d.rx.requests().delivered_tag(raw.1));
         Self {
-            ep: EndpointId(raw.0),
-            seq: raw.1,
+            ep,
+            tag,
             call_id: raw.2,
+        }
+    }
+
+    /// The handle as a `Copy` value, for the crate's own code that stores handles
+    /// (the bulk server): unlike the raw form it keeps the context's stamp.
+    pub(crate) const fn park(self) -> Parked {
+        Parked(self.ep, self.tag, self.call_id)
+    }
+
+    /// The handle [`park`](Self::park) stored.
+    pub(crate) const fn unpark(p: Parked) -> Self {
+        Self {
+            ep: p.0,
+            tag: p.1,
+            call_id: p.2,
         }
     }
 
@@ -86,7 +129,7 @@ impl RecvHandle {
     ) -> usize {
         ctx.ep(self.ep)
             .ok()
-            .and_then(|e| e.d.rx.requests().delivered(self.seq))
+            .and_then(|e| e.d.rx.requests().delivered(self.tag))
             .map_or(0, |r| {
                 let allowance = credit::internal_allowance_for_blocks(r.blocks);
                 (allowance - FLOW_METADATA_SIZE - HEADER_SIZE) as usize
@@ -126,7 +169,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         let Some((e, r)) = self
             .ep(h.ep)
             .ok()
-            .and_then(|e| Some((e, e.d.rx.requests().delivered(h.seq)?)))
+            .and_then(|e| Some((e, e.d.rx.requests().delivered(h.tag)?)))
         else {
             return &[];
         };
@@ -150,7 +193,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         // One lookup of the endpoint and the request (`live`'s test, on `&mut`).
         let found = self.eps.get_mut(usize::from(h.ep.0)).and_then(|e| {
             let e = e.as_mut()?;
-            let r = *e.d.rx.requests().delivered(h.seq)?;
+            let r = *e.d.rx.requests().delivered(h.tag)?;
             (r.call_id == h.call_id).then_some((e, r))
         });
         let Some((e, req)) = found else {
@@ -161,13 +204,13 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         };
         if e.d.is_failed() {
             // A failed endpoint flushes nothing: no change for poll to see.
-            e.d.rx.requests_mut().release(h.seq);
+            e.d.rx.requests_mut().release(h.tag.seq());
             return Err(ReplyError {
                 error: Error::EndpointFailed,
                 handle: None,
             });
         }
-        match e.d.write_reply(h.seq, &req, len, fill) {
+        match e.d.write_reply(h.tag.seq(), &req, len, fill) {
             Ok(flush) => {
                 self.dirty.note(h.ep.0, flush);
                 Ok(())
@@ -178,7 +221,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 handle: Some(h),
             }),
             Err(ReplyFail::Failed(error)) => {
-                e.d.rx.requests_mut().release(h.seq);
+                e.d.rx.requests_mut().release(h.tag.seq());
                 let flush = e.d.fail(FailureCause::ReplyWrite, &mut self.stats);
                 self.dirty.note(h.ep.0, flush);
                 Err(ReplyError {

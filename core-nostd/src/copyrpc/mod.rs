@@ -86,6 +86,7 @@ mod tx;
 pub use config::{send_cq_entries, EndpointConfig};
 pub use context::{Context, CreditSnapshot, EndpointId, EndpointMem, Queues, MAX_ENDPOINTS};
 pub use error::{CallError, Error, FailureCause, FailureKind, ReplyError, Side};
+pub(crate) use handle::Parked;
 pub use handle::RecvHandle;
 pub use info::EndpointInfo;
 pub use mem::Region;
