@@ -379,6 +379,30 @@ fn bad_world_cost_nic_and_fault_flags_are_refused_before_anything_runs() {
     }
 }
 
+/// Costs that pass the refusals (one request's least path fits the drain) but whose
+/// loops outlast it: the run fails, and says how long the longest daemon loop took
+/// (4 items of 40 ms here) against the drain's window. A run that drains says nothing
+/// of it.
+#[test]
+fn a_drain_that_runs_out_names_the_longest_daemon_loop() {
+    let out = benchkv(&["--world", "virtual:2", "--cost", "item_ns=4e7"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("drain incomplete"), "{err}");
+    let took = err
+        .split("the longest daemon loop took ")
+        .nth(1)
+        .and_then(|rest| rest.split(" ms").next())
+        .and_then(|ms| ms.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no loop figure: {err}"));
+    assert!(took >= 40.0, "{took} ms: {err}");
+    assert!(err.contains("drain's 100.0 ms of virtual time"), "{err}");
+    let out = benchkv(&["--world", "virtual:2"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("longest daemon loop"), "{err}");
+}
+
 #[test]
 fn plot_draws_the_outstanding_time_series() {
     let path = std::env::temp_dir().join(format!("benchkv-vplot-{}.svg", std::process::id()));

@@ -136,6 +136,23 @@ fn request_fits_the_drain(spec: &VirtualSpec, drain_ns: u64) -> Result<(), Strin
     ))
 }
 
+/// What a drain that ran out with clients still waiting had to work with: its window,
+/// and the longest daemon loop (a remote request's answer crosses three: the client's
+/// daemon forwards it, the owner's serves it, the client's daemon hands the answer
+/// back). Costs between [`request_fits_the_drain`]'s bound and that path pass the
+/// refusals, and without this the run said only "drain incomplete".
+fn undrained_note(cfg: &Config, spec: &VirtualSpec, longest_loop_ns: u64) -> String {
+    format!(
+        "virtual world: clients still waited for answers when the drain's {:.1} ms of \
+         virtual time ran out (--drain-timeout, at most {} ms); the longest daemon loop \
+         took {:.3} ms (--cost loop_ns + item_ns per item + cqe_ns per completion + \
+         post_ns per WQE), and a remote request's answer crosses three loops",
+        drain_window_ns(cfg, spec) as f64 / 1e6,
+        DRAIN_LIMIT_NS / 1_000_000,
+        longest_loop_ns as f64 / 1e6
+    )
+}
+
 /// Checks that the world fits in memory before anything is built (endpoints per
 /// daemon fit by [`MAX_RANKS`]), and that its daemon loops are short enough to drain.
 pub fn check_fits(cfg: &Config, spec: &VirtualSpec) -> Result<(), String> {
@@ -420,6 +437,9 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
     let mut last_progress = Instant::now();
     let mut t_now = 0;
     let mut rnr_naks = 0u64;
+    // The longest daemon loop (its costs and the WQEs it posted), for a drain that ends
+    // with clients still waiting: the figure the refusals above can only bound.
+    let mut longest_loop_ns = 0u64;
     while left > 0 {
         let Some(Reverse((t, id))) = q.pop() else {
             break;
@@ -453,6 +473,9 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
                 if st.wqes > 0 {
                     next += ns(cost.post_ns * f64::from(st.wqes));
                 }
+            }
+            if whole {
+                longest_loop_ns = longest_loop_ns.max(next - t);
             }
             if id == 0 {
                 let m = a.daemon.metrics();
@@ -517,6 +540,7 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
             );
         }
     }
+    let undrained = left > 0;
     // Clients that never drained report what they still wait for.
     for (r, slot) in &mut clients {
         if let Some(cl) = slot.take() {
@@ -556,6 +580,9 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
         }
         ranks.push(summary);
         per_rank_metrics.push(m);
+    }
+    if undrained {
+        errors.push(undrained_note(cfg, spec, longest_loop_ns));
     }
     let mut describe = setup::describe(cfg, n, "sim (virtual time)", None);
     describe.retain(|(k, _)| !matches!(*k, "mpi_ranks" | "pinned" | "cores"));
