@@ -540,8 +540,9 @@ int32_t copyrpc_deleg_server_recv(struct copyrpc_deleg_server *s,
 
 /**
  * Answers `req` with `*resp`. Each request is answered once: `COPYRPC_E_SHM_REPLY` if
- * the client has left, `req` names no slot, or its call is not one the server took and
- * has not answered (a second reply, whether or not the client read the first).
+ * the client has left, `req` names no slot, or its call is not one this server took and
+ * has not answered (a second reply, whether or not the client read the first, or a
+ * request another server received).
  *
  * # Safety
  *
@@ -723,9 +724,10 @@ int32_t copyrpc_ipc_server_recv(struct copyrpc_ipc_server *s, struct copyrpc_ipc
 
 /**
  * Answers `req` with `*resp`. Each request is answered once: `COPYRPC_E_SHM_REPLY` if
- * the client has left, `req` names no client, or every request the client sent is
- * answered already (a second reply while the same client has other requests unanswered
- * cannot be told from theirs and takes the place of one of them).
+ * the client has left, `req` names no client, `req` was received by another server, or
+ * every request the client sent is answered already (a second reply while the same
+ * client has other requests unanswered cannot be told from theirs and takes the place of
+ * one of them).
  *
  * # Safety
  *

@@ -2,7 +2,7 @@
 
 use super::layout::{check_payload_align, Claim, DelegRegion};
 use super::ReplyError;
-use crate::shm::{evict, ClientInfo, ClientState, EvictError, Payload};
+use crate::shm::{evict, ClientInfo, ClientState, EvictError, Payload, ServerSalt};
 use crate::sync::Ordering;
 
 /// An idle `poll` reads `head` (to tell "nothing sent" from a hole) only once in this many
@@ -39,7 +39,9 @@ pub struct ServerStats {
 }
 
 /// Where to send a reply: client, response slot, the client id's epoch, and which of the
-/// slot's calls it answers. Not `Clone`: one request, one reply.
+/// slot's calls it answers (sealed by the server that gave the token out, so that
+/// another server refuses it as [`ReplyError::Duplicate`]: it names no call taken
+/// there). Not `Clone`: one request, one reply.
 /// [`into_raw`](Self::into_raw) / [`from_raw`](Self::from_raw) store it elsewhere (e.g.
 /// as copyrpc user data); a duplicated raw token is refused by [`Server::reply`] as
 /// [`ReplyError::Duplicate`], before or after the client read the first reply, and
@@ -107,6 +109,9 @@ pub struct Server<'a, Req: Payload, Resp: Payload> {
     /// Consecutive `head` samples found below the cursor (impossible: the cursor passes
     /// only claimed positions).
     head_behind: u32,
+    /// Seals the call numbers of this server's tokens ([`ServerSalt`], here on the
+    /// call, whose check is the token's last): a token of another server is refused.
+    salt: ServerSalt,
     stats: ServerStats,
 }
 
@@ -131,6 +136,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             retiring: 1,
             dead: 0,
             head_behind: 0,
+            salt: ServerSalt::next(),
             stats: ServerStats::default(),
         }
     }
@@ -383,7 +389,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
                     client_id,
                     resp_slot_idx,
                     epoch,
-                    call,
+                    call: self.salt.seal(call),
                 },
                 payload,
             });
@@ -416,7 +422,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         // Relaxed: the server's own word. Not the call after the last answered on the
         // slot: a second reply (the client may have read the first and called again on
         // the slot, which `valid` cannot show), or a call never taken.
-        if token.call != s.served.load(Ordering::Relaxed).wrapping_add(1) {
+        if self.salt.open(token.call) != s.served.load(Ordering::Relaxed).wrapping_add(1) {
             return Err(ReplyError::Duplicate);
         }
         // Relaxed: if 1, the client has not consumed an earlier reply on this slot (it

@@ -979,3 +979,42 @@ fn with_a_dead_client_every_idle_poll_reads_head() {
         assert_eq!(b.poll(|_, _| {}), 1);
     }
 }
+
+/// Two servers fed the same traffic hand out tokens with the same client, slot, epoch
+/// and call: a token of one, answered on the other, is refused there (`Duplicate`: its
+/// call is sealed by its own server, so it names no call taken there) and that server's
+/// client gets nothing from it; each token then answers on its own server. Before the
+/// seal the other server's client took the foreign answer as its own call's.
+#[test]
+fn a_token_answered_on_another_server_is_refused_there() {
+    let len = DelegRegion::<Req, Resp>::required_len(&CFG).unwrap();
+    let (mut m1, mut m2) = (Mem::new(len), Mem::new(len));
+    let (r1, r2) = (region(&mut m1, &CFG), region(&mut m2, &CFG));
+    let (mut s1, mut s2) = (Server::new(r1, SC), Server::new(r2, SC));
+    let mut c1 = Client::connect(r1, 42).unwrap();
+    let mut c2 = Client::connect(r2, 42).unwrap();
+    c1.call(&[1, 0]).unwrap();
+    c2.call(&[2, 0]).unwrap();
+    assert_eq!((s1.poll(0), s2.poll(0)), (1, 1));
+    let (t1, t2) = (s1.recv().unwrap().token, s2.recv().unwrap().token);
+    let (raw1, raw2) = (t1.into_raw(), t2.into_raw());
+    assert_eq!(
+        (raw1.0, raw1.1, raw1.2),
+        (raw2.0, raw2.1, raw2.2),
+        "the premise: same client, slot and epoch"
+    );
+    assert_eq!(
+        s2.reply(ReplyToken::from_raw(raw1), &[10, 0]),
+        Err(ReplyError::Duplicate)
+    );
+    assert_eq!(
+        c2.poll(|_, _| panic!("server 1's answer reached client 2")),
+        0
+    );
+    s2.reply(ReplyToken::from_raw(raw2), &[20, 0]).unwrap();
+    s1.reply(ReplyToken::from_raw(raw1), &[10, 0]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(c1.poll(|_, r| got.push(*r)), 1);
+    assert_eq!(c2.poll(|_, r| got.push(*r)), 1);
+    assert_eq!(got, [[10, 0], [20, 0]]);
+}

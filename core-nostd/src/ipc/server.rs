@@ -6,7 +6,7 @@
 
 use super::layout::IpcRegion;
 use super::IpcReplyError;
-use crate::shm::{evict, ClientInfo, ClientState, EvictError, Msg, Payload};
+use crate::shm::{evict, ClientInfo, ClientState, EvictError, Msg, Payload, ServerSalt};
 use crate::sync::Ordering;
 
 /// A received request; answer it with [`Server::reply`].
@@ -33,8 +33,9 @@ impl<Req> IpcRequest<Req> {
     }
 
     /// Rebuilds a request from [`into_raw`](Self::into_raw). Any value is safe: a reply
-    /// to a client id whose epoch moved on is refused, and a token the client does not
-    /// hold is dropped by its `poll`.
+    /// to a client id whose epoch moved on is refused, as is one to a request another
+    /// server received (the epoch is sealed by the receiving server), and a token the
+    /// client does not hold is dropped by its `poll`.
     pub fn from_raw(raw: (u32, u32, u64), payload: Req) -> Self {
         Self {
             client_id: raw.0,
@@ -53,6 +54,9 @@ pub struct Server<'a, Req: Payload, Resp: Payload> {
     next: u32,
     /// Ids `< scan_end` have ever been handed out (from `next_client_id`).
     scan_end: u32,
+    /// Seals the epochs of this server's requests ([`ServerSalt`]): a request another
+    /// server received is refused.
+    salt: ServerSalt,
 }
 
 impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
@@ -64,6 +68,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             region,
             next: 0,
             scan_end: 0,
+            salt: ServerSalt::next(),
         }
     }
 
@@ -159,7 +164,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             self.next = (id + 1) % n;
             return Some(IpcRequest {
                 client_id: id,
-                epoch,
+                epoch: self.salt.seal(epoch),
                 token: m.token,
                 payload: m.payload,
             });
@@ -182,7 +187,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             .ok_or(IpcReplyError::UnknownClient)?;
         // Relaxed: only this thread frees ids, so the epoch cannot change under us.
         let (st, epoch) = ClientState::unpack(entry.state.load(Ordering::Relaxed));
-        if st != ClientState::Active || epoch != h.epoch {
+        if st != ClientState::Active || epoch != self.salt.open(h.epoch) {
             return Err(IpcReplyError::ClientGone);
         }
         // Both positions are this thread's own (consumer of the requests, producer of

@@ -161,10 +161,13 @@ fn a_reply_with_nothing_outstanding_or_no_such_client_is_refused_and_loses_nothi
     a.call(&[3, 0], 3).unwrap();
     server.poll();
     let (old, _) = server.recv().unwrap().into_raw();
+    // The server's salt on epochs, so the stale request below can name b's epoch as
+    // this server would.
+    let salt = old.1 ^ a.epoch();
     a.close();
     server.poll();
     let mut b = Client::connect(r, 2, Slab::new(&mut s2)).unwrap();
-    let stale = IpcRequest::from_raw((old.0, b.epoch(), old.2), [0, 0]);
+    let stale = IpcRequest::from_raw((old.0, b.epoch() ^ salt, old.2), [0, 0]);
     assert_eq!(
         server.reply(stale, &[0, 0]),
         Err(IpcReplyError::NothingOutstanding),
@@ -471,4 +474,44 @@ fn recv_goes_on_after_the_client_last_served_when_a_client_joins() {
         .map(|h| h.client_id())
         .collect();
     assert_eq!(order, [1, 2, 0, 1]);
+}
+
+/// Two servers fed the same traffic hand out requests with the same client id and
+/// token: a request one server received, answered on the other, is refused there
+/// (`ClientGone`: its epoch is sealed by its own server) and that server's client gets
+/// nothing from it; each request is then answered on its own server. Before the seal the
+/// other server's client took the foreign answer as its own call's.
+#[test]
+fn a_request_answered_on_another_server_is_refused_there() {
+    let (mut m1, mut m2) = (mem_for(&CFG), mem_for(&CFG));
+    let (r1, r2) = (region(&mut m1, &CFG), region(&mut m2, &CFG));
+    let (mut s1, mut s2) = (Server::new(r1), Server::new(r2));
+    let (mut sl1, mut sl2) = (slab::<u32>(2), slab::<u32>(2));
+    let mut c1 = Client::connect(r1, 1, Slab::new(&mut sl1)).unwrap();
+    let mut c2 = Client::connect(r2, 1, Slab::new(&mut sl2)).unwrap();
+    c1.call(&[1, 0], 1).unwrap();
+    c2.call(&[2, 0], 2).unwrap();
+    s1.poll();
+    s2.poll();
+    let (raw1, p1) = s1.recv().unwrap().into_raw();
+    let (raw2, p2) = s2.recv().unwrap().into_raw();
+    assert_eq!(
+        (raw1.0, raw1.2),
+        (raw2.0, raw2.2),
+        "the premise: same id and token"
+    );
+    assert_eq!(
+        s2.reply(IpcRequest::from_raw(raw1, p1), &[10, 0]),
+        Err(IpcReplyError::ClientGone)
+    );
+    assert_eq!(
+        c2.poll(|_, _| panic!("server 1's answer reached client 2")),
+        0
+    );
+    s2.reply(IpcRequest::from_raw(raw2, p2), &[20, 0]).unwrap();
+    s1.reply(IpcRequest::from_raw(raw1, p1), &[10, 0]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(c1.poll(|u, r| got.push((u, *r))), 1);
+    assert_eq!(c2.poll(|u, r| got.push((u, *r))), 1);
+    assert_eq!(got, [(1, [10, 0]), (2, [20, 0])]);
 }

@@ -20,7 +20,7 @@ pub(crate) use region::Ids;
 #[cfg(not(loom))]
 pub(crate) use region::{attach_region, init_region, region_layout, RegionLayout};
 pub use region::{peek_header, HeaderId, LayoutError, Payload};
-pub(crate) use registry::{claim_client_id, close, evict, record_owner};
+pub(crate) use registry::{claim_client_id, close, evict, record_owner, ServerSalt};
 pub use registry::{ClientInfo, ClientState, EvictError, Owner};
 pub use slab::{Slab, SlabEntry, Token};
 

@@ -25,6 +25,48 @@ impl From<u32> for Owner {
     }
 }
 
+/// A server's seal on the reply handles it gives out: a number in each handle (ipc's
+/// `IpcRequest` epoch, deleg's `ReplyToken` call) is held as `value ^ salt`, and the
+/// server opens it with its own salt before its check. A handle of another server
+/// (another region, or another server on this one) then names a value its client does
+/// not have, so its reply is refused instead of answering that server's client, whose
+/// id, slot and call may coincide with the handle's (servers fed the same traffic in
+/// step). Salts are the servers' numbers in this process times an odd constant:
+/// distinct, and far apart in their high bits, which the sealed values (epochs,
+/// per-slot call counts) reach late if ever: among the first 256 servers any two salts
+/// differ in bits 23 and up, so their sealed values below 2^23 never coincide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ServerSalt(u32);
+
+/// Servers salted so far in this process. Not a shared-memory protocol: nothing is
+/// published through it, so its count needs atomicity only (`Relaxed`), and it is
+/// `core`'s atomic even under loom (a model's servers just get different salts).
+static SALTED: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+impl ServerSalt {
+    /// The next server's salt.
+    pub(crate) fn next() -> Self {
+        Self::numbered(SALTED.fetch_add(1, core::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Server number `n`'s salt (odd multiplier: distinct `n`, distinct salts).
+    pub(crate) const fn numbered(n: u32) -> Self {
+        Self(n.wrapping_add(1).wrapping_mul(0x9E37_79B9))
+    }
+
+    /// The value as a handle of this server carries it.
+    #[inline]
+    pub(crate) const fn seal(self, value: u32) -> u32 {
+        value ^ self.0
+    }
+
+    /// The value a handle's sealed one stands for, if this server sealed it.
+    #[inline]
+    pub(crate) const fn open(self, sealed: u32) -> u32 {
+        sealed ^ self.0
+    }
+}
+
 /// Lifecycle of a client id, the low two bits of a client-table row's state word
 /// (`epoch << 2 | state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

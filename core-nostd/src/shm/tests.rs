@@ -114,3 +114,21 @@ fn a_wait_that_progresses_is_not_cut_short() {
 fn evict_errors_display_distinct_nonempty_text() {
     crate::test_text::distinct_texts(&[EvictError::BadId, EvictError::NotActive]);
 }
+
+/// A server opens what it sealed; and among a process's first 256 servers any two salts
+/// differ somewhere in bits 23 and up, so values below 2^23 (epochs, call counts below
+/// 8 M) sealed by two of them never coincide.
+#[test]
+fn server_salts_open_what_they_seal_and_keep_small_values_apart() {
+    use super::ServerSalt;
+    let salts: Vec<ServerSalt> = (0..256).map(ServerSalt::numbered).collect();
+    for (i, a) in salts.iter().enumerate() {
+        for v in [0, 1, 7, (1 << 23) - 1, u32::MAX] {
+            assert_eq!(a.open(a.seal(v)), v);
+        }
+        for b in &salts[i + 1..] {
+            assert!(a.seal(0) ^ b.seal(0) >= 1 << 23, "{a:?} {b:?}");
+        }
+    }
+    assert_ne!(ServerSalt::next(), ServerSalt::next());
+}

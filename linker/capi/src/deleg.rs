@@ -204,8 +204,9 @@ pub unsafe extern "C" fn copyrpc_deleg_server_recv(
 }
 
 /// Answers `req` with `*resp`. Each request is answered once: `COPYRPC_E_SHM_REPLY` if
-/// the client has left, `req` names no slot, or its call is not one the server took and
-/// has not answered (a second reply, whether or not the client read the first).
+/// the client has left, `req` names no slot, or its call is not one this server took and
+/// has not answered (a second reply, whether or not the client read the first, or a
+/// request another server received).
 ///
 /// # Safety
 ///

@@ -196,9 +196,10 @@ pub unsafe extern "C" fn copyrpc_ipc_server_recv(
 }
 
 /// Answers `req` with `*resp`. Each request is answered once: `COPYRPC_E_SHM_REPLY` if
-/// the client has left, `req` names no client, or every request the client sent is
-/// answered already (a second reply while the same client has other requests unanswered
-/// cannot be told from theirs and takes the place of one of them).
+/// the client has left, `req` names no client, `req` was received by another server, or
+/// every request the client sent is answered already (a second reply while the same
+/// client has other requests unanswered cannot be told from theirs and takes the place of
+/// one of them).
 ///
 /// # Safety
 ///
