@@ -38,6 +38,18 @@ pub fn spin_loop() {
 #[cfg(not(loom))]
 pub use std_cell::UnsafeCell;
 
+/// The next instance number of this process: distinct for the first 2^32 objects that
+/// take one (copyrpc request tables, deleg and ipc servers, flux nodes), which put it
+/// in the handles they give out so that another instance refuses them.
+///
+/// Not a shared-memory protocol: nothing is published through the count, so it needs
+/// atomicity only (`Relaxed`), and it is `core`'s atomic even under loom (a model's
+/// objects just get other numbers).
+pub(crate) fn next_instance() -> u32 {
+    static INSTANCES: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+    INSTANCES.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+}
+
 #[cfg(not(loom))]
 mod std_cell {
     /// `core::cell::UnsafeCell` with loom's access API.

@@ -47,8 +47,8 @@ impl Tag {
 }
 
 /// An endpoint's part of its delivered tags, their high half (bits 32..64): bit 32 set,
-/// and above it a number no other endpoint of this process took among the last
-/// 2^31 − 1 made. A handle carries its whole tag, so one compare checks it against the
+/// and above it the table's instance number ([`crate::sync::next_instance`]) modulo
+/// 2^31 − 1. A handle carries its whole tag, so one compare checks it against the
 /// entry it names both for the sequence number and for the endpoint that delivered it:
 /// a handle answered on another context finds no entry there with its tag, even where
 /// endpoint index, sequence number and call id coincide (two contexts serving the same
@@ -58,16 +58,10 @@ impl Tag {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stamp(u32);
 
-/// Request tables stamped so far in this process. Not a shared-memory protocol: nothing is
-/// published through it, so its count needs atomicity only (`Relaxed`), and it is
-/// `core`'s atomic even under loom (whose models never make an endpoint).
-static STAMPED: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
-
 impl Stamp {
     /// The next request table's stamp.
     pub(crate) fn next() -> Self {
-        let n = STAMPED.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        Self::numbered(n)
+        Self::numbered(crate::sync::next_instance())
     }
 
     /// Table number `n`'s stamp: `n` modulo 2^31 − 1, so the number is never all

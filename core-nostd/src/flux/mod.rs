@@ -76,7 +76,7 @@ pub enum FluxError {
     Taken,
     /// The memory does not match `nodes` and `capacity` (or capacity is not a power of two).
     BadMemory,
-    /// The handle belongs to another node.
+    /// The handle was received by another node (of this mesh or another).
     WrongNode,
 }
 
@@ -180,6 +180,7 @@ impl<'a, T: Copy + Send> Mesh<'a, T> {
             id,
             slab,
             next_peer: 0,
+            instance: crate::sync::next_instance(),
         })
     }
 
@@ -193,11 +194,13 @@ impl<'a, T: Copy + Send> Mesh<'a, T> {
     }
 }
 
-/// A received request: reply to it with [`Node::reply`] on the node that received it.
+/// A received request: reply to it with [`Node::reply`] on the node that received it
+/// (any other node, of this mesh or another, refuses it with [`FluxError::WrongNode`]).
 #[derive(Debug)]
 #[must_use = "the caller waits for a reply"]
 pub struct FluxRequest<T> {
-    node: usize,
+    /// The receiving node's instance number.
+    node: u32,
     from: usize,
     token: u64,
     /// The request.
@@ -218,6 +221,11 @@ pub struct Node<'a, 's, T, U> {
     id: usize,
     slab: Slab<'s, U>,
     next_peer: usize,
+    /// This node's instance number ([`crate::sync::next_instance`]), in the requests it
+    /// receives. Not its id: node 1 of another mesh has the same id, and a reply there
+    /// would push into a response ring whose slot its in-flight bound does not cover
+    /// (overwriting a response not read yet).
+    instance: u32,
 }
 
 impl<T: Copy + Send, U> Node<'_, '_, T, U> {
@@ -280,7 +288,7 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
             if let Some(m) = unsafe { ring.pop_no_handback(slots) } {
                 self.next_peer = (from + 1) % n;
                 return Some(FluxRequest {
-                    node: self.id,
+                    node: self.instance,
                     from,
                     token: m.token,
                     payload: m.payload,
@@ -292,7 +300,8 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
 
     /// Answers a request received by this node.
     pub fn reply(&mut self, handle: FluxRequest<T>, payload: T) -> Result<(), FluxError> {
-        if handle.node != self.id {
+        // The push below is sound only into the ring of a call this node received.
+        if handle.node != self.instance {
             return Err(FluxError::WrongNode);
         }
         let to = handle.from;

@@ -51,7 +51,7 @@ fn deferred_out_of_order_replies_keep_every_user_datum() {
         let h = core::mem::replace(
             &mut handles[i],
             FluxRequest {
-                node: 1,
+                node: b.instance,
                 from: 0,
                 token: u64::MAX,
                 payload: 0,
@@ -119,7 +119,7 @@ fn taking_and_addressing_errors() {
     assert_eq!(
         b.reply(
             FluxRequest {
-                node: 0,
+                node: a.instance,
                 from: 1,
                 token: 0,
                 payload: 0
@@ -252,4 +252,34 @@ fn counts_and_texts() {
         FluxError::WrongNode,
     ];
     crate::test_text::distinct_texts(&errors);
+}
+
+/// Node 1 of one mesh answering a request node 1 of another mesh received: refused
+/// (`WrongNode`), so the other mesh's response ring, full with an answer node 0 has not
+/// read, is not written. Before, the ids matched, the reply was pushed into a slot the
+/// in-flight bound did not free, and node 0 lost its own answer.
+#[test]
+fn a_request_answered_by_the_same_node_id_of_another_mesh_is_refused() {
+    let (mx, my) = (Mem::<u64>::new(2, 1), Mem::<u64>::new(2, 1));
+    let (x, y) = (mx.mesh(2, 1), my.mesh(2, 1));
+    let (mut s0, mut s1, mut s2, mut s3) = (
+        slab_mem::<u64>(1),
+        slab_mem::<u64>(1),
+        slab_mem::<u64>(1),
+        slab_mem::<u64>(1),
+    );
+    let mut x0 = x.node(0, Slab::new(&mut s0)).unwrap();
+    let mut x1 = x.node(1, Slab::new(&mut s1)).unwrap();
+    let mut y0 = y.node(0, Slab::new(&mut s2)).unwrap();
+    let mut y1 = y.node(1, Slab::new(&mut s3)).unwrap();
+    y0.call(1, 7, 70).unwrap();
+    let hy = y1.try_recv().unwrap();
+    y1.reply(hy, 700).unwrap();
+    x0.call(1, 5, 50).unwrap();
+    let hx = x1.try_recv().unwrap();
+    let back = y1.reply(hx, 500);
+    assert_eq!(back, Err(FluxError::WrongNode));
+    let mut got = Vec::new();
+    assert_eq!(y0.poll(|u, r| got.push((u, r))), 1);
+    assert_eq!(got, [(70, 700)], "y's node 0 gets its own answer");
 }

@@ -31,27 +31,22 @@ impl From<u32> for Owner {
 /// (another region, or another server on this one) then names a value its client does
 /// not have, so its reply is refused instead of answering that server's client, whose
 /// id, slot and call may coincide with the handle's (servers fed the same traffic in
-/// step). Salts are the servers' numbers in this process times an odd constant:
-/// distinct, and far apart in their high bits, which the sealed values (epochs,
-/// per-slot call counts) reach late if ever: among the first 256 servers any two salts
-/// differ in bits 23 and up, so their sealed values below 2^23 never coincide.
+/// step). A salt is the server's instance number ([`crate::sync::next_instance`]) with
+/// its bits reversed: two instance numbers below 2^k differ in their low k bits, so
+/// their salts differ in the top k, and values below 2^(32 − k) sealed by the two never
+/// coincide (below 65 536 for the first 65 536 instances).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ServerSalt(u32);
-
-/// Servers salted so far in this process. Not a shared-memory protocol: nothing is
-/// published through it, so its count needs atomicity only (`Relaxed`), and it is
-/// `core`'s atomic even under loom (a model's servers just get different salts).
-static SALTED: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
 
 impl ServerSalt {
     /// The next server's salt.
     pub(crate) fn next() -> Self {
-        Self::numbered(SALTED.fetch_add(1, core::sync::atomic::Ordering::Relaxed))
+        Self::numbered(crate::sync::next_instance())
     }
 
-    /// Server number `n`'s salt (odd multiplier: distinct `n`, distinct salts).
+    /// Instance number `n`'s salt.
     pub(crate) const fn numbered(n: u32) -> Self {
-        Self(n.wrapping_add(1).wrapping_mul(0x9E37_79B9))
+        Self(n.reverse_bits())
     }
 
     /// The value as a handle of this server carries it.

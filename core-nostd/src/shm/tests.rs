@@ -115,13 +115,12 @@ fn evict_errors_display_distinct_nonempty_text() {
     crate::test_text::distinct_texts(&[EvictError::BadId, EvictError::NotActive]);
 }
 
-/// A server opens what it sealed; and among a process's first 256 servers any two salts
-/// differ somewhere in bits 23 and up, so values below 2^23 (epochs, call counts below
-/// 8 M) sealed by two of them never coincide.
+/// A server opens what it sealed; and salts of instance numbers below 2^k differ in their
+/// top k bits, so the values below 2^(32 − k) two servers seal never coincide.
 #[test]
 fn server_salts_open_what_they_seal_and_keep_small_values_apart() {
     use super::ServerSalt;
-    let salts: Vec<ServerSalt> = (0..256).map(ServerSalt::numbered).collect();
+    let salts: Vec<ServerSalt> = (0..512).map(ServerSalt::numbered).collect();
     for (i, a) in salts.iter().enumerate() {
         for v in [0, 1, 7, (1 << 23) - 1, u32::MAX] {
             assert_eq!(a.open(a.seal(v)), v);
@@ -129,6 +128,11 @@ fn server_salts_open_what_they_seal_and_keep_small_values_apart() {
         for b in &salts[i + 1..] {
             assert!(a.seal(0) ^ b.seal(0) >= 1 << 23, "{a:?} {b:?}");
         }
+    }
+    // Spread over the first 65 536: apart in the top 16 bits.
+    for (n, m) in [(0, 65_535), (1, 32_769), (255, 65_280), (40_000, 40_001)] {
+        let (a, b) = (ServerSalt::numbered(n), ServerSalt::numbered(m));
+        assert!(a.seal(0) ^ b.seal(0) >= 1 << 16, "{n} {m}");
     }
     assert_ne!(ServerSalt::next(), ServerSalt::next());
 }
