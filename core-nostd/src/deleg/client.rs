@@ -225,7 +225,8 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
             let tail = r.ctrl.tail.load(Ordering::Acquire);
             let bad = if tail < self.cached_tail {
                 true
-            } else if tail > pos {
+            } else if tail >= pos {
+                // At our position too: head, past our claim in any run, must be above it.
                 // Relaxed: only compared; head never goes back, so a stale read is caught
                 // by the next reload.
                 tail > r.ctrl.head.load(Ordering::Relaxed)

@@ -691,6 +691,41 @@ fn a_tail_no_run_produces_is_reported_corrupt_while_waiting_for_room() {
     }
 }
 
+/// A waiting client whose tail reaches its own position while head reads below it
+/// (head is past every claim, ours included, in any run) reports the ring corrupt,
+/// as it does for a tail past head beyond its position. Before, a tail equal to the
+/// position was taken for room without a look at head, and the call went on.
+#[test]
+fn a_tail_at_the_waiting_position_above_head_is_reported_corrupt() {
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let _server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    for k in 0..2 {
+        a.call(&[1, k]).unwrap();
+        b.call(&[2, k]).unwrap();
+    }
+    let mut c = Client::connect(r, 3).unwrap();
+    // c claims position 4 and waits for tail 1; its first wait overwrites tail to 4
+    // and head to 3, below c's own claim.
+    let mut waits = 0;
+    let got = c.call_with(&[3, 0], || {
+        waits += 1;
+        if waits == 1 {
+            r.ctrl.tail.store(4, crate::sync::Ordering::Relaxed);
+            r.ctrl.head.store(3, crate::sync::Ordering::Relaxed);
+        }
+        if waits < 10 {
+            Ok(())
+        } else {
+            Err(CallError::RingFull)
+        }
+    });
+    assert_eq!(got, Err(CallError::RingCorrupt));
+    assert_eq!(waits, 1, "confirmed within the spins after the overwrite");
+}
+
 #[test]
 fn a_head_below_the_cursor_is_reported_after_the_confirming_samples_only() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
