@@ -726,6 +726,36 @@ fn a_tail_at_the_waiting_position_above_head_is_reported_corrupt() {
     assert_eq!(waits, 1, "confirmed within the spins after the overwrite");
 }
 
+/// A reading no run produces is confirmed over 64 samples before the ring is called
+/// corrupt; meanwhile the wait's other exits still run, so a server gone at the same
+/// time is reported as gone. (With corruption reported at the first suspect reading,
+/// this returned `RingCorrupt`.)
+#[test]
+fn a_server_gone_while_the_ring_first_reads_corrupt_is_reported_gone() {
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let _server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    for k in 0..2 {
+        a.call(&[1, k]).unwrap();
+        b.call(&[2, k]).unwrap();
+    }
+    let mut c = Client::connect(r, 3).unwrap();
+    let mut waits = 0;
+    let got = c.call_with(&[3, 0], || {
+        waits += 1;
+        // Tail past head, and the server gone, both from the next reading on.
+        r.ctrl.tail.store(100, crate::sync::Ordering::Relaxed);
+        r.header
+            .server_alive
+            .store(false, crate::sync::Ordering::Relaxed);
+        Ok(())
+    });
+    assert_eq!(got, Err(CallError::ServerDisconnected));
+    assert_eq!(waits, 1);
+}
+
 #[test]
 fn a_head_below_the_cursor_is_reported_after_the_confirming_samples_only() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
