@@ -906,6 +906,70 @@ fn a_client_waiting_for_room_goes_on_when_tail_moves_and_not_when_it_goes_back()
     assert_eq!(got, Err(CallError::RingCorrupt));
 }
 
+/// A hole at the cursor publishes the cursor as `tail` first, so the claimer, if it is
+/// waiting for room, can go on and commit: the hole is then its own doing. Here the
+/// server took the full ring without publishing `tail`, and runs only inside the
+/// waiting client's `wait`.
+#[test]
+fn a_hole_publishes_tail_so_its_waiting_claimer_commits() {
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let (_a, _b) = fill_ring(r);
+    assert_eq!(server.poll(0), 4);
+    for _ in 0..4 {
+        server.recv().unwrap();
+    }
+    let mut c = Client::connect(r, 3).unwrap();
+    let mut waits = 0;
+    let got = c.call_with(&[3, 0], || {
+        waits += 1;
+        assert_eq!(server.poll(0), 0, "c's claim at 4, not committed");
+        if waits < 10 {
+            Ok(())
+        } else {
+            Err(CallError::RingFull)
+        }
+    });
+    assert!(got.is_ok(), "{got:?}");
+    assert_eq!(waits, 1, "the first hole poll published tail 4");
+    assert_eq!(server.poll(1), 1);
+    assert_eq!(server.recv().unwrap().payload, [3, 0]);
+}
+
+/// A hole is timed from the poll that first sees it at its position. A hole timed at an
+/// earlier position (whose request `recv` then took without a poll between) does not
+/// lend its start to the next one: the new claimer gets its full timeout.
+#[test]
+fn a_hole_at_a_new_position_is_timed_afresh() {
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let mut a = Client::connect(r, 1).unwrap();
+    let mut b = Client::connect(r, 2).unwrap();
+    let ra = a.reserve().unwrap();
+    assert_eq!(server.poll(0), 0);
+    assert_eq!(server.hole(), Some((0, 0)));
+    ra.commit(&[1, 0]).unwrap();
+    assert_eq!(server.recv().unwrap().payload, [1, 0]);
+    let rb = b.reserve().unwrap();
+    assert_eq!(rb.position(), 1);
+    // Past position 0's timeout (10) counted from 0. The idle polls read head on one
+    // in 64, so 64 of them surely look at the hole.
+    for _ in 0..64 {
+        assert_eq!(server.poll(100), 0);
+    }
+    assert_eq!(
+        server.hole(),
+        Some((1, 100)),
+        "timed from its own first poll"
+    );
+    rb.commit(&[2, 0])
+        .expect("not abandoned: its timeout has not run");
+    assert_eq!(server.poll(101), 1);
+    assert_eq!(server.stats().abandoned, 0);
+}
+
 #[test]
 fn a_waiting_claim_the_server_abandons_ends_abandoned_and_loses_nothing_else() {
     // c's position (4) waits for room; inside its wait the server serves the full ring,
