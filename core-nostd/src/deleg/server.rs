@@ -422,7 +422,8 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         // Relaxed: the server's own word. Not the call after the last answered on the
         // slot: a second reply (the client may have read the first and called again on
         // the slot, which `valid` cannot show), or a call never taken.
-        if self.salt.open(token.call) != s.served.load(Ordering::Relaxed).wrapping_add(1) {
+        let call = self.salt.open(token.call);
+        if call != s.served.load(Ordering::Relaxed).wrapping_add(1) {
             return Err(ReplyError::Duplicate);
         }
         // Relaxed: if 1, the client has not consumed an earlier reply on this slot (it
@@ -434,7 +435,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         // R3 (pairs with A3 in Client::poll): publishes the payload (seed §2.2 reply).
         s.valid.store(1, Ordering::Release);
         // Relaxed: the server's own word; the call is answered.
-        s.served.store(token.call, Ordering::Relaxed);
+        s.served.store(call, Ordering::Relaxed);
         Ok(())
     }
 

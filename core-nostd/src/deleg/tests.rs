@@ -1109,6 +1109,66 @@ fn with_a_dead_client_every_idle_poll_reads_head() {
     }
 }
 
+/// The server's view of its client table (what the host's liveness checks read): one
+/// row per id, with its state, epoch and owner, and a closed client's row freed by the
+/// next poll.
+#[test]
+fn the_servers_client_rows_follow_connects_and_closes() {
+    let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r, SC);
+    let a = Client::connect(r, 7).unwrap();
+    let _b = Client::connect(r, 8).unwrap();
+    let rows = |s: &Server<Req, Resp>| {
+        s.clients()
+            .map(|i| (i.id, i.state, i.epoch, i.owner))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rows(&server),
+        [
+            (0, ClientState::Active, 1, 7),
+            (1, ClientState::Active, 1, 8),
+            (2, ClientState::Free, 0, 0)
+        ]
+    );
+    a.close();
+    server.poll(0);
+    assert_eq!(rows(&server)[0].1, ClientState::Free, "freed by the poll");
+}
+
+/// A response slot's `served` word counts the calls answered on it, whatever the
+/// server's salt (the second server here: the first of a process may have salt 0).
+/// It stored the sealed call for a while, which a later server on the region would
+/// have read as a count.
+#[test]
+fn served_counts_the_calls_answered_on_a_slot() {
+    let cfg = Config {
+        max_clients: 1,
+        ring_depth: 4,
+        resp_depth: 1,
+    };
+    let len = DelegRegion::<Req, Resp>::required_len(&cfg).unwrap();
+    let (mut m1, mut m2) = (Mem::new(len), Mem::new(len));
+    let _first = Server::new(region(&mut m1, &cfg), SC);
+    let r = region(&mut m2, &cfg);
+    let mut server = Server::new(r, SC);
+    let mut c = Client::connect(r, 1).unwrap();
+    for k in 1..=3u64 {
+        c.call(&[k, 0]).unwrap();
+        assert_eq!(server.poll(k), 1);
+        let e = server.recv().unwrap();
+        server.advance_tail();
+        server.reply(e.token, &[k, 1]).unwrap();
+        assert_eq!(c.poll(|_, _| {}), 1);
+        let served = r
+            .resp_slot(0, 0)
+            .served
+            .load(crate::sync::Ordering::Relaxed);
+        assert_eq!(u64::from(served), k);
+    }
+}
+
 /// Two servers fed the same traffic hand out tokens with the same client, slot, epoch
 /// and call: a token of one, answered on the other, is refused there (`Duplicate`: its
 /// call is sealed by its own server, so it names no call taken there) and that server's
