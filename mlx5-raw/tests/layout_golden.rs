@@ -451,3 +451,24 @@ fn brief_agrees_with_decode_on_every_op_own() {
     // Owner and SE bits vary freely: 4 op_own values per opcode, 8 samples each.
     assert_eq!(seen, [32, 32]);
 }
+
+/// The format field (`op_own[3:2]`) read at each value, and the inline header's
+/// emptiness at 0 and past it: the other accessors' tests only ever saw format 0 and
+/// non-empty inline data.
+#[test]
+fn cqe_format_bits_and_inline_emptiness_take_every_value() {
+    for format in 0..4u8 {
+        let mut b = TV3;
+        b[63] = (b[63] & !0b1100) | (format << 2);
+        let c = Cqe64::ref_from_bytes(&b).unwrap();
+        assert_eq!(c.format_bits(), format);
+        assert_eq!(c.opcode(), CqeOpcode::RespWrImm, "format {format}");
+        assert!(c.owner(), "format {format}");
+    }
+    assert!(InlineSegHdr::new(0).is_empty());
+    for len in [1, 4, 220] {
+        let h = InlineSegHdr::new(len);
+        assert!(!h.is_empty() && h.is_inline(), "{len}");
+        assert_eq!(h.len(), len);
+    }
+}

@@ -565,6 +565,32 @@ fn multi_bb_wqe_wraps_the_ring_with_inline_split() {
     }
 }
 
+/// A registered payload's data segment takes at most 2^31 − 1 bytes (bit 31 of its byte
+/// count would read as the inline flag): a rest of exactly 2^31 after the inline head is
+/// refused, one byte less is not. The 2 GiB buffer is allocated zeroed and never
+/// touched (no device reads it), so it costs address space only.
+#[test]
+#[cfg_attr(miri, ignore = "a 2 GiB buffer")]
+fn a_data_segment_of_2_gib_is_refused_and_one_byte_less_is_not() {
+    let mem = Mem::new(64);
+    let mut sq = mem.sq(0x3, SqConfig::COPYRPC);
+    let head = SqConfig::COPYRPC.inline_head as usize;
+    let data = vec![0u8; head + (1 << 31)];
+    let mut b = sq.batch();
+    // SAFETY: nothing reads `data`: the first post is refused before anything is
+    // written, and the second is dropped with its batch (rolled back, never rung).
+    let too_long = unsafe { Payload::registered(&data, 9) };
+    assert_eq!(
+        b.send(too_long, FmCeSe::CQ_UPDATE),
+        Err(PostError::SgeTooLong { len: 1 << 31 })
+    );
+    // SAFETY: as above.
+    let fits = unsafe { Payload::registered(&data[..data.len() - 1], 9) };
+    assert!(b.send(fits, FmCeSe::CQ_UPDATE).is_ok());
+    drop(b);
+    assert_eq!(sq.producer_counter(), 0);
+}
+
 #[test]
 fn wqe_size_limits() {
     let mem = Mem::new(64);
