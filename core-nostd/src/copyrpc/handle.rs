@@ -39,7 +39,7 @@ use crate::wire::{FLOW_METADATA_SIZE, HEADER_SIZE};
 #[derive(Debug, PartialEq, Eq)]
 pub struct RecvHandle {
     pub(crate) ep: EndpointId,
-    /// The sequence number and the receiving context's stamp: what the request's entry
+    /// The sequence number and the receiving endpoint's stamp: what the request's entry
     /// holds while it is delivered.
     pub(crate) tag: Tag,
     pub(crate) call_id: u32,
@@ -98,7 +98,7 @@ impl RecvHandle {
     }
 
     /// The handle as a `Copy` value, for the crate's own code that stores handles
-    /// (the bulk server): unlike the raw form it keeps the context's stamp.
+    /// (the bulk server): unlike the raw form it keeps the endpoint's stamp.
     pub(crate) const fn park(self) -> Parked {
         Parked(self.ep, self.tag, self.call_id)
     }
