@@ -700,12 +700,7 @@ fn a_tail_at_the_waiting_position_above_head_is_reported_corrupt() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let _server = Server::new(r, SC);
-    let mut a = Client::connect(r, 1).unwrap();
-    let mut b = Client::connect(r, 2).unwrap();
-    for k in 0..2 {
-        a.call(&[1, k]).unwrap();
-        b.call(&[2, k]).unwrap();
-    }
+    let _full = fill_ring(r);
     let mut c = Client::connect(r, 3).unwrap();
     // c claims position 4 and waits for tail 1; its first wait overwrites tail to 4
     // and head to 3, below c's own claim.
@@ -735,12 +730,7 @@ fn a_server_gone_while_the_ring_first_reads_corrupt_is_reported_gone() {
     let mut mem = Mem::new(DelegRegion::<Req, Resp>::required_len(&CFG).unwrap());
     let r = region(&mut mem, &CFG);
     let _server = Server::new(r, SC);
-    let mut a = Client::connect(r, 1).unwrap();
-    let mut b = Client::connect(r, 2).unwrap();
-    for k in 0..2 {
-        a.call(&[1, k]).unwrap();
-        b.call(&[2, k]).unwrap();
-    }
+    let _full = fill_ring(r);
     let mut c = Client::connect(r, 3).unwrap();
     let mut waits = 0;
     let got = c.call_with(&[3, 0], || {
