@@ -164,3 +164,9 @@ fn qps_sharing_a_register_never_splice_their_blueflame_copies() {
     let total = WRITERS as u32 * POSTS;
     lock.with_register(|next| assert_eq!(next, if total.is_multiple_of(2) { 0 } else { BF_SIZE }));
 }
+
+/// A shared register's lock prints as what it is (it holds no state worth printing).
+#[test]
+fn a_shared_register_lock_debug_prints_its_name() {
+    assert_eq!(format!("{:?}", SharedBf::default()), "SharedBf { .. }");
+}

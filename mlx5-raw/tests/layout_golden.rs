@@ -472,3 +472,16 @@ fn cqe_format_bits_and_inline_emptiness_take_every_value() {
         assert_eq!(h.len(), len);
     }
 }
+
+/// A rejected block's error says which rejection and its figure.
+#[test]
+fn cqe_decode_errors_name_their_figure() {
+    let short = CqeDecodeError::Length { len: 63 }.to_string();
+    let compressed = CqeDecodeError::Compressed { session_len: 7 }.to_string();
+    assert!(short.contains("63") && short.contains("64"), "{short}");
+    assert!(
+        compressed.contains('7') && compressed.contains("compress"),
+        "{compressed}"
+    );
+    assert_ne!(short, compressed);
+}

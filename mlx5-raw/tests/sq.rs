@@ -591,6 +591,15 @@ fn a_data_segment_of_2_gib_is_refused_and_one_byte_less_is_not() {
     assert_eq!(sq.producer_counter(), 0);
 }
 
+/// An SQ reports the QP number it was made with (the one its ctrl segments carry).
+#[test]
+fn an_sq_reports_its_own_qpn() {
+    let mem = Mem::new(64);
+    assert_eq!(mem.sq(0x00ab_cdef, SqConfig::COPYRPC).qpn(), 0x00ab_cdef);
+    let mem = Mem::new(64);
+    assert_eq!(mem.sq(0x3, SqConfig::COPYRPC).qpn(), 0x3);
+}
+
 #[test]
 fn wqe_size_limits() {
     let mem = Mem::new(64);
