@@ -220,6 +220,10 @@ fn connect_reclaiming<Req: Payload, Resp: Payload>(
             Err(e) => return Err(connect_err(e)),
         }
         waiting_for.clear();
+        // An id the server freed between the failed connect and this scan: try again at
+        // once. Before, such a scan found nothing to wait for and gave up with "no free
+        // client id" while an id was free (seen under load in the item-9 test).
+        let mut freed_meanwhile = false;
         for id in 0..region.config().max_clients {
             let c = region.client_info(id);
             let dead = c.state == ClientState::Active
@@ -228,8 +232,9 @@ fn connect_reclaiming<Req: Payload, Resp: Payload>(
             if dead || matches!(c.state, ClientState::Closing | ClientState::Dead) {
                 waiting_for.push(id);
             }
+            freed_meanwhile |= c.state == ClientState::Free;
         }
-        if waiting_for.is_empty() {
+        if waiting_for.is_empty() && !freed_meanwhile {
             return Err(connect_err(ConnectError::NoFreeClientId));
         }
         if !server.alive() {
@@ -245,6 +250,9 @@ fn connect_reclaiming<Req: Payload, Resp: Payload>(
                 ids: waiting_for,
                 waited,
             });
+        }
+        if freed_meanwhile {
+            continue;
         }
         // The server frees ids in its poll loop; give it the core meanwhile.
         std::thread::sleep(Duration::from_micros(200));
