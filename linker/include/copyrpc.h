@@ -325,9 +325,11 @@ typedef struct copyrpc_deleg_request {
    */
   uint32_t epoch;
   /**
-   * Which of the slot's calls this is. Leave as `copyrpc_deleg_server_recv` wrote it:
+   * Which of the slot's calls this is, sealed by the server that took it (an opaque
+   * number). Leave as `copyrpc_deleg_server_recv` wrote it:
    * `copyrpc_deleg_server_reply` answers only the call the server took and has not
-   * answered, so a second reply cannot answer the client's next call on the slot.
+   * answered, so a second reply cannot answer the client's next call on the slot,
+   * and another server refuses it.
    * (Formerly padding: the struct's size and `msg`'s offset are unchanged.)
    */
   uint32_t call;

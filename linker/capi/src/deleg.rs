@@ -71,9 +71,11 @@ pub struct copyrpc_deleg_request {
     pub slot: u32,
     /// Leave as `copyrpc_deleg_server_recv` wrote it.
     pub epoch: u32,
-    /// Which of the slot's calls this is. Leave as `copyrpc_deleg_server_recv` wrote it:
+    /// Which of the slot's calls this is, sealed by the server that took it (an opaque
+    /// number). Leave as `copyrpc_deleg_server_recv` wrote it:
     /// `copyrpc_deleg_server_reply` answers only the call the server took and has not
-    /// answered, so a second reply cannot answer the client's next call on the slot.
+    /// answered, so a second reply cannot answer the client's next call on the slot,
+    /// and another server refuses it.
     /// (Formerly padding: the struct's size and `msg`'s offset are unchanged.)
     pub call: u32,
     /// The request.
