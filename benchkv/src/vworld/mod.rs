@@ -540,7 +540,6 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
             );
         }
     }
-    let undrained = left > 0;
     // Clients that never drained report what they still wait for.
     for (r, slot) in &mut clients {
         if let Some(cl) = slot.take() {
@@ -581,7 +580,8 @@ pub fn run(cfg: &Config, spec: &VirtualSpec) -> Result<Outcome, Fail> {
         ranks.push(summary);
         per_rank_metrics.push(m);
     }
-    if undrained {
+    // Clients still waiting when the drain's window ran out.
+    if left > 0 {
         errors.push(undrained_note(cfg, spec, longest_loop_ns));
     }
     let mut describe = setup::describe(cfg, n, "sim (virtual time)", None);
