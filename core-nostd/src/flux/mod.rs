@@ -95,6 +95,35 @@ impl fmt::Display for FluxError {
 
 impl core::error::Error for FluxError {}
 
+/// A reply [`Node::reply`] refused ([`FluxError::WrongNode`]), with the request back:
+/// answer it on the node that received it. Consumed with the refusal, it could never
+/// be answered, and its caller would wait for it forever. `Debug` without `T: Debug`
+/// (it shows the error and the calling node, not the payload), so generic code can
+/// `unwrap` a reply as it could before the request came back.
+pub struct FluxReplyError<T> {
+    /// Why.
+    pub error: FluxError,
+    /// The request, unanswered.
+    pub request: FluxRequest<T>,
+}
+
+impl<T> fmt::Display for FluxReplyError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<T> fmt::Debug for FluxReplyError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FluxReplyError")
+            .field("error", &self.error)
+            .field("from", &self.request.from)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> core::error::Error for FluxReplyError<T> {}
+
 /// The shared part of a mesh of `n` nodes with rings of `capacity` slots.
 #[derive(Debug)]
 pub struct Mesh<'a, T> {
@@ -195,7 +224,8 @@ impl<'a, T: Copy + Send> Mesh<'a, T> {
 }
 
 /// A received request: reply to it with [`Node::reply`] on the node that received it
-/// (any other node, of this mesh or another, refuses it with [`FluxError::WrongNode`]).
+/// (any other node, of this mesh or another, refuses it with [`FluxError::WrongNode`]
+/// and hands it back).
 #[derive(Debug)]
 #[must_use = "the caller waits for a reply"]
 pub struct FluxRequest<T> {
@@ -298,11 +328,15 @@ impl<T: Copy + Send, U> Node<'_, '_, T, U> {
         None
     }
 
-    /// Answers a request received by this node.
-    pub fn reply(&mut self, handle: FluxRequest<T>, payload: T) -> Result<(), FluxError> {
+    /// Answers a request received by this node. A request another node received is
+    /// refused with [`FluxError::WrongNode`] and comes back in the error.
+    pub fn reply(&mut self, handle: FluxRequest<T>, payload: T) -> Result<(), FluxReplyError<T>> {
         // The push below is sound only into the ring of a call this node received.
         if handle.node != self.instance {
-            return Err(FluxError::WrongNode);
+            return Err(FluxReplyError {
+                error: FluxError::WrongNode,
+                request: handle,
+            });
         }
         let to = handle.from;
         let ring = &self.mesh.pair(self.id, to).resp;

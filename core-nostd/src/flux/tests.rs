@@ -116,17 +116,18 @@ fn taking_and_addressing_errors() {
     assert_eq!(b.call(0, 2, ()), Err(FluxError::SlabFull));
     let h = a.try_recv().unwrap();
     assert_eq!(h.from(), 1);
+    let foreign = FluxRequest {
+        node: a.instance,
+        from: 1,
+        token: 0,
+        payload: 0,
+    };
+    let back = b.reply(foreign, 0).unwrap_err();
+    assert_eq!(back.error, FluxError::WrongNode);
+    assert_eq!(back.to_string(), FluxError::WrongNode.to_string());
     assert_eq!(
-        b.reply(
-            FluxRequest {
-                node: a.instance,
-                from: 1,
-                token: 0,
-                payload: 0
-            },
-            0
-        ),
-        Err(FluxError::WrongNode)
+        std::format!("{back:?}"),
+        "FluxReplyError { error: WrongNode, from: 1, .. }"
     );
     a.reply(h, 7).unwrap();
     assert_eq!(b.poll(|(), r| assert_eq!(r, 7)), 1);
@@ -277,9 +278,19 @@ fn a_request_answered_by_the_same_node_id_of_another_mesh_is_refused() {
     y1.reply(hy, 700).unwrap();
     x0.call(1, 5, 50).unwrap();
     let hx = x1.try_recv().unwrap();
-    let back = y1.reply(hx, 500);
-    assert_eq!(back, Err(FluxError::WrongNode));
+    let back = y1.reply(hx, 500).unwrap_err();
+    assert_eq!(back.error, FluxError::WrongNode);
     let mut got = Vec::new();
     assert_eq!(y0.poll(|u, r| got.push((u, r))), 1);
     assert_eq!(got, [(70, 700)], "y's node 0 gets its own answer");
+    // The refused request came back, and the node that received it answers it.
+    assert_eq!((back.request.from(), back.request.payload), (0, 5));
+    x1.reply(back.request, 500).unwrap();
+    got.clear();
+    assert_eq!(x0.poll(|u, r| got.push((u, r))), 1);
+    assert_eq!(
+        got,
+        [(50, 500)],
+        "x's node 0 gets the answer the refusal kept"
+    );
 }
