@@ -115,6 +115,54 @@ fn evict_errors_display_distinct_nonempty_text() {
     crate::test_text::distinct_texts(&[EvictError::BadId, EvictError::NotActive]);
 }
 
+/// A client's state word reads back as the state and epoch it was packed from, for
+/// every state (the client table the host prints tells `Closing` from `Dead`).
+#[test]
+fn a_client_state_word_unpacks_to_what_was_packed() {
+    use super::ClientState;
+    for st in [
+        ClientState::Free,
+        ClientState::Active,
+        ClientState::Closing,
+        ClientState::Dead,
+    ] {
+        for epoch in [0, 1, 5, u32::MAX >> 2] {
+            assert_eq!(
+                ClientState::unpack(st.pack(epoch)),
+                (st, epoch),
+                "{st:?} {epoch}"
+            );
+        }
+    }
+}
+
+/// A region refused for its layout says which check failed, with the figures the
+/// check compared (the host prints this text for a stale or foreign `/dev/shm` file).
+#[test]
+fn layout_errors_display_distinct_text_with_their_figures() {
+    use super::LayoutError;
+    let texts = crate::test_text::distinct_texts(&[
+        LayoutError::Misaligned,
+        LayoutError::Truncated {
+            need: 4096,
+            have: 64,
+        },
+        LayoutError::BadMagic { found: 0xDEAD_BEEF },
+        LayoutError::BadVersion { found: 9 },
+        LayoutError::PayloadSize { req: 24, resp: 40 },
+        LayoutError::BadConfig,
+        LayoutError::NotZeroed,
+    ]);
+    assert!(
+        texts[1].contains("4096") && texts[1].contains("64"),
+        "{}",
+        texts[1]
+    );
+    assert!(texts[2].contains("0x00000000deadbeef"), "{}", texts[2]);
+    assert!(texts[3].contains('9'), "{}", texts[3]);
+    assert!(texts[4].contains("24/40"), "{}", texts[4]);
+}
+
 /// A server opens what it sealed; and salts of instance numbers below 2^k differ in their
 /// top k bits, so the values below 2^(32 − k) two servers seal never coincide.
 #[test]
