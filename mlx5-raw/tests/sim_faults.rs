@@ -259,6 +259,7 @@ fn send_longer_than_the_receive_buffer() {
         )]
     );
     assert_eq!(rc[0].qpn, r.b.qpn);
+    assert_eq!(rc[0].srqn_uidx, r.b.srqn, "RESP_ERR names the SRQ (CQE v0)");
     assert_eq!(r.b.data.read(0, 10), [0; 10], "nothing placed");
 }
 
@@ -522,6 +523,11 @@ fn delayed_completions_keep_their_order() {
     }
     b.finish();
     let t0 = r.now;
+    // All three are written to the CQ's staging first, and reported held back.
+    r.run_until("three CQEs held back", 1_000, |r| {
+        r.dev.cq_info(r.a.scqn).unwrap().delayed == 3
+    });
+    assert!(r.a_send.is_empty(), "nothing visible while held back");
     let c = r.a_sends(3);
     assert!(r.now - t0 >= 40_000, "visible after {} ns", r.now - t0);
     assert_eq!(

@@ -8,8 +8,8 @@ mod sim_common;
 
 use mlx5_raw::layout::{CqeOpcode, FmCeSe, SendOpcode};
 use mlx5_raw::sim::{
-    format_link, link_bytes, Access, CqMem, Device, DeviceConfig, LinkConfig, LinkDesc, Peer,
-    QpAttr, SqMem, SrqMem,
+    format_link, link_bytes, Access, CqMem, Device, DeviceConfig, LinkConfig, LinkDesc, PacketDir,
+    Peer, QpAttr, SqMem, SrqMem, TraceKind,
 };
 use mlx5_raw::{Cq, Payload, SqConfig, Srq};
 use sim_common::{pattern, Opts, Rig};
@@ -204,6 +204,10 @@ fn send_and_send_imm_scatter_into_srq_wqe() {
     assert_eq!(rc[1].imm, Some([0, 0, 0, 42]));
     assert_eq!(rc[1].byte_cnt, 7);
     assert!(rc[1].solicited);
+    assert!(
+        !rc[0].solicited && !rc[2].solicited,
+        "SE only where the WQE asked for it"
+    );
     assert_eq!(rc[2].wqe_counter, i2);
     assert_eq!(rc[2].byte_cnt, 0);
     assert_eq!(r.b.data.read(0, 100), msg[..100]);
@@ -346,6 +350,11 @@ fn cq_owner_bit_over_five_laps() {
         cqe_size: 128,
         ..Opts::default()
     });
+    // A 128-byte CQE's first half (inline scatter, GRH) is written as zeros when the
+    // CQE is: garbage there must not survive the device's write.
+    for slot in 0..8 {
+        r.a.scq_buf.write(slot * 128, &[0xff; 64]);
+    }
     let (mut n, mut round) = (0u32, 0);
     while n < 40 {
         assert!(
@@ -371,8 +380,13 @@ fn cq_owner_bit_over_five_laps() {
         r.a.scq.update_ci();
     }
     assert!(r.a.scq.consumer_index() >= 40);
-    // The first half of each 128-byte CQE is zero (no inline scatter).
-    assert!(r.a.scq_buf.read(0, 64).iter().all(|&b| b == 0));
+    // The first half of each 128-byte CQE is zero (no inline scatter), garbage before.
+    for slot in 0..8 {
+        assert!(
+            r.a.scq_buf.read(slot * 128, 64).iter().all(|&b| b == 0),
+            "slot {slot}'s first half"
+        );
+    }
 }
 
 #[test]
@@ -712,4 +726,106 @@ fn tv3_responder_cqe_bytes() {
     want[61] = 5;
     want[63] = 0x01;
     assert_eq!(requester_bytes, want);
+}
+
+/// What a step reports as sent and received: a one-packet WRITE is two packets each
+/// way counted once (the WRITE, and the responder's ACK).
+#[test]
+fn a_step_counts_the_packets_it_sends_and_receives() {
+    let mut r = Rig::new(Opts::default());
+    let mut b = r.a.sq.batch();
+    b.rdma_write(r.b.remote(0), Payload::inline(b"counted"), SIG)
+        .unwrap();
+    b.finish();
+    let (mut sent, mut received) = (0, 0);
+    for _ in 0..1_000 {
+        let s = r.dev.step(r.now);
+        r.now += r.tick;
+        sent += s.packets_sent;
+        received += s.packets_received;
+        r.poll();
+        if !r.a_send.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(r.a_send.len(), 1, "the WRITE completed\n{}", r.dump());
+    assert_eq!((sent, received), (2, 2), "the WRITE and its ACK");
+    assert_eq!(r.b.data.read(0, 7), b"counted");
+}
+
+/// The responder sends at most the configured budget of packets a step: a READ of
+/// eight packets goes out over several steps, not in one burst as far as the link has
+/// room (the requester sends in the same step at most its own budget).
+#[test]
+fn a_read_response_is_paced_by_the_step_budget() {
+    let budget = 2;
+    let mut r = Rig::new(Opts {
+        mtu: 256,
+        link_slots: 32,
+        dev: DeviceConfig {
+            budget,
+            ..DeviceConfig::DEFAULT
+        },
+        ..Opts::default()
+    });
+    let src = pattern(31, 8 * 256);
+    r.b.data.write(0, &src);
+    let local = [r.a.sge(0, 8 * 256)];
+    let mut b = r.a.sq.batch();
+    // SAFETY: the scatter entry lies in `a.data`, read only after the completion.
+    unsafe { b.rdma_read(r.b.remote(0), &local, SIG) }.unwrap();
+    b.finish();
+    let mut most = 0;
+    for _ in 0..1_000 {
+        let s = r.dev.step(r.now);
+        r.now += r.tick;
+        most = most.max(s.packets_sent);
+        r.poll();
+        if !r.a_send.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(r.a_send.len(), 1, "the READ completed\n{}", r.dump());
+    assert_eq!(r.a_send[0].byte_cnt, 8 * 256);
+    assert_eq!(r.a.data.read(0, 8 * 256), src);
+    assert!(most <= 2 * budget, "{most} packets in one step");
+}
+
+/// Every packet of an exchange names the QP that sent it and the one it goes to: the
+/// WRITE goes from a to b, the ACK from b to a (the trace is what a user reads when a
+/// run goes wrong).
+#[test]
+fn every_traced_packet_names_its_sending_and_receiving_qp() {
+    let mut r = Rig::new(Opts::default());
+    r.trace.clear();
+    let mut b = r.a.sq.batch();
+    b.rdma_write(r.b.remote(0), Payload::inline(b"traced"), SIG)
+        .unwrap();
+    b.finish();
+    r.a_sends(1);
+    let packets: Vec<(u32, u32, PacketDir)> = r
+        .trace
+        .iter()
+        .filter_map(|e| match e.kind {
+            TraceKind::Packet {
+                dir,
+                src_qpn,
+                dst_qpn,
+                ..
+            } => Some((src_qpn, dst_qpn, dir)),
+            _ => None,
+        })
+        .collect();
+    let (a, b) = (r.a.qpn, r.b.qpn);
+    assert_eq!(
+        packets,
+        [
+            (a, b, PacketDir::Sent),
+            (a, b, PacketDir::Received),
+            (b, a, PacketDir::Sent),
+            (b, a, PacketDir::Received),
+        ],
+        "{}",
+        r.dump()
+    );
 }
