@@ -4,8 +4,9 @@
 # Not run in CI: on a 2-core machine a module takes tens of minutes.
 #
 #   scripts/mutants.sh [MODULE...]        default: wire ring credit copyrpc; also ops, bulk,
-#                                          budget, deleg, ipc, flux, shm, and mlx5 (the
-#                                          driver's host side, in mlx5-raw)
+#                                          budget, deleg, ipc, flux, shm, mlx5 (the
+#                                          driver's host side, in mlx5-raw) and sim (its
+#                                          device model)
 #   scripts/mutants.sh copyrpc/rx.rs copyrpc/tx   one file or folder of a module each
 #                                          (a module too large for one sitting, run in parts)
 #
@@ -61,9 +62,10 @@ targets() {
     # The shared-memory protocols and the pieces they share: their unit tests only (the
     # loom models need --cfg loom, and host's tests of them live in another crate).
     deleg | ipc | flux | shm) ;;
-    # The driver: every mlx5-raw test target (2 s in all), so no --lib restriction.
-    mlx5) t=() ;;
-    *) echo "unknown module '$1' (wire, ring, credit, copyrpc, ops, bulk, budget, deleg, ipc, flux, shm, mlx5)" >&2; exit 2 ;;
+    # The driver, and its device model: every mlx5-raw test target (2 s in all), so
+    # no --lib restriction.
+    mlx5 | sim) t=() ;;
+    *) echo "unknown module '$1' (wire, ring, credit, copyrpc, ops, bulk, budget, deleg, ipc, flux, shm, mlx5, sim)" >&2; exit 2 ;;
   esac
   [ ${#t[@]} -eq 0 ] || printf '%s\n' "${t[@]}" | sed -z 's/--test\n/--test=/g'
 }
@@ -72,7 +74,7 @@ targets() {
 # except the module under test's own (all of them for shm, which they stand on).
 skips() {
   local m=${1%%/*} p
-  [ "$m" = shm ] || [ "$m" = mlx5 ] && return 0
+  [ "$m" = shm ] || [ "$m" = mlx5 ] || [ "$m" = sim ] && return 0
   for p in deleg ipc flux; do
     [ "$p" = "$m" ] || printf -- '--skip\n%s::\n' "$p"
   done
@@ -100,13 +102,17 @@ for m in "${modules[@]}"; do
     continue
   fi
   # `copyrpc/rx.rs` mutates that file; `copyrpc/tx` or `wire` every file below it.
-  # mlx5 is the driver's host side: not its device model (test equipment, sim/).
+  # mlx5 is the driver's host side; sim its device model (what every copyrpc test runs
+  # on: a model that drifts from the hardware hides driver bugs), its own tests excluded.
   pkg=copyrpc-core
   if [ "$m" = mlx5 ]; then
     pkg=mlx5-raw
     files=(-f mlx5-raw/src/cq.rs -f mlx5-raw/src/srq.rs -f 'mlx5-raw/src/layout/*.rs'
            -f 'mlx5-raw/src/sq/*.rs' -f mlx5-raw/src/mem.rs -f mlx5-raw/src/bf.rs
            -f mlx5-raw/src/barrier.rs)
+  elif [ "$m" = sim ]; then
+    pkg=mlx5-raw
+    files=(-f 'mlx5-raw/src/sim/*.rs' -e mlx5-raw/src/sim/tests.rs)
   elif [[ $m == *.rs ]]; then files=(-f "core-nostd/src/$m"); else files=(-f "core-nostd/src/$m/**"); fi
   out=target/mutants/${m//\//_}
   mkdir -p "$out"
