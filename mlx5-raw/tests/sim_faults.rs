@@ -539,6 +539,55 @@ fn delayed_completions_keep_their_order() {
     assert_eq!(r.dev.cq_info(r.a.scqn).unwrap().delayed, 0);
 }
 
+/// More completions held back at once than the CQ's staging holds (16): the oldest is
+/// written early to make room, and every CQE still arrives once, in order.
+#[test]
+fn more_delayed_completions_than_the_staging_holds_arrive_in_order() {
+    let mut r = Rig::new(opts());
+    r.dev.set_cq_delay(r.a.scqn, 1_000_000).unwrap();
+    let mut b = r.a.sq.batch();
+    for i in 0..20u64 {
+        b.rdma_write(r.b.remote(i * 8), Payload::inline(b"s"), SIG)
+            .unwrap();
+    }
+    b.finish();
+    let mut most = 0;
+    r.run_until("20 completions through the staging", 100_000, |r| {
+        most = most.max(r.dev.cq_info(r.a.scqn).unwrap().delayed);
+        r.a_send.len() >= 20
+    });
+    let c = std::mem::take(&mut r.a_send);
+    assert_eq!(
+        c.iter().map(|c| c.wqe_counter).collect::<Vec<_>>(),
+        (0..20).collect::<Vec<u16>>()
+    );
+    assert_eq!(most, 16, "the staging filled");
+    assert_eq!(r.dev.cq_info(r.a.scqn).unwrap().delayed, 0);
+}
+
+/// A send that finds the SRQ empty is answered with an RNR NAK, which the step counts;
+/// once a receive is posted, the retry lands.
+#[test]
+fn an_rnr_nak_is_counted_by_the_step_that_sends_it() {
+    let mut r = Rig::new(opts());
+    let mut b = r.a.sq.batch();
+    b.send(Payload::inline(b"wait"), SIG).unwrap();
+    b.finish();
+    let mut naks = 0;
+    for _ in 0..1_000 {
+        naks += r.dev.step(r.now).rnr_naks;
+        r.now += r.tick;
+        if naks > 0 {
+            break;
+        }
+    }
+    assert_eq!(naks, 1, "one RNR NAK for the one send\n{}", r.dump());
+    let buf = [r.b.sge(0, 64)];
+    r.b.post_recv_sges(&buf);
+    assert_eq!(r.b_recvs(1)[0].byte_cnt, 4);
+    assert_eq!(r.b.data.read(0, 4), b"wait");
+}
+
 #[test]
 fn cq_overrun_is_an_error_not_an_overwrite() {
     let mut r = Rig::new(Opts {

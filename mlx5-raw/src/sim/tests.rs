@@ -170,6 +170,37 @@ fn parse_tv1_across_the_sq_end() {
     assert_eq!(got, msg);
 }
 
+/// A SEND's length is the sum of its data segments, each below 2^31 (bit 31 of a byte
+/// count is the inline flag): a sum of exactly 2^31 is a message, one byte more is
+/// malformed (IB's 2^31-byte message limit).
+#[test]
+fn a_send_of_two_segments_over_2_gib_is_malformed() {
+    for (second, ok) in [(1u32, true), (2, false), (0x7fff_ffff, false)] {
+        let sq = Mem::new(64);
+        let mut w = [0u8; 48];
+        // ctrl: SEND at counter 0, QPN 0x12, DS 3, signaled.
+        w[..16].copy_from_slice(&[0, 0, 0, 0x0a, 0, 0, 0x12, 3, 0, 0, 0, 8, 0, 0, 0, 0]);
+        for (k, len) in [0x7fff_ffffu32, second].into_iter().enumerate() {
+            let d = 16 + 16 * k;
+            w[d..d + 4].copy_from_slice(&len.to_be_bytes());
+            w[d + 4..d + 8].copy_from_slice(&7u32.to_be_bytes());
+            w[d + 8..d + 16].copy_from_slice(&(0x1000_0000u64 * (k as u64 + 1)).to_be_bytes());
+        }
+        sq.write(0, &w);
+        let got = parse(&sq.raw(), 1, 0, 0x12, 1);
+        if ok {
+            let p = got.unwrap();
+            assert_eq!((p.nseg, p.len), (2, 1 << 31));
+        } else {
+            assert_eq!(
+                got.unwrap_err().why,
+                "message longer than 2^31 bytes",
+                "second segment {second:#x}"
+            );
+        }
+    }
+}
+
 #[test]
 fn responder_cqe_is_tv3() {
     let c = resp_cqe(
