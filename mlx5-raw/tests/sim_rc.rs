@@ -164,6 +164,11 @@ fn read_into_scatter_list() {
     assert_eq!(c[0].wqe_counter, p.wqe_index);
     assert_eq!(c[1].wqe_counter, p0.wqe_index);
     assert_eq!(c[1].byte_cnt, 0);
+    assert_eq!(
+        (c[1].opcode, c[1].error),
+        (CqeOpcode::Req, None),
+        "no key checked"
+    );
     assert_eq!(r.a.data.read(0, 1000), src[..1000]);
     assert_eq!(r.a.data.read(2000, 3000), src[1000..4000]);
     assert_eq!(r.a.data.read(9000, 1000), src[4000..]);
@@ -825,6 +830,43 @@ fn every_traced_packet_names_its_sending_and_receiving_qp() {
             (b, a, PacketDir::Sent),
             (b, a, PacketDir::Received),
         ],
+        "{}",
+        r.dump()
+    );
+}
+
+/// A READ's response packets are marked as IB's READ_RESPONSE_FIRST / MIDDLE / LAST:
+/// the first packet "first", the last "last", the one between neither (as the trace
+/// prints them).
+#[test]
+fn a_reads_response_packets_mark_its_first_and_last() {
+    let mut r = Rig::new(Opts {
+        mtu: 256,
+        ..Opts::default()
+    });
+    r.b.data.write(0, &pattern(41, 3 * 256));
+    let local = [r.a.sge(0, 3 * 256)];
+    r.trace.clear();
+    let mut b = r.a.sq.batch();
+    // SAFETY: the scatter entry lies in `a.data`, read only after the completion.
+    unsafe { b.rdma_read(r.b.remote(0), &local, SIG) }.unwrap();
+    b.finish();
+    assert_eq!(r.a_sends(1)[0].byte_cnt, 3 * 256);
+    let b_qpn = r.b.qpn;
+    let marks: Vec<(bool, bool)> = r
+        .trace
+        .iter()
+        .filter(|e| {
+            matches!(e.kind, TraceKind::Packet { dir: PacketDir::Sent, src_qpn, .. } if src_qpn == b_qpn)
+        })
+        .map(|e| {
+            let line = e.to_string();
+            (line.contains(" first"), line.contains(" last"))
+        })
+        .collect();
+    assert_eq!(
+        marks,
+        [(true, false), (false, false), (false, true)],
         "{}",
         r.dump()
     );
