@@ -235,6 +235,15 @@ fn remote_invalid_request_when_the_qp_does_not_allow_writes() {
             .unwrap()
     });
     assert_eq!(r.dev.qp_info(r.b.qpn).unwrap().state, QpState::Err);
+    // The responder's own error names the invalid request, as the requester's does.
+    assert!(
+        events(&mut r).contains(&AsyncEvent::QpFatal {
+            qpn: r.b.qpn,
+            syndrome: Syndrome::RemoteInvalReqErr,
+        }),
+        "{}",
+        r.dump()
+    );
 }
 
 #[test]

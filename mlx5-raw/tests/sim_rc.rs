@@ -733,8 +733,8 @@ fn tv3_responder_cqe_bytes() {
     assert_eq!(requester_bytes, want);
 }
 
-/// What a step reports as sent and received: a one-packet WRITE is two packets each
-/// way counted once (the WRITE, and the responder's ACK).
+/// What a step reports as sent, received and completed: a one-packet WRITE is two
+/// packets each counted once (the WRITE, and the responder's ACK), and one CQE.
 #[test]
 fn a_step_counts_the_packets_it_sends_and_receives() {
     let mut r = Rig::new(Opts::default());
@@ -742,12 +742,13 @@ fn a_step_counts_the_packets_it_sends_and_receives() {
     b.rdma_write(r.b.remote(0), Payload::inline(b"counted"), SIG)
         .unwrap();
     b.finish();
-    let (mut sent, mut received) = (0, 0);
+    let (mut sent, mut received, mut cqes) = (0, 0, 0);
     for _ in 0..1_000 {
         let s = r.dev.step(r.now);
         r.now += r.tick;
         sent += s.packets_sent;
         received += s.packets_received;
+        cqes += s.cqes;
         r.poll();
         if !r.a_send.is_empty() {
             break;
@@ -755,6 +756,7 @@ fn a_step_counts_the_packets_it_sends_and_receives() {
     }
     assert_eq!(r.a_send.len(), 1, "the WRITE completed\n{}", r.dump());
     assert_eq!((sent, received), (2, 2), "the WRITE and its ACK");
+    assert_eq!(cqes, 1, "the WRITE's CQE");
     assert_eq!(r.b.data.read(0, 7), b"counted");
 }
 
