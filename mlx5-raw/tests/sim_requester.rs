@@ -1,0 +1,199 @@
+//! The device model's requester: its timers fire exactly when they are due and not
+//! before, its READ limit and its per-step budget hold. What the first mutation sample
+//! of `sim/requester.rs` found no test reading (docs/TESTING.md).
+
+mod common;
+mod sim_common;
+
+use mlx5_raw::layout::{CqeOpcode, FmCeSe};
+use mlx5_raw::sim::{DeviceConfig, LinkConfig, PacketDir, TraceKind};
+use mlx5_raw::{Payload, SqConfig};
+use sim_common::{pattern, Opts, Rig};
+
+const SIG: FmCeSe = FmCeSe::CQ_UPDATE;
+
+fn opts() -> Opts {
+    Opts {
+        sq_cfg: SqConfig {
+            signal_interval: 1000,
+            ..SqConfig::COPYRPC
+        },
+        ..Opts::default()
+    }
+}
+
+/// Trace times of the packets side `qpn` sent (or lost to a cut link), with their
+/// printed form.
+fn sent_by(r: &Rig, qpn: u32) -> Vec<(u64, String)> {
+    r.trace
+        .iter()
+        .filter(|e| {
+            matches!(e.kind, TraceKind::Packet { dir: PacketDir::Sent | PacketDir::Dropped(_), src_qpn, .. } if src_qpn == qpn)
+        })
+        .map(|e| (e.t, e.to_string()))
+        .collect()
+}
+
+/// A QP idle for longer than its ACK timeout, then sending: the timer starts with the
+/// packet, so nothing is resent and no retry is spent.
+#[test]
+fn an_idle_qp_that_sends_starts_its_ack_timer_with_the_packet() {
+    let mut r = Rig::new(Opts {
+        tweak: |a, _| a.ack_timeout_ns = 20_000,
+        // The ACK takes steps to come back, so a timer running from before the packet
+        // would expire while it travels.
+        link: LinkConfig {
+            latency_ns: 5_000,
+            ..LinkConfig::default()
+        },
+        ..opts()
+    });
+    r.steps(100); // 100 µs idle: five timeouts' worth
+    r.trace.clear();
+    let mut b = r.a.sq.batch();
+    b.rdma_write(r.b.remote(0), Payload::inline(b"late"), SIG)
+        .unwrap();
+    b.finish();
+    let c = r.a_sends(1);
+    assert_eq!((c[0].opcode, c[0].error), (CqeOpcode::Req, None));
+    let timeouts = r
+        .trace
+        .iter()
+        .filter(|e| matches!(e.kind, TraceKind::AckTimeout { .. }))
+        .count();
+    assert_eq!(timeouts, 0, "{}", r.dump());
+    assert_eq!(r.dev.qp_info(r.a.qpn).unwrap().retries_left, 7);
+    assert_eq!(sent_by(&r, r.a.qpn).len(), 1, "sent once");
+}
+
+/// A lost packet is resent when the ACK timer has run exactly its length since the
+/// packet went out: not a step earlier, not a step later.
+#[test]
+fn the_ack_timer_fires_when_it_is_due() {
+    let timeout = 50_000;
+    let mut r = Rig::new(Opts {
+        tweak: |a, _| a.ack_timeout_ns = 50_000,
+        ..opts()
+    });
+    r.dev.set_link_cut(r.a.qpn, true).unwrap();
+    r.trace.clear();
+    let mut b = r.a.sq.batch();
+    b.rdma_write(r.b.remote(0), Payload::inline(b"lost"), SIG)
+        .unwrap();
+    b.finish();
+    r.run_until("the ACK timeout", 1_000, |r| {
+        r.trace
+            .iter()
+            .any(|e| matches!(e.kind, TraceKind::AckTimeout { .. }))
+    });
+    let sent = sent_by(&r, r.a.qpn)[0].0;
+    let fired = r
+        .trace
+        .iter()
+        .find(|e| matches!(e.kind, TraceKind::AckTimeout { .. }))
+        .unwrap()
+        .t;
+    assert_eq!(fired - sent, timeout, "{}", r.dump());
+    r.dev.set_link_cut(r.a.qpn, false).unwrap();
+    assert_eq!(r.a_sends(1)[0].error, None);
+    assert_eq!(r.b.data.read(0, 4), b"lost");
+}
+
+/// After an RNR NAK the requester resends at the step its RNR timer ends.
+#[test]
+fn an_rnr_wait_ends_when_its_timer_does() {
+    let mut r = Rig::new(opts());
+    r.trace.clear();
+    let mut b = r.a.sq.batch();
+    b.send(Payload::inline(b"rnr"), SIG).unwrap();
+    b.finish();
+    r.run_until("the RNR wait", 1_000, |r| {
+        r.trace
+            .iter()
+            .any(|e| matches!(e.kind, TraceKind::RnrWait { .. }))
+    });
+    let until = r
+        .trace
+        .iter()
+        .find_map(|e| match e.kind {
+            TraceKind::RnrWait { until, .. } => Some(until),
+            _ => None,
+        })
+        .unwrap();
+    let buf = [r.b.sge(0, 64)];
+    r.b.post_recv_sges(&buf);
+    assert_eq!(r.b_recvs(1)[0].byte_cnt, 3);
+    let sends = sent_by(&r, r.a.qpn);
+    assert_eq!(sends.len(), 2, "{sends:?}");
+    assert_eq!(sends[1].0, until, "resent at the end of the wait");
+}
+
+/// At most `max_rd_atomic` READs are in flight: of three READs posted behind a WRITE
+/// with a limit of 2, the first step sends the WRITE and two READ requests (the WRITE
+/// does not count), and the third READ waits for a response.
+#[test]
+fn reads_in_flight_stop_at_max_rd_atomic_and_writes_do_not_count() {
+    let mut r = Rig::new(Opts {
+        tweak: |a, _| a.max_rd_atomic = 2,
+        ..opts()
+    });
+    let src = pattern(51, 3 * 64);
+    r.b.data.write(0, &src);
+    let local: Vec<_> = (0..3).map(|i| [r.a.sge(1024 + 64 * i, 64)]).collect();
+    r.trace.clear();
+    let mut b = r.a.sq.batch();
+    b.rdma_write(r.b.remote(4096), Payload::inline(b"w"), SIG)
+        .unwrap();
+    for (i, l) in local.iter().enumerate() {
+        // SAFETY: each scatter entry lies in `a.data`, read only after the completions.
+        unsafe { b.rdma_read(r.b.remote(64 * i as u64), l, SIG) }.unwrap();
+    }
+    b.finish();
+    r.step();
+    let first: Vec<String> = sent_by(&r, r.a.qpn).into_iter().map(|p| p.1).collect();
+    assert_eq!(
+        first.iter().filter(|p| p.contains("READ_REQ")).count(),
+        2,
+        "{first:?}"
+    );
+    assert_eq!(first.iter().filter(|p| p.contains("WRITE")).count(), 1);
+    let c = r.a_sends(4);
+    assert!(c.iter().all(|c| c.error.is_none()), "{c:?}");
+    assert_eq!(r.a.data.read(1024, 3 * 64), src);
+}
+
+/// The requester sends at most the configured budget of packets a step: a WRITE of
+/// eight packets goes out over four steps with a budget of 2.
+#[test]
+fn a_multi_packet_write_is_paced_by_the_step_budget() {
+    let budget = 2;
+    let mut r = Rig::new(Opts {
+        mtu: 256,
+        link_slots: 32,
+        dev: DeviceConfig {
+            budget,
+            ..DeviceConfig::DEFAULT
+        },
+        ..opts()
+    });
+    let src = pattern(61, 8 * 256);
+    r.a.data.write(0, &src);
+    let gather = [r.a.sge(0, 8 * 256)];
+    r.trace.clear();
+    let mut b = r.a.sq.batch();
+    // SAFETY: the gather entry lies in `a.data`, untouched until the completion.
+    b.rdma_write(r.b.remote(0), unsafe { Payload::gather(&gather) }, SIG)
+        .unwrap();
+    b.finish();
+    assert_eq!(r.a_sends(1)[0].error, None);
+    assert_eq!(r.b.data.read(0, 8 * 256), src);
+    let mut per_step = std::collections::BTreeMap::<u64, u32>::new();
+    for (t, _) in sent_by(&r, r.a.qpn) {
+        *per_step.entry(t).or_default() += 1;
+    }
+    assert_eq!(per_step.values().sum::<u32>(), 8);
+    assert!(
+        per_step.values().all(|&n| n <= budget),
+        "packets a step: {per_step:?}"
+    );
+}
