@@ -5,7 +5,7 @@
 mod common;
 mod sim_common;
 
-use mlx5_raw::layout::{CqeOpcode, FmCeSe};
+use mlx5_raw::layout::{CqeOpcode, FmCeSe, Syndrome};
 use mlx5_raw::sim::{DeviceConfig, LinkConfig, PacketDir, TraceKind};
 use mlx5_raw::{Payload, SqConfig};
 use sim_common::{pattern, Opts, Rig};
@@ -196,4 +196,104 @@ fn a_multi_packet_write_is_paced_by_the_step_budget() {
         per_step.values().all(|&n| n <= budget),
         "packets a step: {per_step:?}"
     );
+}
+
+/// Steps the rig until side a has `n` send completions, summing what the steps report
+/// as fetched WQEs.
+fn wqes_until_sends(r: &mut Rig, n: usize) -> u32 {
+    let mut wqes = 0;
+    for _ in 0..10_000 {
+        wqes += r.dev.step(r.now).wqes;
+        r.now += r.tick;
+        r.poll();
+        if r.a_send.len() >= n {
+            return wqes;
+        }
+    }
+    panic!("{n} send completions not reached\n{}", r.dump());
+}
+
+/// A step counts the WQEs it fetched, the ones it fails at fetch (a bad key) too.
+#[test]
+fn a_step_counts_the_wqes_it_fetches_good_or_failed() {
+    let mut r = Rig::new(opts());
+    let mut b = r.a.sq.batch();
+    b.rdma_write(r.b.remote(0), Payload::inline(b"one"), SIG)
+        .unwrap();
+    b.finish();
+    assert_eq!(wqes_until_sends(&mut r, 1), 1);
+    assert_eq!(r.a_send.pop().unwrap().error, None);
+
+    let mut r = Rig::new(opts());
+    let bad = [mlx5_raw::Sge {
+        lkey: 0x00ab_cd01,
+        ..r.a.sge(0, 64)
+    }];
+    let mut b = r.a.sq.batch();
+    // SAFETY: the entry names `a.data` (with a key no MR has): nothing is read.
+    b.rdma_write(r.b.remote(0), unsafe { Payload::gather(&bad) }, SIG)
+        .unwrap();
+    b.finish();
+    assert_eq!(wqes_until_sends(&mut r, 1), 1);
+    let e = r.a_send.pop().unwrap().error.expect("a protection error");
+    assert_eq!(e.syndrome, Syndrome::LocalProtErr);
+}
+
+/// A WQE the application rewrites while the device still sends it (its opcode, with
+/// the same length) fails as a local QP operation error at its next packet instead
+/// of going on as something else.
+#[test]
+fn a_wqe_rewritten_while_outstanding_fails() {
+    let mut r = Rig::new(Opts {
+        mtu: 256,
+        dev: DeviceConfig {
+            budget: 1,
+            ..DeviceConfig::DEFAULT
+        },
+        ..opts()
+    });
+    r.a.data.write(0, &pattern(71, 4 * 256));
+    let gather = [r.a.sge(0, 4 * 256)];
+    let mut b = r.a.sq.batch();
+    // SAFETY: the gather entry lies in `a.data`, untouched until the completion.
+    let p = b
+        .rdma_write(r.b.remote(0), unsafe { Payload::gather(&gather) }, SIG)
+        .unwrap();
+    b.finish();
+    r.step();
+    assert_eq!(sent_by(&r, r.a.qpn).len(), 1, "one packet of four out");
+    let at = usize::from(p.wqe_index) * 64;
+    let mut ctrl = r.a.sq_buf.read(at, 4);
+    ctrl[3] = 0x09; // WRITE_IMM: the same segments, the same length
+    r.a.sq_buf.write(at, &ctrl);
+    let c = r.a_sends(1);
+    assert_eq!(c[0].wqe_counter, p.wqe_index);
+    assert_eq!(
+        c[0].error.map(|e| e.syndrome),
+        Some(Syndrome::LocalQpOpErr),
+        "{}",
+        r.dump()
+    );
+}
+
+/// Inline data longer than a packet: the second packet carries the inline bytes from
+/// where the first stopped.
+#[test]
+fn inline_data_longer_than_the_mtu_arrives_whole() {
+    let mut r = Rig::new(Opts {
+        mtu: 256,
+        sq_cfg: SqConfig {
+            max_inline: 400,
+            ..SqConfig::COPYRPC
+        },
+        ..opts()
+    });
+    let msg = pattern(81, 300);
+    let mut b = r.a.sq.batch();
+    b.rdma_write(r.b.remote(0), Payload::inline(&msg), SIG)
+        .unwrap();
+    b.finish();
+    assert_eq!(r.a_sends(1)[0].error, None);
+    assert_eq!(sent_by(&r, r.a.qpn).len(), 2, "two packets");
+    assert_eq!(r.b.data.read(0, 300), msg);
 }
