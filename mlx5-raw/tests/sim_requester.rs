@@ -157,6 +157,14 @@ fn reads_in_flight_stop_at_max_rd_atomic_and_writes_do_not_count() {
         "{first:?}"
     );
     assert_eq!(first.iter().filter(|p| p.contains("WRITE")).count(), 1);
+    // A READ request is a one-packet message: first and last.
+    assert!(
+        first
+            .iter()
+            .filter(|p| p.contains("READ_REQ"))
+            .all(|p| p.contains(" first last")),
+        "{first:?}"
+    );
     let c = r.a_sends(4);
     assert!(c.iter().all(|c| c.error.is_none()), "{c:?}");
     assert_eq!(r.a.data.read(1024, 3 * 64), src);
