@@ -7,22 +7,11 @@ mod sim_common;
 
 use mlx5_raw::layout::{Completion, CqeOpcode, FmCeSe, Syndrome};
 use mlx5_raw::sim::{Access, AsyncEvent, DeviceConfig, FlushMode, QpState, TraceKind, TraceSink};
-use mlx5_raw::{Payload, Posted, Remote, Sge, SqConfig};
+use mlx5_raw::{Payload, Posted, Remote, Sge};
 use sim_common::{pattern, Opts, Rig, Side};
 
 const SIG: FmCeSe = FmCeSe::CQ_UPDATE;
 const UNSIG: FmCeSe = FmCeSe::COMP_ONLY_ERR;
-
-fn opts() -> Opts {
-    Opts {
-        // Signal only when asked, so unsignaled flushes are visible.
-        sq_cfg: SqConfig {
-            signal_interval: 1000,
-            ..SqConfig::COPYRPC
-        },
-        ..Opts::default()
-    }
-}
 
 /// (opcode, syndrome, wqe_counter) of each completion.
 fn summary(c: &[Completion]) -> Vec<(CqeOpcode, Option<u8>, u16)> {
@@ -108,7 +97,7 @@ fn rnr_retry_exceeded() {
                 a.min_rnr_timer = 1; // 10 µs
             }
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     // b's SRQ is empty: the WRITE_IMM is NAKed RNR three times (first try + 2 retries).
     let t0 = r.now;
@@ -135,7 +124,7 @@ fn rnr_retry_exceeded() {
 
 #[test]
 fn rnr_with_infinite_retry_recovers_when_a_wqe_is_posted() {
-    let mut r = Rig::new(opts()); // rnr_retry = 7
+    let mut r = Rig::new(Opts::signal_on_request()); // rnr_retry = 7
     let mut b = r.a.sq.batch();
     b.rdma_write_imm(r.b.remote(8), Payload::inline(b"late"), [7; 4], SIG)
         .unwrap();
@@ -161,7 +150,7 @@ fn remote_access_errors() {
     // bad rkey, out of bounds (by one byte), MR without REMOTE_WRITE, READ of an MR
     // without REMOTE_READ: REMOTE_ACCESS_ERR (0x13) and the responder QP to ERR.
     for case in 0..4 {
-        let mut r = Rig::new(opts());
+        let mut r = Rig::new(Opts::signal_on_request());
         let len = r.b.data.len() as u64;
         // SAFETY: a sub-range of b's data buffer, which outlives the device.
         let local_only = unsafe {
@@ -228,7 +217,7 @@ fn remote_invalid_request_when_the_qp_does_not_allow_writes() {
                 a.access = Access::REMOTE_READ;
             }
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     flush_after(&mut r, false, Syndrome::RemoteInvalReqErr, |b, bs| {
         b.rdma_write(bs.remote(0), Payload::inline(b"no"), UNSIG)
@@ -250,7 +239,7 @@ fn remote_invalid_request_when_the_qp_does_not_allow_writes() {
 fn send_longer_than_the_receive_buffer() {
     // Requester REMOTE_INVAL_REQ_ERR (0x12); responder RESP_ERR LOCAL_LENGTH_ERR (0x01)
     // on the SRQ WQE it took.
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     let small = [r.b.sge(0, 10)];
     let idx = r.b.post_recv_sges(&small);
     let msg = pattern(1, 100);
@@ -275,7 +264,7 @@ fn send_longer_than_the_receive_buffer() {
 #[test]
 fn receive_wqe_with_a_bad_lkey() {
     // Requester REMOTE_OP_ERR (0x14); responder RESP_ERR LOCAL_PROT_ERR (0x04).
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     let bad = [Sge {
         lkey: 0x00ab_cd01,
         ..r.b.sge(0, 64)
@@ -300,7 +289,7 @@ fn local_protection_errors() {
     // bad lkey, gather beyond the region, READ into a region without LOCAL_WRITE:
     // LOCAL_PROT_ERR (0x04); nothing reaches the responder.
     for case in 0..3 {
-        let mut r = Rig::new(opts());
+        let mut r = Rig::new(Opts::signal_on_request());
         // SAFETY: part of a's data buffer, which outlives the device.
         let ro = unsafe {
             r.dev
@@ -343,7 +332,7 @@ fn malformed_wqes_are_local_qp_operation_errors() {
     // wqe_index, wrong QPN, DS = 0, an opcode the model does not execute (atomic CAS),
     // DS too small for the opcode, inline data in a READ.
     for case in 0..6 {
-        let mut r = Rig::new(opts());
+        let mut r = Rig::new(Opts::signal_on_request());
         let mut b = r.a.sq.batch();
         let good = b
             .rdma_write(r.b.remote(0), Payload::inline(b"ok"), SIG)
@@ -392,7 +381,7 @@ fn cut_link_ends_in_transport_retry_exceeded() {
             a.ack_timeout_ns = 20_000;
             a.retry_cnt = 3;
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     r.dev.set_link_cut(r.a.qpn, true).unwrap();
     let t0 = r.now;
@@ -420,7 +409,7 @@ fn lost_ack_is_recovered_without_executing_twice() {
             a.ack_timeout_ns = 20_000;
             a.retry_cnt = 7;
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     r.b.srq.post_batch(2).unwrap();
     let mut b = r.a.sq.batch();
@@ -452,7 +441,7 @@ fn lost_ack_is_recovered_without_executing_twice() {
 
 #[test]
 fn failed_qp_flushes_everything_without_an_error_cqe() {
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     let mut b = r.a.sq.batch();
     let w: Vec<u16> = (0..3)
         .map(|i| {
@@ -488,7 +477,7 @@ fn failed_peer_leaves_the_requester_to_retry_and_fail() {
             a.ack_timeout_ns = 10_000;
             a.retry_cnt = 1;
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     r.dev.fail_qp(r.b.qpn).unwrap();
     r.step();
@@ -500,7 +489,7 @@ fn failed_peer_leaves_the_requester_to_retry_and_fail() {
 
 #[test]
 fn stalled_device_does_nothing_until_released() {
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     let mut b = r.a.sq.batch();
     b.rdma_write(r.b.remote(0), Payload::inline(b"stall"), SIG)
         .unwrap();
@@ -523,7 +512,7 @@ fn stalled_device_does_nothing_until_released() {
 
 #[test]
 fn delayed_completions_keep_their_order() {
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     r.dev.set_cq_delay(r.a.scqn, 40_000).unwrap();
     let mut b = r.a.sq.batch();
     for i in 0..3u64 {
@@ -552,7 +541,7 @@ fn delayed_completions_keep_their_order() {
 /// written early to make room, and every CQE still arrives once, in order.
 #[test]
 fn more_delayed_completions_than_the_staging_holds_arrive_in_order() {
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     r.dev.set_cq_delay(r.a.scqn, 1_000_000).unwrap();
     let mut b = r.a.sq.batch();
     for i in 0..20u64 {
@@ -578,7 +567,7 @@ fn more_delayed_completions_than_the_staging_holds_arrive_in_order() {
 /// once a receive is posted, the retry lands.
 #[test]
 fn an_rnr_nak_is_counted_by_the_step_that_sends_it() {
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     let mut b = r.a.sq.batch();
     b.send(Payload::inline(b"wait"), SIG).unwrap();
     b.finish();
@@ -601,7 +590,7 @@ fn an_rnr_nak_is_counted_by_the_step_that_sends_it() {
 fn cq_overrun_is_an_error_not_an_overwrite() {
     let mut r = Rig::new(Opts {
         cqe_cnt: 4,
-        ..opts()
+        ..Opts::signal_on_request()
     });
     let mut b = r.a.sq.batch();
     for _ in 0..6 {
@@ -636,7 +625,7 @@ fn flush_mode_signaled_only() {
             flush: FlushMode::SignaledOnly,
             ..DeviceConfig::DEFAULT
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     let bad = [Sge {
         lkey: 0x7777_0001,
@@ -679,7 +668,7 @@ fn the_trace_says_why_an_exchange_hangs() {
                 a.min_rnr_timer = 3;
             }
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     let mut b = r.a.sq.batch();
     b.rdma_write_imm(r.b.remote(0), Payload::inline(b"?"), [0; 4], SIG)
@@ -700,7 +689,7 @@ fn the_trace_says_why_an_exchange_hangs() {
 #[test]
 fn zero_length_write_with_a_garbage_rkey_succeeds() {
     // Reference §6, last row (IBA C9-88): zero-length READ/WRITE are not validated.
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     r.b.srq.post_batch(1).unwrap();
     let garbage = Remote {
         addr: 0xdead_beef_0000,

@@ -766,15 +766,7 @@ fn a_step_counts_the_packets_it_sends_and_receives() {
 #[test]
 fn a_read_response_is_paced_by_the_step_budget() {
     let budget = 2;
-    let mut r = Rig::new(Opts {
-        mtu: 256,
-        link_slots: 32,
-        dev: DeviceConfig {
-            budget,
-            ..DeviceConfig::DEFAULT
-        },
-        ..Opts::default()
-    });
+    let mut r = Rig::new(Opts::default().paced(budget));
     let src = pattern(31, 8 * 256);
     r.b.data.write(0, &src);
     let local = [r.a.sge(0, 8 * 256)];
@@ -854,17 +846,10 @@ fn a_reads_response_packets_mark_its_first_and_last() {
     unsafe { b.rdma_read(r.b.remote(0), &local, SIG) }.unwrap();
     b.finish();
     assert_eq!(r.a_sends(1)[0].byte_cnt, 3 * 256);
-    let b_qpn = r.b.qpn;
     let marks: Vec<(bool, bool)> = r
-        .trace
+        .sent_by(r.b.qpn)
         .iter()
-        .filter(|e| {
-            matches!(e.kind, TraceKind::Packet { dir: PacketDir::Sent, src_qpn, .. } if src_qpn == b_qpn)
-        })
-        .map(|e| {
-            let line = e.to_string();
-            (line.contains(" first"), line.contains(" last"))
-        })
+        .map(|(_, line)| (line.contains(" first"), line.contains(" last")))
         .collect();
     assert_eq!(
         marks,

@@ -6,33 +6,11 @@ mod common;
 mod sim_common;
 
 use mlx5_raw::layout::{CqeOpcode, FmCeSe, Syndrome};
-use mlx5_raw::sim::{DeviceConfig, LinkConfig, PacketDir, TraceKind};
+use mlx5_raw::sim::{DeviceConfig, LinkConfig, TraceKind};
 use mlx5_raw::{Payload, SqConfig};
 use sim_common::{pattern, Opts, Rig};
 
 const SIG: FmCeSe = FmCeSe::CQ_UPDATE;
-
-fn opts() -> Opts {
-    Opts {
-        sq_cfg: SqConfig {
-            signal_interval: 1000,
-            ..SqConfig::COPYRPC
-        },
-        ..Opts::default()
-    }
-}
-
-/// Trace times of the packets side `qpn` sent (or lost to a cut link), with their
-/// printed form.
-fn sent_by(r: &Rig, qpn: u32) -> Vec<(u64, String)> {
-    r.trace
-        .iter()
-        .filter(|e| {
-            matches!(e.kind, TraceKind::Packet { dir: PacketDir::Sent | PacketDir::Dropped(_), src_qpn, .. } if src_qpn == qpn)
-        })
-        .map(|e| (e.t, e.to_string()))
-        .collect()
-}
 
 /// A QP idle for longer than its ACK timeout, then sending: the timer starts with the
 /// packet, so nothing is resent and no retry is spent.
@@ -46,7 +24,7 @@ fn an_idle_qp_that_sends_starts_its_ack_timer_with_the_packet() {
             latency_ns: 5_000,
             ..LinkConfig::default()
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     r.steps(100); // 100 µs idle: five timeouts' worth
     r.trace.clear();
@@ -63,7 +41,7 @@ fn an_idle_qp_that_sends_starts_its_ack_timer_with_the_packet() {
         .count();
     assert_eq!(timeouts, 0, "{}", r.dump());
     assert_eq!(r.dev.qp_info(r.a.qpn).unwrap().retries_left, 7);
-    assert_eq!(sent_by(&r, r.a.qpn).len(), 1, "sent once");
+    assert_eq!(r.sent_by(r.a.qpn).len(), 1, "sent once");
 }
 
 /// A lost packet is resent when the ACK timer has run exactly its length since the
@@ -73,7 +51,7 @@ fn the_ack_timer_fires_when_it_is_due() {
     let timeout = 50_000;
     let mut r = Rig::new(Opts {
         tweak: |a, _| a.ack_timeout_ns = 50_000,
-        ..opts()
+        ..Opts::signal_on_request()
     });
     r.dev.set_link_cut(r.a.qpn, true).unwrap();
     r.trace.clear();
@@ -86,7 +64,7 @@ fn the_ack_timer_fires_when_it_is_due() {
             .iter()
             .any(|e| matches!(e.kind, TraceKind::AckTimeout { .. }))
     });
-    let sent = sent_by(&r, r.a.qpn)[0].0;
+    let sent = r.sent_by(r.a.qpn)[0].0;
     let fired = r
         .trace
         .iter()
@@ -102,7 +80,7 @@ fn the_ack_timer_fires_when_it_is_due() {
 /// After an RNR NAK the requester resends at the step its RNR timer ends.
 #[test]
 fn an_rnr_wait_ends_when_its_timer_does() {
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     r.trace.clear();
     let mut b = r.a.sq.batch();
     b.send(Payload::inline(b"rnr"), SIG).unwrap();
@@ -123,7 +101,7 @@ fn an_rnr_wait_ends_when_its_timer_does() {
     let buf = [r.b.sge(0, 64)];
     r.b.post_recv_sges(&buf);
     assert_eq!(r.b_recvs(1)[0].byte_cnt, 3);
-    let sends = sent_by(&r, r.a.qpn);
+    let sends = r.sent_by(r.a.qpn);
     assert_eq!(sends.len(), 2, "{sends:?}");
     assert_eq!(sends[1].0, until, "resent at the end of the wait");
 }
@@ -135,7 +113,7 @@ fn an_rnr_wait_ends_when_its_timer_does() {
 fn reads_in_flight_stop_at_max_rd_atomic_and_writes_do_not_count() {
     let mut r = Rig::new(Opts {
         tweak: |a, _| a.max_rd_atomic = 2,
-        ..opts()
+        ..Opts::signal_on_request()
     });
     let src = pattern(51, 3 * 64);
     r.b.data.write(0, &src);
@@ -150,7 +128,7 @@ fn reads_in_flight_stop_at_max_rd_atomic_and_writes_do_not_count() {
     }
     b.finish();
     r.step();
-    let first: Vec<String> = sent_by(&r, r.a.qpn).into_iter().map(|p| p.1).collect();
+    let first: Vec<String> = r.sent_by(r.a.qpn).into_iter().map(|p| p.1).collect();
     assert_eq!(
         first.iter().filter(|p| p.contains("READ_REQ")).count(),
         2,
@@ -175,15 +153,7 @@ fn reads_in_flight_stop_at_max_rd_atomic_and_writes_do_not_count() {
 #[test]
 fn a_multi_packet_write_is_paced_by_the_step_budget() {
     let budget = 2;
-    let mut r = Rig::new(Opts {
-        mtu: 256,
-        link_slots: 32,
-        dev: DeviceConfig {
-            budget,
-            ..DeviceConfig::DEFAULT
-        },
-        ..opts()
-    });
+    let mut r = Rig::new(Opts::signal_on_request().paced(budget));
     let src = pattern(61, 8 * 256);
     r.a.data.write(0, &src);
     let gather = [r.a.sge(0, 8 * 256)];
@@ -196,7 +166,7 @@ fn a_multi_packet_write_is_paced_by_the_step_budget() {
     assert_eq!(r.a_sends(1)[0].error, None);
     assert_eq!(r.b.data.read(0, 8 * 256), src);
     let mut per_step = std::collections::BTreeMap::<u64, u32>::new();
-    for (t, _) in sent_by(&r, r.a.qpn) {
+    for (t, _) in r.sent_by(r.a.qpn) {
         *per_step.entry(t).or_default() += 1;
     }
     assert_eq!(per_step.values().sum::<u32>(), 8);
@@ -224,7 +194,7 @@ fn wqes_until_sends(r: &mut Rig, n: usize) -> u32 {
 /// A step counts the WQEs it fetched, the ones it fails at fetch (a bad key) too.
 #[test]
 fn a_step_counts_the_wqes_it_fetches_good_or_failed() {
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     let mut b = r.a.sq.batch();
     b.rdma_write(r.b.remote(0), Payload::inline(b"one"), SIG)
         .unwrap();
@@ -232,7 +202,7 @@ fn a_step_counts_the_wqes_it_fetches_good_or_failed() {
     assert_eq!(wqes_until_sends(&mut r, 1), 1);
     assert_eq!(r.a_send.pop().unwrap().error, None);
 
-    let mut r = Rig::new(opts());
+    let mut r = Rig::new(Opts::signal_on_request());
     let bad = [mlx5_raw::Sge {
         lkey: 0x00ab_cd01,
         ..r.a.sge(0, 64)
@@ -258,7 +228,7 @@ fn a_wqe_rewritten_while_outstanding_fails() {
             budget: 1,
             ..DeviceConfig::DEFAULT
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     r.a.data.write(0, &pattern(71, 4 * 256));
     let gather = [r.a.sge(0, 4 * 256)];
@@ -269,7 +239,7 @@ fn a_wqe_rewritten_while_outstanding_fails() {
         .unwrap();
     b.finish();
     r.step();
-    assert_eq!(sent_by(&r, r.a.qpn).len(), 1, "one packet of four out");
+    assert_eq!(r.sent_by(r.a.qpn).len(), 1, "one packet of four out");
     let at = usize::from(p.wqe_index) * 64;
     let mut ctrl = r.a.sq_buf.read(at, 4);
     ctrl[3] = 0x09; // WRITE_IMM: the same segments, the same length
@@ -294,7 +264,7 @@ fn inline_data_longer_than_the_mtu_arrives_whole() {
             max_inline: 400,
             ..SqConfig::COPYRPC
         },
-        ..opts()
+        ..Opts::signal_on_request()
     });
     let msg = pattern(81, 300);
     let mut b = r.a.sq.batch();
@@ -302,6 +272,6 @@ fn inline_data_longer_than_the_mtu_arrives_whole() {
         .unwrap();
     b.finish();
     assert_eq!(r.a_sends(1)[0].error, None);
-    assert_eq!(sent_by(&r, r.a.qpn).len(), 2, "two packets");
+    assert_eq!(r.sent_by(r.a.qpn).len(), 2, "two packets");
     assert_eq!(r.b.data.read(0, 300), msg);
 }

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 
 use mlx5_raw::layout::{Completion, DataSeg};
 use mlx5_raw::sim::{
-    format_link, link_bytes, Access, CqMem, Device, DeviceConfig, LinkConfig, LinkDesc, MrKeys, Pd,
-    QpAttr, SqMem, SrqMem, Trace, TraceEvent,
+    format_link, link_bytes, Access, CqMem, Device, DeviceConfig, LinkConfig, LinkDesc, MrKeys,
+    PacketDir, Pd, QpAttr, SqMem, SrqMem, Trace, TraceEvent, TraceKind,
 };
 use mlx5_raw::{Cq, Remote, Sge, Sq, SqConfig, Srq};
 use zerocopy::IntoBytes;
@@ -40,6 +40,31 @@ pub struct Opts {
     pub tweak: fn(&mut QpAttr, char),
     /// Nanoseconds per step.
     pub tick: u64,
+}
+
+impl Opts {
+    /// The default rig with a CQE only where a WQE asks for one (the fault tests'
+    /// settings: unsignaled flushes are visible).
+    pub fn signal_on_request() -> Self {
+        Self {
+            sq_cfg: SqConfig {
+                signal_interval: 1000,
+                ..SqConfig::COPYRPC
+            },
+            ..Self::default()
+        }
+    }
+
+    /// These settings with 256-byte packets, room for 32 on each link, and a device
+    /// that sends at most `budget` packets a QP a step (the budget tests').
+    pub fn paced(self, budget: u32) -> Self {
+        Self {
+            mtu: 256,
+            link_slots: 32,
+            dev: DeviceConfig { budget, ..self.dev },
+            ..self
+        }
+    }
 }
 
 impl Default for Opts {
@@ -327,6 +352,18 @@ impl Rig {
     }
 
     /// QP states and the device trace, for failure messages.
+    /// Trace times of the packets QP `qpn` sent (or lost to a cut link), with their
+    /// printed form.
+    pub fn sent_by(&self, qpn: u32) -> Vec<(u64, String)> {
+        self.trace
+            .iter()
+            .filter(|e| {
+                matches!(e.kind, TraceKind::Packet { dir: PacketDir::Sent | PacketDir::Dropped(_), src_qpn, .. } if src_qpn == qpn)
+            })
+            .map(|e| (e.t, e.to_string()))
+            .collect()
+    }
+
     pub fn dump(&self) -> String {
         let mut s = String::new();
         for q in self.dev.qp_infos() {
