@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+pub use copyrpc_host::units::parse_duration;
 
 /// The distributed key-value benchmark of copyrpc (seed 000): K daemon threads (shards)
 /// and C closed-loop client threads per rank; `mpirun -np N benchkv` for N ranks, plain
@@ -137,7 +138,7 @@ pub struct Cli {
     /// Testing aid (hidden): break one answer in a thousand on purpose, to show that
     /// --verify and the drain check catch it.
     #[arg(long, value_enum, hide = true)]
-    pub inject_fault: Option<Fault>,
+    pub inject_fault: Option<InjectFaultArg>,
 
     /// Testing aid: pretend there are N ranks inside this one process. Requests for the
     /// N - 1 pretend ranks take the full remote path through an in-process loopback
@@ -259,19 +260,14 @@ pub enum PinArg {
     Off,
 }
 
-/// `--inject-fault`: what the daemons break: the first request each daemon serves, then
-/// one per [`FAULT_EVERY`] (from the first, so a short run on a loaded machine still
-/// breaks one).
+/// `--inject-fault` (the daemon's `InjectFault`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Fault {
+pub enum InjectFaultArg {
     /// Answer a GET with another key's value.
     CorruptGet,
     /// Never answer a request (the drain must come up short).
     DropRequest,
 }
-
-/// Requests served between two injected faults.
-pub const FAULT_EVERY: u64 = 1000;
 
 /// `--poll-budget`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,33 +281,6 @@ pub enum PollBudget {
     /// Seed 001's adaptive controller as the seed writes it (`Params::SEED`), for
     /// comparison.
     AdaptiveSeed,
-}
-
-/// `2`, `0.5`, `2s`, `1.5s`, `500ms`, `100us`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix("us") {
-        (n, 1e-6)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (t, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: 2, 0.5, 2s, 500ms)"))?;
-    let secs = v * scale;
-    // At least a microsecond: below it the value used to become 0 ns and a run of
-    // nothing passed for a measurement.
-    if !(1e-6..=86_400.0).contains(&secs) {
-        return Err(format!(
-            "`{s}`: a duration must be at least 1us and at most a day"
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// Largest `--poll-budget`: more extra polls than this per loop is a loop that has
@@ -372,17 +341,6 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations_parse_with_and_without_units() {
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
-        for bad in ["", "x", "0", "-1s", "nan", "1e9"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
-        }
     }
 
     #[test]

@@ -20,9 +20,9 @@ use copyrpc_core::ipc::IpcCallError;
 use copyrpc_host::shm::deleg::DelegClient;
 use copyrpc_host::shm::ipc::IpcClient;
 
-use crate::config::Backend;
 use crate::histogram::Histogram;
 use crate::msg::{owner_of, Request, Response, Status};
+use crate::route::Backend;
 use crate::store::{value_for, value_matches};
 use crate::workload::Entry;
 

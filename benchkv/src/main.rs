@@ -29,11 +29,12 @@ mod metrics;
 mod msg;
 mod orchestrate;
 mod output;
-mod pending;
 mod plot;
+mod rank;
 mod remote;
 mod report;
 mod resources;
+mod route;
 mod setup;
 mod store;
 mod vworld;
@@ -44,8 +45,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, OutputArg};
-use crate::config::Config;
+use crate::cli::Cli;
+use crate::config::{Config, Output};
+use crate::rank::result::Fail;
 
 fn main() -> ExitCode {
     // clap prints its own usage errors and exits with 2.
@@ -62,13 +64,17 @@ fn main() -> ExitCode {
         eprintln!("benchkv: error: cannot set up the clean-up on SIGINT/SIGTERM: {e}");
         return ExitCode::from(1);
     }
-    let out = match orchestrate::run(&cfg) {
+    let ran = match &cfg.world {
+        Some(world) => vworld::run(&cfg, world),
+        None => orchestrate::run(&cfg),
+    };
+    let out = match ran {
         Ok(o) => o,
-        Err(orchestrate::Fail::Usage(e)) => {
+        Err(Fail::Usage(e)) => {
             eprintln!("benchkv: error: {e}");
             return ExitCode::from(2);
         }
-        Err(orchestrate::Fail::Setup(e)) => {
+        Err(Fail::Setup(e)) => {
             eprintln!("benchkv: error: {e}");
             return ExitCode::from(1);
         }
@@ -82,8 +88,8 @@ fn main() -> ExitCode {
     let problems = out.report.problems();
     if out.rank == 0 {
         let text = match cfg.output {
-            OutputArg::Table => output::table(&out.report),
-            OutputArg::Json => {
+            Output::Table => output::table(&out.report),
+            Output::Json => {
                 let mut t = output::json_lines(&out.report);
                 for v in &out.extra_json {
                     t.push_str(&v.to_string());
@@ -91,7 +97,7 @@ fn main() -> ExitCode {
                 }
                 t
             }
-            OutputArg::Csv => {
+            Output::Csv => {
                 eprint!("{}", output::setup_lines(&out.report));
                 let t = out.report.total();
                 eprintln!(

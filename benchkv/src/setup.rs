@@ -26,7 +26,7 @@ pub fn resolve_fabric(cfg: &Config) -> Result<String, String> {
         // The least any multi-rank run registers (one peer), against RLIMIT_MEMLOCK:
         // named here, before MPI, with or without a device (the open checks the full
         // figure for the world's size).
-        let least = crate::remote::pinned_bytes(cfg, 1);
+        let least = crate::rank::transport::pinned_bytes(cfg, 1);
         let memlock = verbs::check_memlock(least, verbs::memlock_limit())
             .err()
             .map(|limit| {

@@ -41,13 +41,27 @@ use copyrpc_core::flux::{FluxError, Node};
 use copyrpc_host::shm::deleg::DelegServer;
 use copyrpc_host::shm::ipc::IpcServer;
 
-use crate::cli::{Fault, FAULT_EVERY};
-use crate::config::Backend;
 use crate::metrics::DaemonMetrics;
 use crate::msg::{owner_of, DelegatePayload, Request, Response, Status, OP_GET};
-use crate::pending::{Origin, Pending};
-use crate::remote::{endpoint_daemon, Remote, SendError};
+use crate::remote::{Remote, SendError};
+use crate::route::{endpoint_daemon, Backend};
 use crate::store::{value_for, Store};
+use pending::{Origin, Pending};
+
+mod pending;
+
+/// What `--inject-fault` breaks: the first request each daemon serves, then one per
+/// [`FAULT_EVERY`] (from the first, so a short run on a loaded machine still breaks one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectFault {
+    /// Answer a GET with another key's value.
+    CorruptGet,
+    /// Never answer a request (the drain must come up short).
+    DropRequest,
+}
+
+/// Requests served between two injected faults.
+pub const FAULT_EVERY: u64 = 1000;
 
 /// Loops between two samples of the outstanding count in a threaded run (the virtual
 /// world samples every loop: its runs have few, and sampling costs no virtual time).
@@ -82,7 +96,7 @@ pub struct Parts<R> {
     /// yielding the core.
     pub spin_when_idle: bool,
     /// Break answers on purpose (`--inject-fault`).
-    pub fault: Option<Fault>,
+    pub fault: Option<InjectFault>,
     /// The shard.
     pub store: Store,
     /// The shard's ipc server.
@@ -477,7 +491,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
     fn serve(&mut self, req: &Request) -> Response {
         self.m.served += 1;
         let mut resp = self.p.store.handle(req);
-        if self.p.fault == Some(Fault::CorruptGet)
+        if self.p.fault == Some(InjectFault::CorruptGet)
             && req.op == OP_GET
             && (self.m.served - 1).is_multiple_of(FAULT_EVERY)
         {
@@ -489,7 +503,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
 
     /// True when `--inject-fault drop-request` says to lose this request.
     fn drop_this(&self) -> bool {
-        self.p.fault == Some(Fault::DropRequest) && self.m.served.is_multiple_of(FAULT_EVERY)
+        self.p.fault == Some(InjectFault::DropRequest) && self.m.served.is_multiple_of(FAULT_EVERY)
     }
 
     /// Sends request `idx` one hop toward where it is served.

@@ -112,7 +112,7 @@ fn drive_with_budget(
         .enumerate()
         .map(|(d, (ipc, [holder_slab, owner_slab]))| {
             let holds =
-                (1..ranks as u32).any(|r| crate::remote::endpoint_daemon(backend, r, K) == d);
+                (1..ranks as u32).any(|r| crate::route::endpoint_daemon(backend, r, K) == d);
             let parts = Parts {
                 id: d,
                 daemons: K,

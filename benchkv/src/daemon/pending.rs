@@ -6,7 +6,7 @@ use copyrpc_core::deleg::ReplyToken;
 use copyrpc_core::flux::FluxRequest;
 use copyrpc_core::ipc::IpcRequest;
 
-use crate::daemon::Lane;
+use super::Lane;
 use crate::msg::{DelegatePayload, Request};
 
 /// Who waits for an answer.

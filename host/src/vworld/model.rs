@@ -1,9 +1,10 @@
-//! What virtual time is made of: the CPU cost of each actor's turn ([`CostModel`]), the
-//! NIC between the ranks ([`NicProfile`]), and the `key=value` lists the command line
-//! sets them with. Where each default comes from is in docs/BENCHKV.md ("The virtual
-//! world's figures").
+//! What virtual time is made of: the CPU cost of each actor's turn ([`CostModel`]) and
+//! its run-to-run variation ([`Jitter`]), the NIC between the ranks ([`NicProfile`]),
+//! and the `key=value` lists a command line sets them with. Where each default comes
+//! from is in docs/BENCHKV.md ("The virtual world's figures").
 
-use copyrpc_host::fabric::sim::rnr_timer_ns;
+use crate::fabric::sim::{rnr_timer_ns, SimLinkConfig};
+use crate::rng::Rng;
 
 /// Nanoseconds of CPU per piece of a turn. A daemon loop costs
 /// `loop_ns + item_ns × items + cqe_ns × completions + post_ns × WQEs posted`; a step-A poll that the poll
@@ -97,7 +98,67 @@ impl Default for NicProfile {
     }
 }
 
+impl CostModel {
+    /// A whole daemon loop that handled `items` and took `cqes` completions.
+    pub fn daemon_loop(&self, items: usize, cqes: u64) -> f64 {
+        self.loop_ns + self.item_ns * items as f64 + self.cqe_ns * cqes as f64
+    }
+
+    /// A client turn that issued or collected `items` requests (`client_idle_ns` when
+    /// it found nothing to do).
+    pub fn client_turn(&self, items: usize) -> f64 {
+        if items > 0 {
+            self.client_ns + self.client_item_ns * items as f64
+        } else {
+            self.client_idle_ns
+        }
+    }
+
+    /// The CPU time of posting `wqes` WQEs.
+    pub fn posts(&self, wqes: u32) -> f64 {
+        self.post_ns * f64::from(wqes)
+    }
+}
+
+/// One actor's draws of [`CostModel::jitter`]: every cost it is charged is scaled by a
+/// factor uniform in `1 ± jitter`, from a stream seeded by the run's seed and the
+/// actor's id, so a run stays a function of its seed.
+#[derive(Clone, Debug)]
+pub struct Jitter {
+    rng: Rng,
+    fraction: f64,
+}
+
+impl Jitter {
+    /// The stream of actor `id` in a run seeded with `seed`.
+    pub fn for_actor(seed: u64, id: usize, fraction: f64) -> Self {
+        Self {
+            rng: Rng::new(seed ^ (id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5157),
+            fraction,
+        }
+    }
+
+    /// `x` ns of cost, varied, as whole virtual nanoseconds (at least 1). With no jitter
+    /// nothing is drawn.
+    pub fn ns(&mut self, x: f64) -> u64 {
+        if self.fraction == 0.0 {
+            return ns(x);
+        }
+        let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        ns(x * (1.0 + self.fraction * (2.0 * u - 1.0)))
+    }
+}
+
 impl NicProfile {
+    /// The sim device's link for this profile.
+    pub fn link(&self) -> SimLinkConfig {
+        SimLinkConfig {
+            latency_ns: self.one_way_ns(),
+            bandwidth_bytes_per_s: self.bytes_per_s(),
+            packet_ns: ns(self.wqe_ns),
+        }
+    }
+
     /// A packet's fixed one-way time besides its QP's send side (`wqe_ns` and the
     /// bytes, which the link serialises), ns.
     pub fn one_way_ns(&self) -> u64 {
