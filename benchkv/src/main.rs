@@ -1,22 +1,36 @@
 //! benchkv: the distributed key-value benchmark over copyrpc (seed 000 §5–10).
 //!
+//! ## The dependency rule
+//!
+//! Modules sit in layers, and a module imports only its own layer and the layers below
+//! it (`scripts/check-layering.sh` checks this; the only import cycles allowed are a
+//! module and its own children):
+//!
+//! | layer | modules | what |
+//! |---|---|---|
+//! | entry | `main` | parses, dispatches to a runner, prints |
+//! | runners | [`orchestrate`] (threads over MPI), [`vworld`] (actors in virtual time), [`rank`] (one rank's build, shared by both), [`cluster`], [`watchdog`], [`resources`] | build ranks from a configuration and run them |
+//! | configuration | [`config`] (the checked [`config::Config`]; it parses the command line), [`cli`] (the flags) | what to run; nothing but `config` and `main` imports `cli` |
+//! | results | [`report`], [`output`], [`plot`] | the gathered report and its formats |
+//! | key-value parts | [`msg`], [`route`], [`store`], [`workload`], [`client`], [`daemon`], [`remote`], [`histogram`], [`metrics`] | the benchmark itself; they import neither the configuration nor the runners |
+//!
 //! | module | holds |
 //! |---|---|
 //! | [`cli`] | the flags (clap derive) |
-//! | [`config`] | validation of the flags, pinning plan |
-//! | [`workload`] | per-client patterns: uniform / Zipf keys, ranks, read ratio, the RNG |
+//! | [`config`] | validation of the flags into a `Config`, pinning plan |
+//! | [`workload`] | per-client patterns: uniform / Zipf keys, ranks, read ratio |
 //! | [`msg`] | Request / Response / DelegatePayload (seed §8) |
+//! | [`route`] | the backend, and which daemon holds the endpoint to a rank |
 //! | [`store`] | one shard's fixed-capacity table; values derivable from their key |
-//! | [`daemon`] | the daemon loop: transport, delegation ring, ipc, Flux phases, parking |
-//! | [`pending`] | the daemon's table of requests awaiting an answer |
-//! | [`remote`] | the inter-rank transport seam, and its in-process loopback |
-//! | [`client`] | the closed-loop client thread |
+//! | [`daemon`] | the daemon loop: transport, delegation ring, ipc, Flux phases, parking; its table of requests awaiting an answer |
+//! | [`remote`] | the inter-rank transport seam: copyrpc, and an in-process loopback |
+//! | [`client`] | the closed-loop client |
+//! | [`rank`] | one rank's shm servers, Flux memory, daemon parts, client set-up; the transports of a threaded rank; what a rank reports |
+//! | [`orchestrate`] | seed §9 on threads: runs, stop, drain, gather |
+//! | [`vworld`] | `--world virtual:N`: benchkv's daemons and clients as actors of `copyrpc_host::vworld` |
 //! | [`cluster`] | MPI ranks or a single rank |
 //! | [`resources`] | what a threaded rank needs from its machine (memory, mappings), checked first |
-//! | [`setup`] | what a rank builds first: shm servers, Flux memory, fabric decision |
-//! | [`orchestrate`] | seed §9: threads, runs, stop, drain, gather |
 //! | [`watchdog`] | bounds every wait on other ranks; names the wait and the stuck peer |
-//! | [`vworld`] | `--world virtual:N`: every rank in one process and thread, in virtual time |
 //! | [`histogram`], [`metrics`], [`report`], [`output`], [`plot`] | results and their formats |
 
 mod cli;
@@ -35,7 +49,6 @@ mod remote;
 mod report;
 mod resources;
 mod route;
-mod setup;
 mod store;
 mod vworld;
 mod watchdog;

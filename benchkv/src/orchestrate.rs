@@ -8,7 +8,7 @@
 //!   apart);
 //! - 4: the delegation ring `/benchkv_<pid>_<rank>_deleg` (`delegation`);
 //! - 5: the Flux mesh of K nodes, `--ring-size` slots per queue;
-//! - 6 and 8: the transports to other ranks ([`crate::remote::connect`], where the
+//! - 6 and 8: the transports to other ranks ([`crate::rank::transport::connect`], where the
 //!   copyrpc endpoint exchange over MPI belongs);
 //! - 7: daemon threads: each preloads its shard, takes its Flux node;
 //! - 9: the ready barrier: every daemon and client of the rank has set up (a thread that
@@ -38,11 +38,10 @@ use crate::cluster::Cluster;
 use crate::config::{plan_pinning, Config};
 use crate::metrics::DaemonMetrics;
 use crate::output;
-use crate::rank::result::{assemble, tally, Fail, Outcome, RankResult};
+use crate::rank::result::{assemble, describe, tally, Fail, Outcome, RankResult};
 use crate::rank::{self, transport, Rank, Runner};
 use crate::remote::AnyRemote;
 use crate::report::RunRecord;
-use crate::setup;
 use crate::store::Store;
 use crate::watchdog::{PeerId, Watchdog};
 
@@ -131,7 +130,7 @@ fn agree_and_connect(
     let local_ranks = cluster.local().1 as u32 * cfg.loopback_ranks.max(1);
     crate::resources::check_threaded(cfg, local_ranks, &crate::resources::Machine::read())
         .map_err(Fail::Usage)?;
-    let fabric = setup::resolve_fabric(cfg).map_err(Fail::Usage)?;
+    let fabric = transport::resolve_fabric(cfg).map_err(Fail::Usage)?;
     dog.arm(
         "set-up: the endpoint exchange with every rank (seed §9 steps 6, 8)",
         cfg.setup_timeout,
@@ -152,7 +151,7 @@ fn place(
     fabric: &str,
 ) -> Result<(Option<Vec<usize>>, SetupLines), Fail> {
     let cores = affinity::usable_cores().map_err(|e| format!("usable cores: {e}"))?;
-    let nic = setup::nic_device(cfg, fabric);
+    let nic = transport::nic_device(cfg, fabric);
     let nic_node = nic.as_deref().and_then(topology::nic_numa_node);
     let cores = match nic_node.and_then(topology::node_cpus) {
         Some(near) => topology::near_first(&cores, &near),
@@ -163,7 +162,7 @@ fn place(
     let pins =
         plan_pinning(cfg.pin, threads, &cores, local_rank, local_size).map_err(Fail::Usage)?;
     let size = cluster.size() as u32;
-    let mut lines = setup::describe(cfg, size, fabric, pins.as_deref());
+    let mut lines = describe(cfg, size, fabric, pins.as_deref());
     // What the figures were measured on: every daemon and client busy-polls, and so does
     // the sim fabric's engine thread when ranks talk through it; `cpus` is this rank's
     // affinity mask (mpirun binds each rank to one core by default).

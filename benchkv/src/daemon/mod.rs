@@ -286,8 +286,11 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         self.turn_at(self.now_ns)
     }
 
-    /// [`turn`](Self::turn) at `now_ns` (any origin, not decreasing), the time the
-    /// adaptive poll budget measures loops and round trips by; unused otherwise.
+    /// One call of the loop at `now_ns` (any origin, not decreasing), the time the
+    /// adaptive poll budget measures loops and round trips by; returns how much work it
+    /// found. Normally a whole loop (every phase once); while seed 001's poll budget
+    /// holds the loop in step A, only a transport poll (and 0 when it found nothing).
+    /// [`DaemonMetrics::loops`] counts whole loops.
     pub fn turn_at(&mut self, now_ns: u64) -> usize {
         self.now_ns = now_ns;
         let Some(remote) = self.p.remote.as_mut() else {

@@ -8,6 +8,7 @@
 //! rank's share. [`transport`] builds the threaded runner's transports between ranks.
 
 pub mod result;
+mod servers;
 pub mod transport;
 
 use std::sync::atomic::AtomicI64;
@@ -22,9 +23,9 @@ use crate::config::{Backend, Config};
 use crate::daemon::{Daemon, FluxNode, Parts, SAMPLE_EVERY};
 use crate::msg::{DelegatePayload, Request, Response};
 use crate::remote::AnyRemote;
-use crate::setup::{FluxMem, Servers};
 use crate::store::Store;
 use crate::workload::{client_seed, generate};
+use servers::{FluxMem, Servers};
 
 /// How the rank will run: what its daemons and clients do differently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

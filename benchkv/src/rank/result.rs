@@ -1,10 +1,14 @@
 //! What a rank hands back when its threads (or actors) are done, and the report both
 //! runners assemble from every rank's share (seed 000 §9 step 14).
 
+use serde_json::{json, Value};
+
 use crate::client::ClientReport;
+use crate::config::Config;
 use crate::histogram::Histogram;
 use crate::metrics::DaemonMetrics;
 use crate::report::{RankSummary, Report, RunRecord, RunResult};
+use crate::workload::Distribution;
 
 /// What a finished benchmark hands `main`.
 #[derive(Debug)]
@@ -138,4 +142,59 @@ pub fn assemble(
         ranks: summaries,
         metrics: with_metrics.then_some(metrics),
     }
+}
+
+/// The set-up as `(name, value)` pairs, for every output format.
+pub fn describe(
+    cfg: &Config,
+    mpi_size: u32,
+    fabric: &str,
+    pins: Option<&[usize]>,
+) -> Vec<(&'static str, Value)> {
+    let mut setup = vec![
+        ("backend", json!(cfg.backend.as_str())),
+        ("mpi_ranks", json!(mpi_size)),
+        ("ranks", json!(cfg.ranks(mpi_size))),
+        ("loopback_ranks", json!(cfg.loopback_ranks)),
+        ("daemons", json!(cfg.daemons)),
+        ("clients", json!(cfg.clients)),
+        ("queue_depth", json!(cfg.queue_depth)),
+        ("duration_s", json!(cfg.duration.as_secs_f64())),
+        ("runs", json!(cfg.runs)),
+        ("keys", json!(cfg.keys)),
+    ];
+    match cfg.distribution {
+        Distribution::Uniform => setup.push(("distribution", json!("uniform"))),
+        Distribution::Zipf { theta } => {
+            setup.push(("distribution", json!("zipf")));
+            setup.push(("zipf_theta", json!(theta)));
+        }
+    }
+    let budget = if let Some(label) = cfg.adaptive_label() {
+        json!(label)
+    } else if cfg.poll_budget == 0 {
+        json!("off")
+    } else {
+        json!(cfg.poll_budget)
+    };
+    let take = if cfg.take_per_turn == usize::MAX {
+        json!("all")
+    } else {
+        json!(cfg.take_per_turn)
+    };
+    setup.extend([
+        ("read_ratio", json!(cfg.read_ratio)),
+        ("ring_size", json!(cfg.ring_size)),
+        ("poll_budget", budget),
+        ("take_per_turn", take),
+        ("copyrpc_ring_bytes", json!(cfg.copyrpc_ring.bytes())),
+        ("rpc_ring_auto", json!(cfg.rpc_ring_auto)),
+        ("rpc_ring_calls_per_peer", json!(cfg.copyrpc_ring.calls())),
+        ("seed", json!(cfg.seed)),
+        ("verify", json!(cfg.verify)),
+        ("fabric", json!(fabric)),
+        ("pinned", json!(pins.is_some())),
+        ("cores", json!(pins.unwrap_or_default())),
+    ]);
+    setup
 }

@@ -3,7 +3,7 @@
 //! `--loopback-ranks`.
 
 use copyrpc_host::exchange::Collectives;
-use copyrpc_host::fabric::{self, FabricOptions};
+use copyrpc_host::fabric::{self, verbs, FabricKind, FabricOptions};
 
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -65,4 +65,65 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
             (!peers.is_empty()).then(|| AnyRemote::Loopback(Loopback::new(cfg.ring_size as usize)))
         })
         .collect())
+}
+
+/// The fabric `--fabric`/`--device` resolve to, in words. It is opened only by a
+/// transport that needs it; asking for `verbs` without a device is refused here already.
+pub fn resolve_fabric(cfg: &Config) -> Result<String, String> {
+    let mut opts = FabricOptions::default();
+    opts.verbs.device = cfg.device.clone();
+    let sel = fabric::select(cfg.fabric, &opts).map_err(|e| format!("--fabric: {e}"))?;
+    if sel.kind == FabricKind::Verbs {
+        // The least any multi-rank run registers (one peer), against RLIMIT_MEMLOCK:
+        // named here, before MPI, with or without a device (the open checks the full
+        // figure for the world's size).
+        let least = pinned_bytes(cfg, 1);
+        let memlock = verbs::check_memlock(least, verbs::memlock_limit())
+            .err()
+            .map(|limit| {
+                copyrpc_host::error::Error::VerbsMemlock {
+                    device: "--fabric verbs".into(),
+                    need: least,
+                    limit,
+                }
+                .to_string()
+            });
+        match verbs::probe().map_err(|e| format!("--fabric verbs: {e}"))? {
+            verbs::Probe::NoDevice { detail } => {
+                return Err(format!(
+                    "--fabric verbs: no RDMA device ({detail}); use --fabric sim or auto{}",
+                    memlock.map(|m| format!("\n{m}")).unwrap_or_default()
+                ))
+            }
+            verbs::Probe::Devices(devs) => {
+                if let Some(m) = memlock {
+                    return Err(m);
+                }
+                if let Some(name) = &cfg.device {
+                    if !devs.iter().any(|d| &d.name == name) {
+                        return Err(format!(
+                            "--device {name}: no such RDMA device (present: {:?})",
+                            devs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(format!("{} ({})", sel.kind, sel.reason))
+}
+
+/// The RDMA device a verbs run uses (`--device`, or the first mlx5 device), `None` on
+/// the sim fabric: where the NUMA node and link layer are read from.
+pub fn nic_device(cfg: &Config, fabric_desc: &str) -> Option<String> {
+    if !fabric_desc.starts_with("verbs") {
+        return None;
+    }
+    if let Some(d) = &cfg.device {
+        return Some(d.clone());
+    }
+    match verbs::probe().ok()? {
+        verbs::Probe::Devices(devs) => devs.into_iter().find(|d| d.mlx5).map(|d| d.name),
+        verbs::Probe::NoDevice { .. } => None,
+    }
 }

@@ -36,12 +36,11 @@ use crate::config::Config;
 use crate::daemon::{Daemon, Parts};
 use crate::metrics::DaemonMetrics;
 use crate::msg::DelegatePayload;
-use crate::rank::result::{assemble, tally, Fail, Outcome, RankResult};
+use crate::rank::result::{assemble, describe, tally, Fail, Outcome, RankResult};
 use crate::rank::{self, Rank, Runner, Slabs};
 use crate::remote::{self, AnyRemote};
 use crate::report::RunRecord;
 use crate::route::endpoint_daemon;
-use crate::setup;
 
 /// Virtual time the clients get to collect their outstanding answers after the last
 /// run, at most (`--drain-timeout` if shorter).
@@ -120,7 +119,7 @@ fn undrained_note(cfg: &Config, spec: &WorldSpec, longest_loop_ns: u64) -> Strin
 }
 
 /// Checks that the world fits in memory before anything is built (endpoints per
-/// daemon fit by [`MAX_RANKS`]), and that its daemon loops are short enough to drain.
+/// daemon fit by [`copyrpc_host::vworld::MAX_RANKS`]), and that its daemon loops are short enough to drain.
 pub fn check_fits(cfg: &Config, spec: &WorldSpec) -> Result<(), String> {
     let (n, k) = (spec.ranks, cfg.daemons);
     let store = u64::from(n) * crate::resources::store_bytes(cfg.keys, k);
@@ -558,7 +557,7 @@ fn outcome(
             metrics,
         });
     }
-    let mut describe = setup::describe(cfg, n, "sim (virtual time)", None);
+    let mut describe = describe(cfg, n, "sim (virtual time)", None);
     describe.retain(|(k, _)| !matches!(*k, "mpi_ranks" | "pinned" | "cores"));
     describe.extend([
         ("world", json!(format!("virtual:{n}"))),
