@@ -11,8 +11,15 @@ use super::faults::Fault;
 pub enum Turn {
     /// Take the next turn at this virtual time (ns; later than the turn's start).
     At(u64),
+    /// What the run waits for this actor to do is done, but it keeps serving the others
+    /// (an echo rank that got every answer still answers its peers): take the next turn
+    /// at this virtual time.
+    DoneAt(u64),
     /// The actor is done and takes no more turns.
     Finished,
+    /// The actor met an error the world cannot go on with (it keeps what it says for its
+    /// program): the run ends now.
+    Halt,
 }
 
 /// A participant of the virtual world: a daemon loop, a client, an echo rank. `W` is the
@@ -24,6 +31,17 @@ pub trait Actor<W> {
     /// Whether the run waits for this actor to finish (a client), or ends around it once
     /// every awaited actor has finished (a server loop, which never finishes by itself).
     fn awaited(&self) -> bool;
+}
+
+/// Actors of different types in one world: `Runtime<Box<dyn Actor<W>>>`.
+impl<W, A: Actor<W> + ?Sized> Actor<W> for Box<A> {
+    fn turn(&mut self, now: u64, world: &mut W) -> Turn {
+        (**self).turn(now, world)
+    }
+
+    fn awaited(&self) -> bool {
+        (**self).awaited()
+    }
 }
 
 /// How a run ended.
@@ -43,6 +61,8 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 pub struct Runtime<A> {
     actors: Vec<A>,
     finished: Vec<bool>,
+    /// Done with what the run waits for (finished, or still serving).
+    done: Vec<bool>,
 }
 
 impl<A> Default for Runtime<A> {
@@ -50,6 +70,7 @@ impl<A> Default for Runtime<A> {
         Self {
             actors: Vec::new(),
             finished: Vec::new(),
+            done: Vec::new(),
         }
     }
 }
@@ -65,6 +86,7 @@ impl<A> Runtime<A> {
     pub fn add(&mut self, actor: A) -> usize {
         self.actors.push(actor);
         self.finished.push(false);
+        self.done.push(false);
         self.actors.len() - 1
     }
 
@@ -106,6 +128,8 @@ impl<A> Runtime<A> {
         for id in 0..n {
             if !self.finished[id] {
                 q.push(Reverse((0, id)));
+            }
+            if !self.done[id] {
                 left += usize::from(self.actors[id].awaited());
             }
         }
@@ -126,9 +150,18 @@ impl<A> Runtime<A> {
             if id < n {
                 match self.actors[id].turn(t, world) {
                     Turn::At(next) => q.push(Reverse((next, id))),
+                    Turn::DoneAt(next) => {
+                        if !std::mem::replace(&mut self.done[id], true) {
+                            left -= usize::from(self.actors[id].awaited());
+                        }
+                        q.push(Reverse((next, id)));
+                    }
+                    Turn::Halt => break,
                     Turn::Finished => {
                         self.finished[id] = true;
-                        left -= usize::from(self.actors[id].awaited());
+                        if !std::mem::replace(&mut self.done[id], true) {
+                            left -= usize::from(self.actors[id].awaited());
+                        }
                     }
                 }
             } else {
@@ -238,6 +271,88 @@ mod tests {
             }
         );
         assert_eq!(log, [(0, 0), (10, 0), (20, 0)]);
+    }
+
+    /// Done after `turns` turns, then serves on.
+    struct Server {
+        turns: u32,
+    }
+
+    impl Actor<Vec<(u64, usize)>> for Server {
+        fn turn(&mut self, now: u64, log: &mut Vec<(u64, usize)>) -> Turn {
+            log.push((now, 9));
+            self.turns = self.turns.saturating_sub(1);
+            if self.turns == 0 {
+                Turn::DoneAt(now + 2)
+            } else {
+                Turn::At(now + 2)
+            }
+        }
+        fn awaited(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn an_actor_done_at_a_time_keeps_serving_until_the_others_are_done() {
+        type Log = Vec<(u64, usize)>;
+        let mut rt: Runtime<Box<dyn Actor<Log>>> = Runtime::new();
+        rt.add(Box::new(Server { turns: 1 }));
+        rt.add(Box::new(ticker(1, 3, 3, true)));
+        let mut log = Vec::new();
+        let end = rt
+            .run(&mut log, &[], |_, _, _| Ok(()), u64::MAX, None)
+            .unwrap();
+        // The server is done after its first turn and still runs until the ticker ends.
+        assert_eq!(
+            log,
+            [(0, 9), (0, 1), (2, 9), (3, 1), (4, 9), (6, 9), (6, 1)]
+        );
+        assert_eq!(
+            end,
+            RunEnd {
+                end_ns: 6,
+                unfinished: 0
+            }
+        );
+        assert!(!rt.finished(0));
+    }
+
+    /// Halts at its second turn.
+    struct Faulty;
+
+    impl Actor<Vec<(u64, usize)>> for Faulty {
+        fn turn(&mut self, now: u64, log: &mut Vec<(u64, usize)>) -> Turn {
+            log.push((now, 7));
+            if now == 0 {
+                Turn::At(5)
+            } else {
+                Turn::Halt
+            }
+        }
+        fn awaited(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_halting_actor_ends_the_run_at_once() {
+        type Log = Vec<(u64, usize)>;
+        let mut rt: Runtime<Box<dyn Actor<Log>>> = Runtime::new();
+        rt.add(Box::new(Faulty));
+        rt.add(Box::new(ticker(1, 3, 10, true)));
+        let mut log = Vec::new();
+        let end = rt
+            .run(&mut log, &[], |_, _, _| Ok(()), u64::MAX, None)
+            .unwrap();
+        assert_eq!(log, [(0, 7), (0, 1), (3, 1), (5, 7)]);
+        assert_eq!(
+            end,
+            RunEnd {
+                end_ns: 5,
+                unfinished: 1
+            }
+        );
     }
 
     #[test]
