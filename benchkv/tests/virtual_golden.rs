@@ -64,12 +64,15 @@ const CASES: &[Case] = &[
         len: 61351,
         fnv: 0x0f25_fbc4_37ec_4189,
     },
+    // Moved once on purpose: virtual links hold 16 packets instead of 64 (memory for
+    // large worlds), and behind a stalled NIC the senders now hold the rest in their
+    // send queues (13.86 -> 13.92 M req/s in all; the other cases are unchanged).
     Case {
         name: "np8-stall-adaptive-seed",
         args: "--world virtual:8 -C 16 --queue-depth 16 --duration 3ms --poll-budget adaptive-seed --vfault stall:3@1ms+500us --sample-every 100us",
         exit: 0,
-        len: 10865,
-        fnv: 0xfff4_e524_3636_1245,
+        len: 10857,
+        fnv: 0x28d6_d6c3_e80a_b2c5,
     },
     Case {
         name: "np4-meta-cut-verify",

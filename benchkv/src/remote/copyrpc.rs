@@ -272,7 +272,8 @@ pub fn connect_all(
 ) -> Result<Vec<Option<CopyrpcRemote>>, String> {
     let (rank, ranks) = (x.rank(), x.size());
     let fabric = Arc::new(fabric);
-    let nodes = build_nodes(|_| Arc::clone(&fabric), rank, ranks, peers_of, ring)?;
+    let cfg = RpcConfig::for_ring(ring.bytes());
+    let nodes = build_nodes(|_| Arc::clone(&fabric), rank, ranks, peers_of, &cfg)?;
     let table = records(&nodes, ranks)?;
     let got = x.all_to_all(&table).map_err(|e| e.to_string())?;
     let remotes = finish(nodes, &got)?;
@@ -295,9 +296,8 @@ pub fn build_nodes(
     rank: usize,
     ranks: usize,
     peers_of: &[Vec<usize>],
-    ring: RingSize,
+    cfg: &RpcConfig,
 ) -> Result<Vec<DaemonNodes>, String> {
-    let cfg = RpcConfig::for_ring(ring.bytes());
     // Each context is built in place on the heap, so this thread's stack size does not
     // matter.
     let mut out = Vec::with_capacity(peers_of.len());
@@ -306,7 +306,7 @@ pub fn build_nodes(
         if !peers.is_empty() {
             let f = fabric_of(d);
             for chunk in peers.chunks(EPS) {
-                let node = build_on_big_stack(Arc::clone(&f), rank, ranks, chunk, &cfg)?;
+                let node = build_on_big_stack(Arc::clone(&f), rank, ranks, chunk, cfg)?;
                 nodes.push((node, chunk.to_vec()));
             }
         }

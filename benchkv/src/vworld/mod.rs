@@ -22,8 +22,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use copyrpc_core::flux::Mesh;
-use copyrpc_host::fabric::sim::{SimDevice, SimFabric, SimOptions, Stepping};
+use copyrpc_host::fabric::sim::{SimDevice, SimFabric};
 use copyrpc_host::fabric::Fabric;
+use copyrpc_host::rpc::RpcConfig;
 use copyrpc_host::vworld::{
     ns, transpose, Actor, CostModel, Fault, FaultKind, Jitter, Runtime, Series, Turn, VirtualNic,
     WorldSpec,
@@ -46,10 +47,11 @@ use crate::route::endpoint_daemon;
 /// run, at most (`--drain-timeout` if shorter).
 const DRAIN_LIMIT_NS: u64 = 100_000_000;
 
-/// Bytes one NIC touches per peer besides the rings (QP queues, link queue, the peer's
-/// mapping): from the resident size of a 32-rank delegation run (836 MiB for 992
-/// NIC-peer pairs, docs/BENCHKV.md), rounded up.
-const NIC_BYTES_PER_PEER: u64 = 1 << 20;
+/// Bytes one NIC touches per peer besides the rings (the QP's send queue and its share
+/// of the send CQ, the inbound link of `LINK_SLOTS` packets, the doorbell pages): from
+/// the `/dev/shm` a 32-rank world uses (183 MiB for 992 NIC-peer pairs at 16 KiB rings,
+/// docs/BENCHKV.md), rounded up.
+const NIC_BYTES_PER_PEER: u64 = 160 << 10;
 
 /// Virtual time the clients get after the last run to collect their answers:
 /// `--drain-timeout`, at most [`DRAIN_LIMIT_NS`], and at least long enough for a cut
@@ -383,18 +385,13 @@ struct Network {
 impl Network {
     fn connect(cfg: &Config, spec: &WorldSpec) -> Result<Self, String> {
         let (n, k) = (spec.ranks, cfg.daemons);
-        let opts = SimOptions {
-            // Rings of both directions per peer, with room for the queues and links, for
-            // as many peers as one NIC can have (every other rank): the region is
-            // sparse, so only what is carved takes memory.
-            region_bytes: (n as usize - 1).max(1) * (2 * cfg.copyrpc_ring.bytes() + (512 << 10))
-                + (16 << 20),
-            link: spec.nic.link(),
-            stepping: Stepping::Manual,
-            ack_timeout_ns: Some(spec.nic.ack_timeout_ns.round() as u64),
-            min_rnr_timer: Some(spec.nic.rnr_timer_code()),
-            ..SimOptions::default()
-        };
+        // Rings of both directions per peer, with room for the queues and links, for as
+        // many peers as one NIC can have (every other rank): the region is sparse, so
+        // only what is carved takes memory.
+        let opts = spec.sim_options(
+            (n as usize - 1).max(1) * (2 * cfg.copyrpc_ring.bytes() + (512 << 10)) + (16 << 20),
+        );
+        let rpc = spec.rpc_config(&RpcConfig::for_ring(cfg.copyrpc_ring.bytes()));
         let mut nics = Vec::with_capacity(n as usize);
         let mut nodes = Vec::with_capacity(n as usize);
         let mut sent = Vec::with_capacity(n as usize);
@@ -428,7 +425,7 @@ impl Network {
                 r as usize,
                 n as usize,
                 &peers,
-                cfg.copyrpc_ring,
+                &rpc,
             )?;
             sent.push(remote::records(&built, n as usize)?);
             nodes.push(built);

@@ -57,12 +57,25 @@ pub use nic::VirtualNic;
 pub use sched::{Actor, RunEnd, Runtime, Turn};
 pub use series::{Sample, Series};
 
-use crate::fabric::sim::SIM_MAX_QPS;
+use crate::fabric::sim::{SimOptions, Stepping, SIM_MAX_QPS};
+use crate::rpc::RpcConfig;
 
 /// Largest world: one NIC holds a QP to every other rank, and a sim device holds
 /// [`SIM_MAX_QPS`] QPs.
 pub const MAX_RANKS: u32 = 1024;
 const _: () = assert!(MAX_RANKS as usize - 1 <= SIM_MAX_QPS);
+
+/// Packets each link direction of a virtual NIC holds (the threaded sim fabric's links
+/// hold 64). A world has a QP per pair of ranks, and a link slot is an MTU; 16 slots are
+/// what a pair carries in flight at the default profile's rates with room to spare (a
+/// stalled receiver backs the rest up into the senders' send queues instead), and keep
+/// a pair near 190 KiB, which a world of 256 ranks needs.
+pub const LINK_SLOTS: u32 = 16;
+
+/// Send-queue WQEs of each QP of a virtual NIC (the fabrics' default is 512): copyrpc
+/// keeps far fewer in flight per peer at any ring the virtual world runs, and the send
+/// CQ is sized for every send queue's blocks, so this divides both by four.
+pub const SQ_WRS: u32 = 128;
 
 /// A virtual world's shape and physics: how many ranks, what turns cost, the NIC, the
 /// faults, and how often the time series samples.
@@ -78,4 +91,28 @@ pub struct WorldSpec {
     pub faults: Vec<Fault>,
     /// Interval of the time series, ns of virtual time.
     pub sample_ns: u64,
+}
+
+impl WorldSpec {
+    /// The options of one of the world's NICs: manually stepped, with the profile's
+    /// link, transport timers, [`LINK_SLOTS`], and a sparse region of `region_bytes`.
+    pub fn sim_options(&self, region_bytes: usize) -> SimOptions {
+        SimOptions {
+            region_bytes,
+            link: self.nic.link(),
+            link_slots: LINK_SLOTS,
+            stepping: Stepping::Manual,
+            ack_timeout_ns: Some(self.nic.ack_timeout_ns.round() as u64),
+            min_rnr_timer: Some(self.nic.rnr_timer_code()),
+            ..SimOptions::default()
+        }
+    }
+
+    /// `rpc` as the world's QPs are built: [`SQ_WRS`] send-queue WQEs.
+    pub fn rpc_config(&self, rpc: &RpcConfig) -> RpcConfig {
+        RpcConfig {
+            sq_wrs: SQ_WRS.min(rpc.sq_wrs),
+            ..*rpc
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::fabric::sim::{SimFabric, SimOptions, Stepping};
+use crate::fabric::sim::SimFabric;
 use crate::fabric::Fabric;
 use crate::vworld::{
     ns, transpose, Actor, CostModel, Jitter, Runtime, Turn, VirtualNic, WorldSpec,
@@ -106,22 +106,17 @@ impl<const REQS: usize> Actor<Failure> for EchoActor<'_, REQS> {
 
 fn run_sized<const REQS: usize>(cfg: &EchoConfig, spec: &WorldSpec) -> Result<VirtualEcho> {
     let n = spec.ranks as usize;
-    let opts = SimOptions {
-        // Both rings of every endpoint, with room for its queues: sparse, so only what
-        // is carved takes memory.
-        region_bytes: (n - 1) * (2 * cfg.rpc.ring_bytes + CONTROL_BYTES + (512 << 10)) + (16 << 20),
-        link: spec.nic.link(),
-        stepping: Stepping::Manual,
-        ack_timeout_ns: Some(spec.nic.ack_timeout_ns.round() as u64),
-        min_rnr_timer: Some(spec.nic.rnr_timer_code()),
-        ..SimOptions::default()
-    };
+    // Both rings of every endpoint, with room for its queues: sparse, so only what is
+    // carved takes memory.
+    let opts = spec
+        .sim_options((n - 1) * (2 * cfg.rpc.ring_bytes + CONTROL_BYTES + (512 << 10)) + (16 << 20));
+    let rpc = spec.rpc_config(&cfg.rpc);
     let mut nodes = Vec::with_capacity(n);
     let mut sent = Vec::with_capacity(n);
     for r in 0..n {
         let nic = VirtualNic::new(Arc::new(Fabric::Sim(Box::new(SimFabric::open(&opts)?))));
         let peers: Vec<usize> = (0..n).filter(|&p| p != r).collect();
-        let node = Node::<REQS>::for_peers(Arc::clone(nic.fabric()), r, n, &peers, &cfg.rpc)?;
+        let node = Node::<REQS>::for_peers(Arc::clone(nic.fabric()), r, n, &peers, &rpc)?;
         sent.push(node.records()?);
         nodes.push((node, nic));
     }
