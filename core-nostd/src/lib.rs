@@ -20,15 +20,17 @@
 //! | `sync` | the only source of atomics and `UnsafeCell`: `core`'s, or loom's under `--cfg loom` |
 //!
 //! Modules that opt out of `deny(unsafe_code)` at file level, each saying why:
-//! `sync` (none itself; the `UnsafeCell` wrapper is safe), `deleg::layout` (casting a
-//! shared mapping to the layout structs, payload cells), `shm::region` (reading the
-//! common header words of a mapping), `shm::spsc` (ring slot cells
-//! under the single-producer/single-consumer contract), `ipc::layout` (casting a shared
-//! mapping), `ipc::client` and `ipc::server` (calls of the ring's `unsafe fn`s), `flux` (calls of the ring's
-//! `unsafe fn`s), `copyrpc::{mem, context, post, raw}` (registered memory behind
-//! `unsafe fn` constructors, and the driver's `unsafe fn`s for DMA payloads),
+//! `deleg::layout` (casting a shared mapping to the layout structs, payload cells),
+//! `shm::region` (reading the common header words of a mapping), `shm::spsc` (ring slot
+//! cells under the single-producer/single-consumer contract), `ipc::layout` (casting a
+//! shared mapping), `ipc::client` and `ipc::server` (calls of the ring's `unsafe fn`s),
+//! `flux` (calls of the ring's `unsafe fn`s), `copyrpc::{mem, context, pending, post,
+//! raw, tx::range}` (registered memory behind `unsafe fn` constructors, the pending
+//! table built in place, and the driver's `unsafe fn`s for DMA payloads),
 //! `bulk::{mover, link, server}` (transfers over caller buffers the device reads and
-//! writes, behind `unsafe fn`s).
+//! writes, behind `unsafe fn`s). `sync` opts out of nothing: its `UnsafeCell` wrapper is
+//! safe, and each caller's closure holds its own `unsafe` block. Test modules that build
+//! fake registered memory opt out too.
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

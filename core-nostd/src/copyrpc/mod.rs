@@ -28,7 +28,7 @@
 //! | `qpn_map` | QPN → endpoint, fixed capacity, no hashing |
 //! | `raw` | raw RDMA READ/WRITE with completion counting |
 //! | `mem` | [`Region`] and the checked access to registered memory |
-//! | `fifo`, `info`, `config`, `error`, `stats` | [`EndpointInfo`], [`EndpointConfig`], [`Error`], [`Stats`] |
+//! | `info`, `config`, `error`, `stats` | [`EndpointInfo`], [`EndpointConfig`], [`Error`], [`Stats`] |
 //!
 //! # Setting one up
 //!

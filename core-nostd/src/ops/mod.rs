@@ -51,5 +51,5 @@ mod tests;
 pub use fifo::Fifo;
 pub use imm::{ImmEvent, ImmMatch};
 pub use op::{OpError, OpFuture, OpHandle, OpId, OpTable};
-pub use slot::{Completion, Lease, SlotPool, SlotTable, WrId};
+pub use slot::{Lease, SlotCompletion, SlotPool, SlotTable, WrId};
 pub use window::RecvWindow;
