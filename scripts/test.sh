@@ -57,6 +57,7 @@ step_nostd() {
 }
 
 step_layering() { scripts/check-layering.sh; }
+step_comments() { scripts/check-comments.sh; }
 step_selftest() { scripts/tests/test-sh.sh; }
 
 step_bare() {
@@ -151,6 +152,7 @@ STEPS=(
   "workspace|cargo test --workspace (unit, golden, proptest, MPI, chaos)"
   "nostd|no_std crates: no std/alloc in sources outside tests"
   "layering|core-nostd layering: protocols import no sibling"
+  "comments|no instruction counts or session history in code comments"
   "selftest|this script's own test: --list, -n, an unknown step, one step run"
   "bare|no_std crates: bare-metal builds (x86_64, aarch64)"
   "freestanding|freestanding link + run (x86_64, aarch64/qemu)"

@@ -102,7 +102,7 @@ pub struct Cli {
     pub poll_budget: PollBudget,
 
     /// Requests a daemon takes from one source per loop turn before moving to the next
-    /// phase: `all` (no limit) or N >= 1. (Before 0.2 this was `--poll-budget`.)
+    /// phase: `all` (no limit) or N >= 1.
     #[arg(long, default_value = "all", value_parser = parse_take, value_name = "all|N")]
     pub take_per_turn: usize,
 
@@ -304,8 +304,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("`{s}` is not a duration (examples: 2, 0.5, 2s, 500ms)"))?;
     let secs = v * scale;
-    // At least a microsecond: below it the value used to become 0 ns and a run of
-    // nothing passed for a measurement.
+    // At least a microsecond: below it the value would become 0 ns and a run of
+    // nothing would pass for a measurement.
     if !(1e-6..=86_400.0).contains(&secs) {
         return Err(format!(
             "`{s}`: a duration must be at least 1us and at most a day"

@@ -34,8 +34,8 @@ impl Tag {
     pub(crate) const fn delivered(stamp: Stamp, seq: u32) -> Self {
         // Built from the two halves (not `or`ed into a 64-bit stamp), so the compiler
         // sees the low half is `seq`: inlined next to `recv`, a handle's checks then fold
-        // into the tag `recv` just stored (+3.5 instructions per message on the deferred
-        // rows at batch 16 when they did not).
+        // into the tag `recv` just stored (measured on the deferred rows:
+        // docs/PERFORMANCE.md, "Handles that know who received them").
         Self((stamp.0 as u64) << 32 | seq as u64)
     }
 

@@ -59,7 +59,7 @@ bitflags::bitflags! {
     /// The ctrl segment's `fm_ce_se` byte: fence mode `[7:5]`, completion mode `[3:2]`,
     /// solicited `[1]` (reference §1.3). Combine with `|`. A `bitflags` set over the
     /// byte: the operations are the same `or`/`and` on a `u8` the hand-written type had
-    /// (instruction counts unchanged, docs/PERFORMANCE.md).
+    /// (docs/PERFORMANCE.md).
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     pub struct FmCeSe: u8 {
         /// CE = 2: always generate a CQE (`MLX5_WQE_CTRL_CQ_UPDATE`). "Signaled".

@@ -81,8 +81,8 @@ pub const MAX_INLINE: u32 = (MAX_WQE_BYTES - 2 * SEND_WQE_DS - 4) as u32;
 pub const MAX_INLINE_HEAD: u32 = (MAX_WQE_BYTES - 3 * SEND_WQE_DS - 4) as u32;
 /// `x` rounded up to a multiple of `P`, a power of two, for a size far below
 /// `usize::MAX` (a WQE's): an add and a mask. `next_multiple_of` and `div_ceil` make a
-/// remainder test and a select of it, ~4 instructions more each time a WQE is sized
-/// (docs/PERFORMANCE.md, "Latency path").
+/// remainder test and a select of it each time a WQE is sized (docs/PERFORMANCE.md,
+/// "Latency path").
 #[inline(always)]
 const fn round_up<const P: usize>(x: usize) -> usize {
     const { assert!(P.is_power_of_two()) };
@@ -695,7 +695,7 @@ impl Sq {
     ///
     /// Steps 1–3 inline, the register (steps 4–7) out of line: a queue without a
     /// register (the device watches the record) then pays two stores and a test per
-    /// doorbell instead of the 16-instruction frame the BlueFlame copy needs
+    /// doorbell instead of the frame the BlueFlame copy needs
     /// (docs/PERFORMANCE.md, "Latency path").
     #[inline(always)]
     fn ring_doorbell(&mut self, last: (u64, u8), count: u32) {
