@@ -26,7 +26,7 @@ else
 fi
 
 printf '%s\n' "$files" | perl -e '
-use strict; use warnings;
+use strict; use warnings; use utf8;
 binmode STDOUT, ":encoding(UTF-8)"; binmode STDERR, ":encoding(UTF-8)";
 my @files = grep { length && -f $_ } map { chomp; $_ } <STDIN>;
 my $num = qr/(?<![\w.])[~+\x{2212}-]?\d+(?:[.,]\d+)?/;

@@ -57,8 +57,12 @@ step_nostd() {
 }
 
 step_layering() { scripts/check-layering.sh; }
+step_citations() { scripts/check-citations.sh; }
 step_comments() { scripts/check-comments.sh; }
-step_selftest() { scripts/tests/test-sh.sh; }
+step_selftest() {
+  local t
+  for t in scripts/tests/*.sh; do "$t"; done
+}
 
 step_bare() {
   local t
@@ -152,8 +156,9 @@ STEPS=(
   "workspace|cargo test --workspace (unit, golden, proptest, MPI, chaos)"
   "nostd|no_std crates: no std/alloc in sources outside tests"
   "layering|core-nostd layering: protocols import no sibling"
+  "citations|spec citations point at files and sections in the repository"
   "comments|no instruction counts or session history in code comments"
-  "selftest|this script's own test: --list, -n, an unknown step, one step run"
+  "selftest|scripts/tests: this script's interface, and the two source checks"
   "bare|no_std crates: bare-metal builds (x86_64, aarch64)"
   "freestanding|freestanding link + run (x86_64, aarch64/qemu)"
   "c-examples|C library: install, examples built with pkg-config, full-size runs"

@@ -16,9 +16,9 @@ use crate::workload::{Distribution, PatternSpec};
 /// `--backend`, resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// Seed 000 §1.1.
+    /// Through ipc and Flux to the endpoint's daemon (docs/spec/benchkv.md#backends).
     Meta,
-    /// Seed 000 §1.2.
+    /// Through the delegation ring to daemon#0 (docs/spec/benchkv.md#backends).
     Delegation,
 }
 
@@ -70,10 +70,10 @@ pub struct Config {
     pub ring_size: u32,
     /// Requests per source per loop turn (`usize::MAX` = no limit).
     pub take_per_turn: usize,
-    /// Seed 001's extra empty polls per loop (0 = off).
+    /// The poll budget's extra empty polls per loop (0 = off).
     pub poll_budget: u32,
-    /// `--poll-budget adaptive|adaptive-seed`: seed 001's controller steers it, with these
-    /// parameters.
+    /// `--poll-budget adaptive|adaptive-seed`: the self-identifying controller
+    /// (docs/spec/poll-budget.md#controller) steers it, with these parameters.
     pub adaptive: Option<BudgetParams>,
     /// `--metrics`.
     pub metrics: bool,

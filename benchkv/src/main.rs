@@ -1,11 +1,11 @@
-//! benchkv: the distributed key-value benchmark over copyrpc (seed 000 §5–10).
+//! benchkv: the distributed key-value benchmark over copyrpc (docs/spec/benchkv.md).
 //!
 //! | module | holds |
 //! |---|---|
 //! | [`cli`] | the flags (clap derive) |
 //! | [`config`] | validation of the flags, pinning plan |
 //! | [`workload`] | per-client patterns: uniform / Zipf keys, ranks, read ratio, the RNG |
-//! | [`msg`] | Request / Response / DelegatePayload (seed §8) |
+//! | [`msg`] | Request / Response / DelegatePayload (docs/spec/benchkv.md#messages) |
 //! | [`store`] | one shard's fixed-capacity table; values derivable from their key |
 //! | [`daemon`] | the daemon loop: transport, delegation ring, ipc, Flux phases, parking |
 //! | [`pending`] | the daemon's table of requests awaiting an answer |
@@ -14,7 +14,7 @@
 //! | [`cluster`] | MPI ranks or a single rank |
 //! | [`resources`] | what a threaded rank needs from its machine (memory, mappings), checked first |
 //! | [`setup`] | what a rank builds first: shm servers, Flux memory, fabric decision |
-//! | [`orchestrate`] | seed §9: threads, runs, stop, drain, gather |
+//! | [`orchestrate`] | docs/spec/benchkv.md#orchestration: threads, runs, stop, drain, gather |
 //! | [`watchdog`] | bounds every wait on other ranks; names the wait and the stuck peer |
 //! | [`vworld`] | `--world virtual:N`: every rank in one process and thread, in virtual time |
 //! | [`histogram`], [`metrics`], [`report`], [`output`], [`plot`] | results and their formats |

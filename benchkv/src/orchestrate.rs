@@ -1,7 +1,7 @@
-//! The orchestrator (seed 000 §9): sets a rank up, runs the timed runs, stops, drains,
-//! and gathers every rank's results.
+//! The orchestrator (docs/spec/benchkv.md#orchestration): sets a rank up, runs the timed
+//! runs, stops, drains, and gathers every rank's results.
 //!
-//! Steps, in the seed's numbering:
+//! Steps, in the spec's numbering:
 //! - 1: cores: the usable set, split among ranks sharing the host; pin or not (`--pin`);
 //! - 2: one pregenerated pattern per client;
 //! - 3: K ipc servers `/benchkv_<pid>_<rank>_ipc_<d>` (the pid keeps concurrent runs
@@ -136,7 +136,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
         .map_err(Fail::Usage)?;
     let fabric = setup::resolve_fabric(cfg).map_err(Fail::Usage)?;
     dog.arm(
-        "set-up: the endpoint exchange with every rank (seed §9 steps 6, 8)",
+        "set-up: the endpoint exchange with every rank (orchestration steps 6, 8)",
         cfg.setup_timeout,
     );
     let mut remotes = remote::connect(cfg, &cluster).map_err(Fail::Usage)?;

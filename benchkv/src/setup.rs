@@ -1,6 +1,6 @@
-//! What a rank builds before its threads start (seed 000 §9 steps 3–5): the shared-memory
-//! servers the clients connect to, the Flux mesh's memory, the fabric decision, and the
-//! lines describing the set-up in the report.
+//! What a rank builds before its threads start (docs/spec/benchkv.md#orchestration, steps
+//! 3–5): the shared-memory servers the clients connect to, the Flux mesh's memory, the
+//! fabric decision, and the lines describing the set-up in the report.
 
 use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl};
 use copyrpc_core::shm::spsc::Slot;

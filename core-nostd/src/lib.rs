@@ -10,12 +10,12 @@
 //! | [`ring`] | free-running virtual positions over power-of-two rings; send and recv ring state |
 //! | [`credit`] | the flow-control invariant `in_flight + 2R <= C`, grants, allowances, reservations |
 //! | [`shm`] | what the shm protocols share: the SPSC ring, the user-data slab and its tokens, the ring message, the client-id registry (states, owners, eviction), region checks and errors |
-//! | [`deleg`] | delegationrpc: MPSC request ring + per-client response slots over a shared region (seed 000 §2.1 layout), hole recovery, client-id reuse |
+//! | [`deleg`] | delegationrpc: MPSC request ring + per-client response slots over a shared region (docs/spec/deleg.md#layout), hole recovery, client-id reuse |
 //! | [`ipc`] | per-client SPSC request/response rings over a shared region (the ring is [`shm::spsc`], which Flux uses too) |
 //! | [`copyrpc`] | the RPC engine over raw mlx5 queues: context, endpoints, call / poll / recv / reply, batching, wrap, credit, READ fallback, raw READ/WRITE |
-//! | [`budget`] | seed 001's adaptive poll budget: fixed-point EWMAs, hysteresis, warm-up self-identification; time passed in |
-//! | [`ops`] | seed 004's completion ownership: op identities never reused, slots leased and returned only when their work requests completed, generation-tagged wr_ids, primed receive windows, imm-recv matching, `cancel_all` |
-//! | [`bulk`] | seed 003's four RPC patterns: buffer descriptors in copyrpc requests, the server pulling by READ and pushing by WRITE in bounded, slot-leased chunks |
+//! | [`budget`] | the adaptive poll budget (docs/spec/poll-budget.md): fixed-point EWMAs, hysteresis, warm-up self-identification; time passed in |
+//! | [`ops`] | completion ownership (docs/spec/ownership.md): op identities never reused, slots leased and returned only when their work requests completed, generation-tagged wr_ids, primed receive windows, imm-recv matching, `cancel_all` |
+//! | [`bulk`] | the four RPC patterns (docs/spec/bulk.md): buffer descriptors in copyrpc requests, the server pulling by READ and pushing by WRITE in bounded, slot-leased chunks |
 //! | [`flux`] | N-to-N request/response mesh between threads over caller memory; user data in a per-node slab keyed by generation tokens |
 //! | `sync` | the only source of atomics and `UnsafeCell`: `core`'s, or loom's under `--cfg loom` |
 //!

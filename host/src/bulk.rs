@@ -1,10 +1,11 @@
 //! Registered buffer pools for bulk transfers (`copyrpc_core::bulk`), on either fabric.
 //!
-//! A [`BufferPool`] registers one region once (a device-model MR on the sim fabric, a
-//! verbs MR on a NIC) and hands out equal buffers from a free list, so a user registers
-//! once and reuses: registration is the expensive step seed 003 §11 warns about. The
-//! pool's [`RegisteredRange`] goes into the core's [`Regions`](copyrpc_core::bulk::Regions), which
-//! checks every descriptor and local buffer made from it.
+//! A [`BufferPool`] registers one region once (a device-model MR on the sim fabric, a verbs
+//! MR on a NIC) and hands out equal buffers from a free list, so a user registers once and
+//! reuses: registration is the expensive step
+//! (docs/spec/bulk.md#risks-the-first-design-names). The pool's [`RegisteredRange`] goes
+//! into the core's [`Regions`](copyrpc_core::bulk::Regions), which checks every descriptor
+//! and local buffer made from it.
 
 use copyrpc_core::bulk::{Desc, Local, RegisteredRange};
 

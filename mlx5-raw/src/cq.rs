@@ -7,7 +7,7 @@
 //!   [SET_CI] = be32(ci & 0xffffff)            written by `update_ci`, after a batch
 //! ```
 //!
-//! Polling follows rdma-core `get_sw_cqe` / `mlx5_get_next_cqe` (reference §4.7):
+//! Polling follows rdma-core `get_sw_cqe` / `mlx5_get_next_cqe` (docs/spec/mlx5.md#owner-bit):
 //! Acquire-load `op_own`; the slot is the software's if the opcode is not INVALID and the
 //! owner bit equals the lap parity; then [`barrier::from_device`]; then read the body.
 //! rdma-core's reason for the barrier's place: the body may only be read after the owner

@@ -1,5 +1,5 @@
 //! Shared receive queue posting with rdma-core v44 free-list semantics
-//! (reference §3.2–3.3).
+//! (docs/spec/mlx5.md#srq).
 //!
 //! ```text
 //!   WQE i = buf + i * stride: [ next seg (16 B): next_wqe_index BE16 at +2 ][ data segs ]

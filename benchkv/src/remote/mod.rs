@@ -3,7 +3,7 @@
 //!
 //! Daemons see only [`Remote`]. The daemon that holds rank `r`'s endpoint
 //! ([`endpoint_daemon`]: daemon#0 for every remote rank with `delegation`, daemon
-//! `r % K` with `meta`, seed 000 §1.4) calls it in its loop:
+//! `r % K` with `meta`, docs/spec/benchkv.md#backends) calls it in its loop:
 //!
 //! - phase 1 ([`crate::daemon`]): [`Remote::poll`] (flush + completions: answers to our
 //!   calls come back with the token we gave), then [`Remote::recv`] for requests from
@@ -14,8 +14,8 @@
 //! A call or reply refused for room ([`SendError::Busy`]: copyrpc's `RingFull`,
 //! `InsufficientCredit`, `TooManyCalls`, `SqFull`) is parked by the daemon and retried
 //! after its next `poll`; nothing is dropped and the daemon never blocks inside a phase,
-//! so there is no nested poll (the seed's `nested_resp_buf` exists only because its
-//! retry loop polls inside a reply).
+//! so there is no nested poll (the first design's `nested_resp_buf` exists only because
+//! its retry loop polls inside a reply: docs/spec/benchkv.md#back-pressure).
 //!
 //! Implementations: [`Loopback`] (in-process, for tests and `--loopback-ranks`) and
 //! [`CopyrpcRemote`] (a copyrpc context per daemon over the fabric's queues, endpoints
@@ -145,7 +145,7 @@ pub fn pinned_bytes(cfg: &Config, peers: u32) -> u64 {
     u64::from(peers) * (2 * cfg.copyrpc_ring.bytes() as u64 + (320 << 10)) + (16 << 20)
 }
 
-/// The daemon that holds rank `rank`'s endpoint (seed 000 §1.4).
+/// The daemon that holds rank `rank`'s endpoint (docs/spec/benchkv.md#backends).
 pub fn endpoint_daemon(backend: Backend, rank: u32, daemons: usize) -> usize {
     match backend {
         Backend::Delegation => 0,
@@ -156,12 +156,12 @@ pub fn endpoint_daemon(backend: Backend, rank: u32, daemons: usize) -> usize {
 /// Builds each daemon's transport (index = daemon id; `None` for a daemon that holds no
 /// remote rank), on the main thread before the daemons start; the daemons take them.
 ///
-/// Where the copyrpc wiring goes: with `cluster.size() > 1`, open the fabric
-/// (`cfg.fabric`, `cfg.device`), build one copyrpc context per daemon that holds an
-/// endpoint (the peers `r` with `endpoint_daemon(cfg.backend, r, cfg.daemons) == d`),
-/// exchange their records over `cluster` (it implements the host's `Collectives`: seed
-/// §9 steps 6 and 8) and return `AnyRemote::Copyrpc(..)` values. Every rank calls this
-/// at the same point, so collectives inside it line up.
+/// Where the copyrpc wiring goes: with `cluster.size() > 1`, open the fabric (`cfg.fabric`,
+/// `cfg.device`), build one copyrpc context per daemon that holds an endpoint (the peers
+/// `r` with `endpoint_daemon(cfg.backend, r, cfg.daemons) == d`), exchange their records
+/// over `cluster` (it implements the host's `Collectives`:
+/// docs/spec/benchkv.md#orchestration, steps 6 and 8) and return `AnyRemote::Copyrpc(..)`
+/// values. Every rank calls this at the same point, so collectives inside it line up.
 pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>, String> {
     let (mpi_size, my_rank) = (cluster.size() as u32, cluster.rank() as u32);
     let ranks = cfg.ranks(mpi_size);
@@ -174,8 +174,8 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         })
         .collect();
     if mpi_size > 1 {
-        // Seed §9 steps 6 and 8: the fabric, a context per daemon that holds endpoints,
-        // and the endpoint exchange over MPI.
+        // Orchestration steps 6 and 8 (docs/spec/benchkv.md#orchestration): the fabric, a
+        // context per daemon that holds endpoints, and the endpoint exchange over MPI.
         let mut opts = FabricOptions::default();
         opts.verbs.device = cfg.device.clone();
         opts.verbs.port = cfg.port;

@@ -1,6 +1,6 @@
-//! Seed 001's "outstanding time series" for the virtual world: rank 0 daemon#0's
-//! outstanding requests and CQE-batch mean, sampled at fixed virtual intervals, and the
-//! SVG `--plot` draws of them.
+//! The "outstanding time series" of docs/spec/poll-budget.md#loop-metrics for the virtual
+//! world: rank 0 daemon#0's outstanding requests and CQE-batch mean, sampled at fixed
+//! virtual intervals, and the SVG `--plot` draws of them.
 
 use std::fmt::Write as _;
 

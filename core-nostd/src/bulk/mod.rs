@@ -1,4 +1,4 @@
-//! Bulk transfers: seed 003's four RPC patterns on copyrpc messages plus one-sided
+//! Bulk transfers: the four RPC patterns of docs/spec/bulk.md on copyrpc messages plus one-sided
 //! operations on registered buffers, with completion ownership from [`crate::ops`].
 //!
 //! ```text

@@ -1,6 +1,6 @@
-//! Dispatch slots (seed 004 layer 3): leased from a free list, returned only after every
-//! work request of the lease completed, and named on the wire by a generation-tagged
-//! wr_id (layer 4).
+//! Dispatch slots (layer 3 of docs/spec/ownership.md#layers): leased from a free list,
+//! returned only after every work request of the lease completed, and named on the wire by
+//! a generation-tagged wr_id (layer 4).
 //!
 //! Each slot has one atomic word, `generation << 32 | FAILED | outstanding`. The owner
 //! thread arms it when it leases the slot and reads it when it reclaims the slot; a

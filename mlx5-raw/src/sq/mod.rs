@@ -32,15 +32,14 @@
 //! }
 //! ```
 //!
-//! A WQE may span up to 8 WQEBBs (512 bytes, reference §1.1) and may run past the end of
-//! the ring. The common WQE (contiguous bytes, inline or an inline head and one data
-//! segment, before the ring end, with room free) is written by `post_contig` with
+//! A WQE may span up to 8 WQEBBs (512 bytes, docs/spec/mlx5.md#send-wqe) and may run past
+//! the end of the ring. The common WQE (contiguous bytes, inline or an inline head and one
+//! data segment, before the ring end, with room free) is written by `post_contig` with
 //! fixed-size stores into its one slice. Everything else goes to `post_general`, out of
-//! line, whose segment code writes through one cursor (`WqeCursor`) and never tests for
-//! the end of the queue: a WQE that fits before the end is written as one slice, and
-//! only one that straddles it goes through the wrap-aware ring writes. Both lay a WQE out
-//! the same way (`tests/sq.rs` compares every length at every ring position with a
-//! reference).
+//! line, whose segment code writes through one cursor (`WqeCursor`) and never tests for the
+//! end of the queue: a WQE that fits before the end is written as one slice, and only one
+//! that straddles it goes through the wrap-aware ring writes. Both lay a WQE out the same
+//! way (`tests/sq.rs` compares every length at every ring position with a reference).
 //!
 //! Completions: a requester CQE carries the `wqe_index` of the completed WQE's first BB;
 //! that WQE and everything before it are done ([`Sq::retire`]). The WQE's size is read
@@ -68,8 +67,8 @@ use cursor::{Span, WqeCursor, WqeDest, Wrapping};
 use types::Repr;
 pub use types::{Payload, PostError, Posted, Remote, RetireError, Sge, SqConfig, SqInitError};
 
-/// Largest WQE this driver builds, in bytes (reference §1.1: the kernel's SGE arithmetic
-/// and RDMA READ are limited to 512 B).
+/// Largest WQE this driver builds, in bytes (docs/spec/mlx5.md#send-wqe: the kernel's SGE
+/// arithmetic and RDMA READ are limited to 512 B).
 pub const MAX_WQE_BYTES: usize = 512;
 /// Largest WQE in WQEBBs.
 pub const MAX_WQE_BBS: u32 = (MAX_WQE_BYTES / SEND_WQE_BB) as u32;
@@ -689,7 +688,7 @@ impl Sq {
         self.debug_check();
     }
 
-    /// The doorbell, as the checklist of rdma-core `post_send_db` (reference §2.3).
+    /// The doorbell, as the checklist of rdma-core `post_send_db` (docs/spec/mlx5.md#doorbell).
     /// `last` is the free-running position and DS of the batch's last WQE; `count` the
     /// number of WQEs in the batch.
     ///
