@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The virtual-world figures of docs/PERFORMANCE.md ("benchkv at scale in virtual time"):
 #   scripts/virtual-world.sh scale   wall time of 10 ms of virtual time, NP = 2..64
-#   scripts/virtual-world.sh seed001 seed 001's settings at NP = 2, 8, 16, 32
+#   scripts/virtual-world.sh seed001 the bistability settings (docs/spec/poll-budget.md#bistability) at NP = 2, 8, 16, 32
 #   scripts/virtual-world.sh budget  the adaptive poll budget against fixed ones (issue 18)
 #   scripts/virtual-world.sh dvm     Delegation against Meta at NP = 16, 32, K = 1, 2, 4
 # Each line is one run; the runs are deterministic (same flags, same output), the wall
@@ -38,9 +38,9 @@ scale)
     done
     ;;
 seed001)
-    # Seed 001's settings with a QP packet time of 7 µs (see docs/PERFORMANCE.md, "Seed
-    # 001: the bistability"), a poll budget of off / 2 / 16 / adaptive, with the extra poll
-    # costing 1 µs (the seed's "16 ≈ 16 µs") and 5 µs.
+    # The bistability settings with a QP packet time of 7 µs (see docs/PERFORMANCE.md,
+    # "Bistability"), a poll budget of off / 2 / 16 / adaptive, with the extra poll
+    # costing 1 µs (the spec's "16 ≈ 16 µs") and 5 µs.
     for poll in 1000 5000; do
         for np in 2 4 8 16 32; do
             for pb in off 2 16 adaptive; do
@@ -60,8 +60,8 @@ seed001)
     done
     ;;
 budget)
-    # Issue 18: the adaptive poll budget against every fixed one on the same plant (seed
-    # 001's settings with a 7 µs QP packet time, 1 µs extra polls), from a cold start,
+    # Issue 18: the adaptive poll budget against every fixed one on the same plant (the
+    # bistability settings with a 7 µs QP packet time, 1 µs extra polls), from a cold start,
     # then after a 1 ms stall of rank 3's NIC at 2 ms (10 ms runs), and the plot of u.
     plant=(-C 46 --queue-depth 32 --rpc-ring 256k --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000)
     for np in 2 8 16 32; do
@@ -92,7 +92,7 @@ dvm)
     done
     for be in delegation meta; do
         $B --world virtual:2 --backend "$be" -K 2 -C 4 --queue-depth 4 --duration 5ms --rpc-ring 16k \
-            --cost item_ns=40 --output json 2>/dev/null | summary "seed 000 §10 shape: NP=2 K=2 C=4 QD=4 $be"
+            --cost item_ns=40 --output json 2>/dev/null | summary "reference-figures shape: NP=2 K=2 C=4 QD=4 $be"
     done
     ;;
 *)

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 pub use copyrpc_host::units::parse_duration;
 
-/// The distributed key-value benchmark of copyrpc (seed 000): K daemon threads (shards)
+/// The distributed key-value benchmark of copyrpc (docs/spec/benchkv.md): K daemon threads (shards)
 /// and C closed-loop client threads per rank; `mpirun -np N benchkv` for N ranks, plain
 /// `benchkv` for one.
 ///
@@ -92,18 +92,18 @@ pub struct Cli {
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub ring_size: u32,
 
-    /// Seed 001's poll budget: after the transport poll that drains the completion
-    /// queue, the daemon keeps polling until N polls have found nothing (at most 4 N
-    /// extra polls in all) before the rest of its loop, to let completions accumulate:
-    /// `off` (the default), N in 1..=65536, `adaptive`: seed 001's controller
-    /// (warm-up self-identification, then hysteresis on the CQE batch and the empty-loop
-    /// ratio) steers it per daemon, or `adaptive-seed`: the same controller with the
-    /// seed's parameters (hysteresis on loop time / RTT).
+    /// The poll budget (docs/spec/poll-budget.md#poll-budget): after the transport poll
+    /// that drains the completion queue, the daemon keeps polling until N polls have found
+    /// nothing (at most 4 N extra polls in all) before the rest of its loop, to let
+    /// completions accumulate: `off` (the default), N in 1..=65536, `adaptive`: the spec's
+    /// controller (warm-up self-identification, then hysteresis on the CQE batch and the
+    /// empty-loop ratio) steers it per daemon, or `adaptive-seed`: the same controller with
+    /// the specified parameters (hysteresis on loop time / RTT).
     #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive|adaptive-seed")]
     pub poll_budget: PollBudget,
 
     /// Requests a daemon takes from one source per loop turn before moving to the next
-    /// phase: `all` (no limit) or N >= 1. (Before 0.2 this was `--poll-budget`.)
+    /// phase: `all` (no limit) or N >= 1.
     #[arg(long, default_value = "all", value_parser = parse_take, value_name = "all|N")]
     pub take_per_turn: usize,
 
@@ -276,10 +276,10 @@ pub enum PollBudget {
     Off,
     /// Up to this many extra empty polls per loop.
     Fixed(u32),
-    /// Seed 001's adaptive controller, as benchkv runs it (`Params::ADAPTED`).
+    /// The adaptive controller, as benchkv runs it (`Params::ADAPTED`).
     Adaptive,
-    /// Seed 001's adaptive controller as the seed writes it (`Params::SEED`), for
-    /// comparison.
+    /// The adaptive controller as specified (`Params::SEED`,
+    /// docs/spec/poll-budget.md#controller), for comparison.
     AdaptiveSeed,
 }
 

@@ -1,4 +1,5 @@
-//! A client thread: a closed loop keeping `QD` requests outstanding (seed 000 §7).
+//! A client thread: a closed loop keeping `QD` requests outstanding
+//! (docs/spec/benchkv.md#client-loop).
 //!
 //! Routing: a request for this rank goes through ipc to the shard owner (`key % K`); a
 //! request for another rank goes through the delegation ring to daemon#0 (`delegation`)

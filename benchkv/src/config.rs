@@ -77,10 +77,10 @@ pub struct Config {
     pub ring_size: u32,
     /// Requests per source per loop turn (`usize::MAX` = no limit).
     pub take_per_turn: usize,
-    /// Seed 001's extra empty polls per loop (0 = off).
+    /// The poll budget's extra empty polls per loop (0 = off).
     pub poll_budget: u32,
-    /// `--poll-budget adaptive|adaptive-seed`: seed 001's controller steers it, with these
-    /// parameters.
+    /// `--poll-budget adaptive|adaptive-seed`: the self-identifying controller
+    /// (docs/spec/poll-budget.md#controller) steers it, with these parameters.
     pub adaptive: Option<BudgetParams>,
     /// `--metrics`.
     pub metrics: bool,

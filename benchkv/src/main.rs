@@ -1,4 +1,4 @@
-//! benchkv: the distributed key-value benchmark over copyrpc (seed 000 §5–10).
+//! benchkv: the distributed key-value benchmark over copyrpc (docs/spec/benchkv.md).
 //!
 //! ## The dependency rule
 //!
@@ -19,14 +19,14 @@
 //! | [`cli`] | the flags (clap derive) |
 //! | [`config`] | validation of the flags into a `Config`, pinning plan |
 //! | [`workload`] | per-client patterns: uniform / Zipf keys, ranks, read ratio |
-//! | [`msg`] | Request / Response / DelegatePayload (seed §8) |
+//! | [`msg`] | Request / Response / DelegatePayload (docs/spec/benchkv.md#messages) |
 //! | [`route`] | the backend, and which daemon holds the endpoint to a rank |
 //! | [`store`] | one shard's fixed-capacity table; values derivable from their key |
 //! | [`daemon`] | the daemon loop: transport, delegation ring, ipc, Flux phases, parking; its table of requests awaiting an answer |
 //! | [`remote`] | the inter-rank transport seam: copyrpc, and an in-process loopback |
 //! | [`client`] | the closed-loop client |
 //! | [`rank`] | one rank's shm servers, Flux memory, daemon parts, client set-up; the transports of a threaded rank; what a rank reports |
-//! | [`orchestrate`] | seed §9 on threads: runs, stop, drain, gather |
+//! | [`orchestrate`] | docs/spec/benchkv.md#orchestration on threads: runs, stop, drain, gather |
 //! | [`vworld`] | `--world virtual:N`: benchkv's daemons and clients as actors of `copyrpc_host::vworld` |
 //! | [`cluster`] | MPI ranks or a single rank |
 //! | [`resources`] | what a threaded rank needs from its machine (memory, mappings), checked first |

@@ -1,7 +1,7 @@
-//! The orchestrator (seed 000 §9): sets a rank up, runs the timed runs, stops, drains,
-//! and gathers every rank's results.
+//! The orchestrator (docs/spec/benchkv.md#orchestration): sets a rank up, runs the timed
+//! runs, stops, drains, and gathers every rank's results.
 //!
-//! Steps, in the seed's numbering:
+//! Steps, in the spec's numbering:
 //! - 1: cores: the usable set, split among ranks sharing the host; pin or not (`--pin`);
 //! - 2: one pregenerated pattern per client;
 //! - 3: K ipc servers `/benchkv_<pid>_<rank>_ipc_<d>` (the pid keeps concurrent runs
@@ -103,7 +103,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, Fail> {
 }
 
 /// Set-up with the other ranks: identities, the same options, this machine's room, the
-/// fabric, and the transports (seed §9 steps 6 and 8). Returns the fabric in words.
+/// fabric, and the transports (docs/spec/benchkv.md#orchestration, steps 6 and 8). Returns the fabric in words.
 fn agree_and_connect(
     cfg: &Config,
     cluster: &Cluster,
@@ -132,7 +132,7 @@ fn agree_and_connect(
         .map_err(Fail::Usage)?;
     let fabric = transport::resolve_fabric(cfg).map_err(Fail::Usage)?;
     dog.arm(
-        "set-up: the endpoint exchange with every rank (seed §9 steps 6, 8)",
+        "set-up: the endpoint exchange with every rank (orchestration steps 6, 8)",
         cfg.setup_timeout,
     );
     let remotes = transport::connect(cfg, cluster).map_err(Fail::Usage)?;

@@ -1,12 +1,12 @@
-//! How a request travels (seed 000 §1.1–1.4): which backend carries a client's remote
+//! How a request travels (docs/spec/benchkv.md#backends): which backend carries a client's remote
 //! requests, and which daemon of a rank holds the endpoint to another rank.
 
 /// How a client's requests for other ranks leave its rank (`--backend`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// Seed 000 §1.1.
+    /// Through ipc and Flux to the endpoint's daemon (docs/spec/benchkv.md#backends).
     Meta,
-    /// Seed 000 §1.2.
+    /// Through the delegation ring to daemon#0 (docs/spec/benchkv.md#backends).
     Delegation,
 }
 
@@ -20,7 +20,7 @@ impl Backend {
     }
 }
 
-/// The daemon that holds rank `rank`'s endpoint (seed 000 §1.4).
+/// The daemon that holds rank `rank`'s endpoint (docs/spec/benchkv.md#backends).
 pub fn endpoint_daemon(backend: Backend, rank: u32, daemons: usize) -> usize {
     match backend {
         Backend::Delegation => 0,

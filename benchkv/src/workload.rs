@@ -1,6 +1,6 @@
-//! Access patterns: each client thread gets its own pregenerated sequence of
-//! `(rank, key, is_read)` (seed 000 §9 step 2), replayed in a loop during the run, so no
-//! random numbers are drawn on the measured path.
+//! Access patterns: each client thread gets its own pregenerated sequence of `(rank, key,
+//! is_read)` (docs/spec/benchkv.md#orchestration, step 2), replayed in a loop during the
+//! run, so no random numbers are drawn on the measured path.
 //!
 //! Keys come from `0..keys`, uniformly or Zipf-distributed (key 0 hottest); the target
 //! rank is drawn uniformly and independently, so every rank holds the whole key range and

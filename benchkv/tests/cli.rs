@@ -509,8 +509,8 @@ fn a_plot_path_that_is_a_fifo_is_refused_without_waiting() {
     assert!(err.contains("--plot") && err.contains("FIFO"), "{err}");
 }
 
-/// Issue 23, item 6: a --plot path that cannot be written is refused before the run (it
-/// used to be reported after a whole run, its results lost).
+/// Issue 23, item 6: a --plot path that cannot be written is refused before the run, not
+/// reported after a whole run whose results are then lost.
 #[test]
 fn item6_unwritable_plot_path_is_refused_before_the_run() {
     let out = benchkv(&["--plot", "/nonexistent-dir/x.svg", "--duration", "30s"]);

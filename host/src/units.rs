@@ -19,8 +19,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("`{s}` is not a duration (examples: 2, 0.5, 2s, 500ms)"))?;
     let secs = v * scale;
-    // At least a microsecond: below it the value used to become 0 ns and a run of
-    // nothing passed for a measurement.
+    // At least a microsecond: below it the value would become 0 ns and a run of
+    // nothing would pass for a measurement.
     if !(1e-6..=86_400.0).contains(&secs) {
         return Err(format!(
             "`{s}`: a duration must be at least 1us and at most a day"

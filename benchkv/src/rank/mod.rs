@@ -1,4 +1,5 @@
-//! One rank of benchkv as both runners build it (seed 000 §9 steps 2–5, 7 and 11): the
+//! One rank of benchkv as both runners build it (docs/spec/benchkv.md#orchestration, steps 2–5, 7
+//! and 11): the
 //! shared-memory servers its clients connect to, its two Flux meshes, each daemon's
 //! parts and slabs, each client's set-up. The threaded runner builds one and runs each
 //! daemon and client on a thread of its own; the virtual world builds N and runs them as

@@ -1,5 +1,5 @@
 //! What a rank hands back when its threads (or actors) are done, and the report both
-//! runners assemble from every rank's share (seed 000 §9 step 14).
+//! runners assemble from every rank's share (docs/spec/benchkv.md#orchestration, step 14).
 
 use serde_json::{json, Value};
 

@@ -1,5 +1,5 @@
-//! What a rank's clients connect to and its daemons talk through (seed 000 §9 steps
-//! 3–5): the ipc servers and delegation ring in `/dev/shm`, and the Flux meshes' memory.
+//! What a rank's clients connect to and its daemons talk through (docs/spec/benchkv.md#orchestration,
+//! steps 3–5): the ipc servers and delegation ring in `/dev/shm`, and the Flux meshes' memory.
 
 use std::path::Path;
 

@@ -23,8 +23,8 @@ pub fn pinned_bytes(cfg: &Config, peers: u32) -> u64 {
 /// Where the copyrpc wiring goes: with `cluster.size() > 1`, open the fabric
 /// (`cfg.fabric`, `cfg.device`), build one copyrpc context per daemon that holds an
 /// endpoint (the peers `r` with `endpoint_daemon(cfg.backend, r, cfg.daemons) == d`),
-/// exchange their records over `cluster` (it implements the host's `Collectives`: seed
-/// §9 steps 6 and 8) and return `AnyRemote::Copyrpc(..)` values. Every rank calls this
+/// exchange their records over `cluster` (it implements the host's `Collectives`:
+/// docs/spec/benchkv.md#orchestration, steps 6 and 8) and return `AnyRemote::Copyrpc(..)` values. Every rank calls this
 /// at the same point, so collectives inside it line up.
 pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>, String> {
     let (mpi_size, my_rank) = (cluster.size() as u32, cluster.rank() as u32);
@@ -38,7 +38,7 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         })
         .collect();
     if mpi_size > 1 {
-        // Seed §9 steps 6 and 8: the fabric, a context per daemon that holds endpoints,
+        // Orchestration steps 6 and 8 (docs/spec/benchkv.md#orchestration): the fabric, a context per daemon that holds endpoints,
         // and the endpoint exchange over MPI.
         let mut opts = FabricOptions::default();
         opts.verbs.device = cfg.device.clone();

@@ -130,9 +130,11 @@ node_classes! {
     Upto16k: ring <= 16 << 10, calls 4096;
     /// Up to 256 KiB (8 Ki requests an endpoint, 16 Ki calls).
     Upto256k: ring <= 256 << 10, calls 16_384;
-    /// Up to 1 MiB (32 Ki requests, 64 Ki calls): seed 002's default ring.
+    /// Up to 1 MiB (32 Ki requests, 64 Ki calls): the first design's default ring
+    /// (docs/spec/copyrpc.md#defaults).
     Upto1m: ring <= 1 << 20, calls 65_536;
-    /// Up to 4 MiB (128 Ki requests, 64 Ki calls): seed 001's ring.
+    /// Up to 4 MiB (128 Ki requests, 64 Ki calls): the ring of the bistability runs
+    /// (docs/spec/poll-budget.md#bistability).
     Upto4m: ring <= 4 << 20, calls 65_536;
 }
 

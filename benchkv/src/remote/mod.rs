@@ -3,7 +3,7 @@
 //!
 //! Daemons see only [`Remote`]. The daemon that holds rank `r`'s endpoint
 //! ([`crate::route::endpoint_daemon`]: daemon#0 for every remote rank with `delegation`, daemon
-//! `r % K` with `meta`, seed 000 §1.4) calls it in its loop:
+//! `r % K` with `meta`, docs/spec/benchkv.md#backends) calls it in its loop:
 //!
 //! - phase 1 ([`crate::daemon`]): [`Remote::poll`] (flush + completions: answers to our
 //!   calls come back with the token we gave), then [`Remote::recv`] for requests from
@@ -14,8 +14,8 @@
 //! A call or reply refused for room ([`SendError::Busy`]: copyrpc's `RingFull`,
 //! `InsufficientCredit`, `TooManyCalls`, `SqFull`) is parked by the daemon and retried
 //! after its next `poll`; nothing is dropped and the daemon never blocks inside a phase,
-//! so there is no nested poll (the seed's `nested_resp_buf` exists only because its
-//! retry loop polls inside a reply).
+//! so there is no nested poll (the first design's `nested_resp_buf` exists only because
+//! its retry loop polls inside a reply: docs/spec/benchkv.md#back-pressure).
 //!
 //! Implementations: [`Loopback`] (in-process, for tests and `--loopback-ranks`) and
 //! [`CopyrpcRemote`] (a copyrpc context per daemon over the fabric's queues, endpoints

@@ -55,13 +55,13 @@ pub struct EndpointMem {
 /// size / 32).
 ///
 /// `repr(C)`. The pending-call table comes first: at offset 0 its entries are
-/// addressed from the context pointer itself (anywhere else each lookup pays 1 to 2
-/// instructions more for the table's base). What a poll that finds nothing to do reads
-/// follows from a cache-line boundary: the poll count, the next sweep and the recv CQ's
-/// poller position share one line; the send CQ's position and the dirty set's first word
-/// (endpoints 0..64) the next. A poll loop that runs other work between its polls then
-/// reloads two lines of the context per idle test, not four (docs/PERFORMANCE.md,
-/// "Latency path").
+/// addressed from the context pointer itself (anywhere else each lookup also pays for
+/// the table's base; docs/PERFORMANCE.md, "Latency path"). What a poll that finds
+/// nothing to do reads follows from a cache-line boundary: the poll count, the next
+/// sweep and the recv CQ's poller position share one line; the send CQ's position and
+/// the dirty set's first word (endpoints 0..64) the next. A poll loop that runs other
+/// work between its polls then reloads two lines of the context per idle test, not
+/// four (docs/PERFORMANCE.md, "Latency path").
 #[derive(Debug)]
 #[repr(C)]
 pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {

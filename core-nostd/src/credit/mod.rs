@@ -1,4 +1,4 @@
-//! Credit-based flow control (seed 002 "フロー制御", seed 000 §3.4), as pure functions.
+//! Credit-based flow control (docs/spec/credit.md), as pure functions.
 //!
 //! Each side keeps, for its direction of writes into the peer's recv ring of size `C`:
 //!
@@ -19,9 +19,9 @@
 //! it wraps, the tail skipped to the lap end, which is less than what did not fit,
 //! itself at most `s + 32` (see [`crate::ring::SendRing::plan`]). So a reply covered by
 //! an allowance `a >= s + 32` needs at most `2a` bytes, and holding `2R` back keeps
-//! that much free for every reply we owe. Seed 002 attributes the factor to both sides
-//! holding reservations at once; seed 000 to metadata and wrap margin. The bound above
-//! is what makes it necessary.
+//! that much free for every reply we owe. The design notes attribute the factor to both
+//! sides holding reservations at once, or to metadata and wrap margin; the bound above
+//! is what makes it necessary (docs/spec/credit.md#why-2r).
 //!
 //! # Replies never need a space check
 //!
@@ -202,11 +202,11 @@ pub const fn reply_fits_allowance(reply_padded: u64, internal_allowance: u64) ->
 
 /// The `initial_credit` we advertise at connect: our reservation cap, aligned.
 ///
-/// Seed 002 writes `min(max_resp_reservation, ring_size / 4)`, seed 000's endpoint info
-/// says `max_resp_reservation`. The advertiser cannot know the peer's recv ring size,
-/// which bounds its own initial reservation, so it sends the cap and the peer clamps
-/// with its ring size ([`initial_peer_credit_balance`]). The balance then equals our
-/// initial reservation exactly, whatever the two ring sizes are.
+/// One design note advertises `min(max_resp_reservation, ring_size / 4)`, the other
+/// `max_resp_reservation` (docs/spec/credit.md#lifecycle). The advertiser cannot know the
+/// peer's recv ring size, which bounds its own initial reservation, so it sends the cap and
+/// the peer clamps with its ring size ([`initial_peer_credit_balance`]). The balance then
+/// equals our initial reservation exactly, whatever the two ring sizes are.
 #[inline]
 pub const fn initial_credit(max_resp_reservation: u64) -> u64 {
     align_down(max_resp_reservation)

@@ -47,7 +47,7 @@ pub struct RpcConfig {
     /// flush of every send queue ([`RpcConfig::send_cq_entries`]).
     pub cqes: u32,
     /// Send WQEs per QP. The queue this makes ([`sq_wqebbs`](Self::sq_wqebbs)) must
-    /// hold [`EndpointConfig::min_sq_bbs`] blocks (16 with the seed's settings: four
+    /// hold [`EndpointConfig::min_sq_bbs`] blocks (16 with the default settings: four
     /// WQEs), or every endpoint is refused with `SqTooSmall`.
     pub sq_wrs: u32,
     /// Endpoint settings (reservation cap, inline threshold, signaling).
@@ -55,7 +55,7 @@ pub struct RpcConfig {
 }
 
 impl RpcConfig {
-    /// The seed's settings for rings of `ring_bytes`.
+    /// The default settings (docs/spec/copyrpc.md#defaults) for rings of `ring_bytes`.
     pub const fn for_ring(ring_bytes: usize) -> Self {
         Self {
             ring_bytes,

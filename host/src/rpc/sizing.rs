@@ -2,7 +2,7 @@
 //! and the `auto` size: the ring at which a given number of calls in flight to one peer
 //! never waits for ring credit.
 //!
-//! What a call holds of its peer's ring while it is in flight (seed 002's flow control,
+//! What a call holds of its peer's ring while it is in flight (docs/spec/credit.md,
 //! [`copyrpc_core::credit`]): its request's padded bytes (`in_flight`, at most half the
 //! ring beside the reservations), and its response allowance plus metadata out of the
 //! credit the peer granted, which is at most the peer's reservation cap, a quarter of the
@@ -15,10 +15,10 @@ use copyrpc_core::wire::padded_message_size;
 /// Smallest ring the flag takes: room for one 220 B batch and its reply beside the
 /// reservations.
 pub const RING_MIN: usize = 4 << 10;
-/// Largest ring the flag takes (seed 001 ran 4 MiB).
+/// Largest ring the flag takes (the bistability runs used 4 MiB,
+/// docs/spec/poll-budget.md#bistability).
 pub const RING_MAX: usize = 4 << 20;
-/// Smallest ring `auto` chooses (seed 002 starts from 16 KiB per direction for small
-/// runs; below it the per-WQE costs dominate anyway).
+/// Smallest ring `auto` chooses (below it the per-WQE costs dominate anyway).
 pub const AUTO_MIN: usize = 16 << 10;
 
 /// The ring (bytes, a power of two in [`AUTO_MIN`]`..=`[`RING_MAX`]) at which `calls`
@@ -119,7 +119,7 @@ mod tests {
     /// benchkv's shape: 24 B requests, 16 B responses, so 96 B of credit a call.
     #[test]
     fn auto_holds_the_calls_it_was_asked_for() {
-        // Seed 001: 46 clients × QD 32 to one peer → 1 MiB.
+        // The bistability runs' 46 clients × QD 32 to one peer → 1 MiB.
         assert_eq!(ring_for_calls(46 * 32, 24, 16), 1 << 20);
         assert!(calls_for_ring(1 << 20, 24, 16) >= 46 * 32);
         // The old fixed 16 KiB held ~42.

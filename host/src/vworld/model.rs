@@ -22,7 +22,7 @@ pub struct CostModel {
     /// Per completion (receive CQE: one arrived batch) the loop took, on top of its item:
     /// the CQE read, the SRQ repost, the batch parse. 0 by default (the item covers it).
     pub cqe_ns: f64,
-    /// One extra transport poll in step A (seed 001's poll budget).
+    /// One extra transport poll in step A (docs/spec/poll-budget.md#poll-budget).
     pub poll_ns: f64,
     /// A client turn's fixed cost when it issued or collected something.
     pub client_ns: f64,
@@ -30,10 +30,11 @@ pub struct CostModel {
     pub client_item_ns: f64,
     /// A client turn that found nothing: the period of its polling.
     pub client_idle_ns: f64,
-    /// Every turn's cost is drawn uniformly from `cost × (1 ± jitter)` (a seeded stream
-    /// per actor, so runs stay deterministic): the run-to-run variation of real loops
-    /// (cache misses, interrupts) that seed 001 says starts the dispersion of the
-    /// synchronised first wave. 0 makes every turn cost exactly its figure.
+    /// Every turn's cost is drawn uniformly from `cost × (1 ± jitter)` (a seeded stream per
+    /// actor, so runs stay deterministic): the run-to-run variation of real loops (cache
+    /// misses, interrupts) that starts the dispersion
+    /// (docs/spec/poll-budget.md#bistability) of the synchronised first wave. 0 makes every
+    /// turn cost exactly its figure.
     pub jitter: f64,
 }
 

@@ -1,4 +1,4 @@
-//! Seed 001's "outstanding time series" of one poll loop in the virtual world: the
+//! The "outstanding time series" (docs/spec/poll-budget.md#loop-metrics) of one poll loop in the virtual world: the
 //! requests it holds, its completions per loop, the answers collected, its poll budget,
 //! sampled at fixed virtual intervals; and the SVG that `--plot` draws of them.
 

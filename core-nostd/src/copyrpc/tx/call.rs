@@ -13,9 +13,9 @@ impl Tx {
     ///
     /// Always inlined: see `Context::reply_with` and `Context::call_with_allowance`.
     /// So is a call that opens a batch ([`write_call_opening`](Self::write_call_opening)),
-    /// all but its wrapping case: out of line, it cost every call at one call in flight
-    /// ~57 instructions of frame, arguments and recomputed sizes, and inlined it costs
-    /// batch 16 nothing and batch 64 under 1 % (docs/PERFORMANCE.md, "Latency path").
+    /// all but its wrapping case: out of line, every call at one call in flight paid
+    /// for its frame, arguments and recomputed sizes, and inlined it costs the larger
+    /// batches almost nothing (docs/PERFORMANCE.md, "Latency path").
     #[inline(always)]
     pub(crate) fn write_call(
         &mut self,
@@ -58,8 +58,8 @@ impl Tx {
         }
         // The common opening (every call at one call in flight): a new batch that does
         // not wrap. Tested once, as the append path tests `fits_open_batch`; `plan` and
-        // `reserve_message` would each test it again (~10 instructions a batch,
-        // docs/PERFORMANCE.md, "Latency path").
+        // `reserve_message` would each test it again (docs/PERFORMANCE.md, "Latency
+        // path").
         let (paid, pos) = if self.ring.fits_new_batch(padded) {
             let paid = self.pay_for_call(FLOW_METADATA_SIZE + padded, response_allowance)?;
             (paid, self.ring.open_batch_with(padded))

@@ -10,7 +10,7 @@
 //! then, so no credit return or grant is ever computed for a WQE that is not posted.
 
 mod call;
-mod post;
+mod range;
 mod reply;
 
 use mlx5_raw::Remote;

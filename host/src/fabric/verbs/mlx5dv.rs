@@ -2,10 +2,10 @@
 //! verbs fabric uses: `mlx5dv_init_obj` with its `mlx5dv_obj` / `mlx5dv_qp` / `mlx5dv_cq`
 //! / `mlx5dv_srq` structs, and `mlx5dv_create_qp` with `mlx5dv_qp_init_attr`.
 //!
-//! rdma-sys has no mlx5dv, and bindgen lays `mlx5_wqe_ctrl_seg` out wrong (20 bytes
-//! instead of 16; see `shared/reference/toolchain.md` §3), so nothing here is generated.
-//! The structs carry the C field names so they read against the header, and
-//! `tests/verbs_mlx5dv_layout.rs` compiles a C program against the installed header and
+//! rdma-sys has no mlx5dv, and bindgen lays `mlx5_wqe_ctrl_seg` out wrong (20 bytes instead
+//! of 16: the header's `packed` with `aligned(4)` has no bindgen equivalent), so nothing
+//! here is generated. The structs carry the C field names so they read against the header,
+//! and `tests/verbs_mlx5dv_layout.rs` compiles a C program against the installed header and
 //! compares every size and offset. `build.rs` links `libmlx5`.
 
 #![allow(non_camel_case_types)]
