@@ -155,7 +155,7 @@ STEPS=(
   "clippy|clippy -D warnings, every target of the workspace"
   "workspace|cargo test --workspace (unit, golden, proptest, MPI, chaos)"
   "nostd|no_std crates: no std/alloc in sources outside tests"
-  "layering|core-nostd layering: protocols import no sibling"
+  "layering|layering: core-nostd protocols import no sibling; benchkv imports only downward"
   "citations|spec citations point at files and sections in the repository"
   "comments|no instruction counts or session history in code comments"
   "selftest|scripts/tests: this script's interface, and the two source checks"
