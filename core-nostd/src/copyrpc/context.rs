@@ -578,6 +578,26 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
         Ok(e.d.max_response_allowance())
     }
 
+    /// The largest request payload a call on a connected endpoint can ever send: its
+    /// message, metadata and twice the most reservation this side can come to hold
+    /// for the peer's replies (the endpoint's `max_resp_reservation`, or half the peer's
+    /// recv ring) fill the peer's recv ring. Every payload up to it goes through once
+    /// the peer has consumed what is in flight (retry after `RingFull`); a larger one
+    /// is refused at once with [`Error::PayloadTooLarge`], which no retry changes
+    /// (about half the ring with the default cap of a quarter: 2 004 B of a 4 KiB
+    /// ring). [`Error::NotConnected`] before `connect`, [`Error::EndpointFailed`] once
+    /// the endpoint has failed.
+    pub fn max_request_payload(&self, id: EndpointId) -> Result<u32, Error> {
+        let e = self.ep(id)?;
+        if e.d.is_created() {
+            return Err(Error::NotConnected);
+        }
+        if e.d.is_failed() {
+            return Err(Error::EndpointFailed);
+        }
+        Ok(e.d.max_request_payload())
+    }
+
     /// Whether the endpoint has failed.
     pub fn is_failed(&self, id: EndpointId) -> bool {
         self.ep(id).is_ok_and(|e| e.d.is_failed())

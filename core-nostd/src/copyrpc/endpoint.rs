@@ -286,6 +286,11 @@ impl<const REQS: usize> EpData<REQS> {
     pub(crate) fn max_response_allowance(&self) -> Option<u32> {
         self.tx.max_response_allowance()
     }
+
+    /// The largest request payload a call can ever send.
+    pub(crate) fn max_request_payload(&self) -> u32 {
+        self.tx.max_request_payload()
+    }
 }
 
 #[cfg(test)]

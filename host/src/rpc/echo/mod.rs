@@ -82,15 +82,15 @@ impl EchoConfig {
 
     /// The largest `max_payload` the rings can carry: every call asks for a response
     /// as long as its request, so it is the smaller of the largest response allowance
-    /// the peer's credit can ever cover and the largest request always writable beside
-    /// our own reservation (both ranks run with the same `rpc`). Above it, calls would
-    /// be refused for good or could wait for room forever.
+    /// the peer's credit can ever cover and the largest request payload the core ever
+    /// sends beside our own reservation (`Context::max_request_payload`; both ranks run
+    /// with the same `rpc`). Above it, calls would be refused for good.
     pub fn max_payload_limit(&self) -> usize {
         let ring = self.rpc.ring_bytes as u64;
         let cap = self.rpc.endpoint.max_resp_reservation;
         let bound = credit::max_peer_credit(credit::initial_credit(cap), ring);
         let allowance = credit::max_response_allowance(bound).map_or(0, u64::from);
-        let request = credit::max_sure_request_payload(cap, ring);
+        let request = credit::max_request_payload(cap, ring);
         usize::try_from(allowance.min(request)).unwrap_or(usize::MAX)
     }
 
