@@ -356,13 +356,25 @@ pub enum Error {
         /// The soft limit.
         limit: u64,
     },
-    /// `--gid-index auto` on a RoCE port without a RoCE v2 GID.
-    #[error("{device} port {port} is RoCE but its GID table has no RoCE v2 entry with an address (see `show_gids`); give the interface an IP address or pass --gid-index")]
-    VerbsNoRoceGid {
+    /// `--gid-index auto` on a RoCE port found no entry, or several equally good ones.
+    #[error("{device} port {port}: --gid-index auto: {why}")]
+    VerbsGidChoice {
         /// The device name.
         device: String,
         /// The port number.
         port: u8,
+        /// What the table holds (the candidates, when there are several).
+        why: String,
+    },
+    /// `--gid-index N` is past the table, an empty slot, or not a RoCE v2 entry.
+    #[error("{device} port {port}: {reason}")]
+    VerbsGidIndex {
+        /// The device name.
+        device: String,
+        /// The port number.
+        port: u8,
+        /// What is wrong, naming `--gid-index`.
+        reason: String,
     },
     /// The chosen GID slot is empty.
     #[error("{device} port {port}: GID index {index} is empty (all zero); RoCE needs an address: pick another --gid-index (see `show_gids`)")]
