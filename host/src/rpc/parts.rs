@@ -10,7 +10,7 @@ use mlx5_raw::SqDesc;
 use super::wiring::{self, Wiring};
 use super::{split, RpcConfig, CONTROL_BYTES};
 use crate::error::{Error, Result};
-use crate::fabric::{sim, verbs, Fabric, QpEndpoint};
+use crate::fabric::{sim, verbs, Fabric, Qos, QpEndpoint};
 
 /// The shared queues of one context, and the QPs and regions of its endpoints. Dropping
 /// it destroys them: drop the context that uses them first.
@@ -96,7 +96,12 @@ impl NodeParts {
             .ok_or_else(|| Error::RpcConfig {
                 reason: format!("no endpoint of this node has qp {qpn:#x}"),
             })?;
-        self.wiring.connect(i, remote)
+        self.wiring.connect(i, remote, self.cfg.qos)
+    }
+
+    /// The traffic class and service level the next [`connect`](Self::connect)s use.
+    pub fn set_qos(&mut self, qos: Qos) {
+        self.cfg.qos = qos;
     }
 
     /// The fabric.
