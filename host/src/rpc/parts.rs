@@ -131,4 +131,27 @@ mod tests {
             "{e}"
         );
     }
+
+    /// What `set_qos` sets is what the next connects bring the QPs up with (the C ABI's
+    /// `copyrpc_fabric_set_qos`).
+    #[test]
+    fn set_qos_reaches_the_qps_connected_after_it() {
+        let open = || Arc::new(open_sim(&FabricOptions::default()).unwrap());
+        let cfg = RpcConfig::for_ring(4096);
+        let (fa, fb) = (open(), open());
+        let mut a = NodeParts::new(Arc::clone(&fa), &cfg, 1).unwrap();
+        let mut b = NodeParts::new(Arc::clone(&fb), &cfg, 1).unwrap();
+        let (ea, eb) = (a.add_endpoint().unwrap(), b.add_endpoint().unwrap());
+        let qos = Qos::new(106, 3).unwrap();
+        a.set_qos(qos);
+        b.set_qos(qos);
+        a.connect(ea.address.qpn, &eb.address).unwrap();
+        b.connect(eb.address.qpn, &ea.address).unwrap();
+        for (f, qpn) in [(&fa, ea.address.qpn), (&fb, eb.address.qpn)] {
+            let Fabric::Sim(s) = &**f else {
+                unreachable!("a sim fabric")
+            };
+            assert_eq!(s.qos_of(qpn), Some(qos));
+        }
+    }
 }
