@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use copyrpc_core::budget::Params as BudgetParams;
-use copyrpc_host::fabric::FabricKind;
+use copyrpc_host::fabric::verbs::gid;
+use copyrpc_host::fabric::{FabricKind, Qos};
 
 use crate::cli::{
     BackendArg, Cli, DistributionArg, FabricArg, Fault, OutputArg, PinArg, PollBudget,
@@ -107,10 +108,12 @@ pub struct Config {
     pub port: u8,
     /// `--gid-index` (`None`: auto).
     pub gid_index: Option<u8>,
+    /// `--tclass` and `--sl`.
+    pub qos: Qos,
 }
 
 /// How many options [`Config::shared_options`] lists.
-pub const SHARED_OPTIONS: usize = 19;
+pub const SHARED_OPTIONS: usize = 21;
 
 /// The first rank in `all` (every rank's [`Config::fingerprint`]) started with another
 /// shared option than `cfg`, as the error every rank reports.
@@ -317,6 +320,17 @@ impl Config {
         if let Some(path) = &cli.plot {
             check_writable(path)?;
         }
+        let qos = Qos::new(cli.tclass, cli.sl).map_err(|e| e.to_string())?;
+        if world.is_none() && fabric != FabricKind::Sim {
+            // A --gid-index past the port's table or of a RoCE v1 entry (or an auto pick
+            // with a tie), found in sysfs before MPI starts.
+            gid::check_flags(
+                &gid::sysfs_root(),
+                cli.device.as_deref(),
+                cli.port,
+                cli.gid_index.0,
+            )?;
+        }
         Ok(Self {
             backend: match cli.backend {
                 BackendArg::Meta => Backend::Meta,
@@ -350,6 +364,7 @@ impl Config {
             world,
             port: cli.port,
             gid_index: cli.gid_index.0,
+            qos,
             copyrpc_ring: match cli.rpc_ring.0 {
                 // Every client of this rank may have all its requests out to one peer.
                 None => RingSize::for_calls(cli.clients as u64 * u64::from(cli.queue_depth)),
@@ -387,6 +402,8 @@ impl Config {
             ("--seed", self.seed.to_string()),
             ("--pattern-len", self.pattern_len.to_string()),
             ("--rpc-ring", format!("{:?}", self.copyrpc_ring)),
+            ("--tclass", self.qos.traffic_class.to_string()),
+            ("--sl", self.qos.sl.to_string()),
             ("--drain-timeout", format!("{:?}", self.drain_timeout)),
             ("--setup-timeout", format!("{:?}", self.setup_timeout)),
         ]
@@ -494,6 +511,8 @@ mod tests {
             ["--read-ratio", "0.9"],
             ["--backend", "meta"],
             ["--daemons", "2"],
+            ["--tclass", "106"],
+            ["--sl", "3"],
         ] {
             let o = cfg(&["--keys", "1000", args[0], args[1]]).unwrap();
             let why = mismatch(&base, &[o.fingerprint()]).expect(args[0]);
@@ -530,6 +549,8 @@ mod tests {
             ),
             (&["--fabric", "sim", "--device", "mlx5_0"], "--device"),
             (&["--keys", "0"], "--keys"),
+            (&["--tclass", "256"], "--tclass"),
+            (&["--sl", "16"], "--sl"),
         ] {
             let e = cfg(args).unwrap_err();
             assert!(e.contains(needle), "{args:?}: {e}");

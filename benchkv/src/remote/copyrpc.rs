@@ -18,6 +18,7 @@ use copyrpc_host::rpc::{sizing, PeerRecord, RpcConfig, RpcNode};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use super::SendError;
+use crate::config::Config;
 use crate::msg::{Request, Response, Status};
 
 /// Endpoints per context. A daemon serving more remote ranks holds several contexts
@@ -261,6 +262,27 @@ impl CopyrpcRemote {
     }
 }
 
+/// The copyrpc settings of a threaded-world rank with `peers` peers: each endpoint
+/// sized for the calls that peer can really have in flight, the rank's C × QD spread
+/// over its peers ([`sizing::calls_per_peer`]): the ring (with `--rpc-ring auto`) and
+/// the send queue ([`sizing::sq_wrs_for_calls`]); `--tclass` and `--sl`. With one peer
+/// the ring is `cfg.copyrpc_ring`, as the set-up line reports it. The virtual world
+/// keeps `cfg.copyrpc_ring` and the seed's send queues ([`build_nodes`]).
+pub fn rank_rpc_config(cfg: &Config, peers: u32) -> RpcConfig {
+    let calls = cfg.clients as u64 * u64::from(cfg.queue_depth);
+    let per_peer = sizing::calls_per_peer(calls, u64::from(peers));
+    let ring = if cfg.rpc_ring_auto {
+        RingSize::for_calls(per_peer)
+    } else {
+        cfg.copyrpc_ring
+    };
+    RpcConfig {
+        sq_wrs: sizing::sq_wrs_for_calls(per_peer),
+        qos: cfg.qos,
+        ..RpcConfig::for_ring(ring.bytes())
+    }
+}
+
 /// Builds the copyrpc transports of this rank: for each daemon, a context per
 /// [`EPS`] remote ranks in `peers_of[daemon]` (none: `None`), all on one fabric,
 /// brought up with one all-to-all of endpoint records and a barrier.
@@ -268,11 +290,11 @@ pub fn connect_all(
     fabric: Fabric,
     x: &impl Collectives,
     peers_of: &[Vec<usize>],
-    ring: RingSize,
+    rpc: &RpcConfig,
 ) -> Result<Vec<Option<CopyrpcRemote>>, String> {
     let (rank, ranks) = (x.rank(), x.size());
     let fabric = Arc::new(fabric);
-    let nodes = build_nodes(|_| Arc::clone(&fabric), rank, ranks, peers_of, ring)?;
+    let nodes = build_nodes_with(|_| Arc::clone(&fabric), rank, ranks, peers_of, rpc)?;
     let table = records(&nodes, ranks)?;
     let got = x.all_to_all(&table).map_err(|e| e.to_string())?;
     let remotes = finish(nodes, &got)?;
@@ -291,13 +313,25 @@ pub struct DaemonNodes {
 /// `fabric_of(daemon)` gives (the threaded run gives all one fabric; the virtual world
 /// gives each daemon a device of its own).
 pub fn build_nodes(
-    mut fabric_of: impl FnMut(usize) -> Arc<Fabric>,
+    fabric_of: impl FnMut(usize) -> Arc<Fabric>,
     rank: usize,
     ranks: usize,
     peers_of: &[Vec<usize>],
     ring: RingSize,
 ) -> Result<Vec<DaemonNodes>, String> {
     let cfg = RpcConfig::for_ring(ring.bytes());
+    build_nodes_with(fabric_of, rank, ranks, peers_of, &cfg)
+}
+
+/// [`build_nodes`] with every setting of the contexts given.
+pub fn build_nodes_with(
+    mut fabric_of: impl FnMut(usize) -> Arc<Fabric>,
+    rank: usize,
+    ranks: usize,
+    peers_of: &[Vec<usize>],
+    cfg: &RpcConfig,
+) -> Result<Vec<DaemonNodes>, String> {
+    let cfg = *cfg;
     // Each context is built in place on the heap, so this thread's stack size does not
     // matter.
     let mut out = Vec::with_capacity(peers_of.len());

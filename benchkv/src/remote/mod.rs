@@ -24,7 +24,9 @@
 mod copyrpc;
 mod loopback;
 
-pub use self::copyrpc::{build_nodes, finish, records, CopyrpcIncoming, CopyrpcRemote, RingSize};
+pub use self::copyrpc::{
+    build_nodes, finish, rank_rpc_config, records, CopyrpcIncoming, CopyrpcRemote, RingSize,
+};
 pub use loopback::{Loopback, LoopbackIncoming};
 
 use copyrpc_host::exchange::Collectives;
@@ -138,11 +140,14 @@ impl Remote for AnyRemote {
     }
 }
 
-/// What a rank with `peers` peers registers, an estimate: both rings of every endpoint,
-/// its SQ (128 KiB) and its share of the send CQ (sized for a flush of every SQ: 128
-/// KiB), and the context's other queues (16 MiB).
+/// What a threaded-world rank with `peers` peers registers with the NIC
+/// (`copyrpc_host::rpc::sizing::pinned_bytes` of [`rank_rpc_config`]): every endpoint's
+/// rings and SQ, every context's CQs and SRQ, contexts of [`copyrpc::EPS`] endpoints
+/// (the `delegation` layout; `meta` spreads them over K daemons, up to K - 1 contexts
+/// more).
 pub fn pinned_bytes(cfg: &Config, peers: u32) -> u64 {
-    u64::from(peers) * (2 * cfg.copyrpc_ring.bytes() as u64 + (320 << 10)) + (16 << 20)
+    let rpc = rank_rpc_config(cfg, peers);
+    copyrpc_host::rpc::sizing::pinned_bytes(&rpc, u64::from(peers), self::copyrpc::EPS as u64)
 }
 
 /// The daemon that holds rank `rank`'s endpoint (seed 000 §1.4).
@@ -184,12 +189,21 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         opts.verbs.pinned_bytes = pinned_bytes(cfg, ranks.saturating_sub(1));
         // The sim fabric carves the same objects from one region (virtual size; only
         // carved pieces claim /dev/shm): at least its default, and room for what this
-        // rank pins.
+        // rank pins plus each QP's inbound link (512 KiB a peer covers the default
+        // 64 slots of 4 KiB).
         let pinned = usize::try_from(opts.verbs.pinned_bytes).unwrap_or(usize::MAX);
-        opts.sim.region_bytes = opts.sim.region_bytes.max(pinned.saturating_add(64 << 20));
+        let links = (ranks as usize).saturating_mul(512 << 10);
+        opts.sim.region_bytes = opts
+            .sim
+            .region_bytes
+            .max(pinned.saturating_add(links).saturating_add(64 << 20));
         let (fabric, _) =
             fabric::open(cfg.fabric, &opts).map_err(|e| format!("--fabric {}: {e}", cfg.fabric))?;
-        let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of, cfg.copyrpc_ring)?;
+        if let fabric::Fabric::Verbs(d) = &fabric {
+            eprintln!("benchkv: rank {my_rank}: {}", d.describe());
+        }
+        let rpc = rank_rpc_config(cfg, ranks.saturating_sub(1));
+        let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of, &rpc)?;
         return Ok(remotes
             .into_iter()
             .map(|r| r.map(|c| AnyRemote::Copyrpc(Box::new(c))))
@@ -206,6 +220,55 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(args: &[&str]) -> Config {
+        use clap::Parser;
+        let cli =
+            crate::cli::Cli::try_parse_from(std::iter::once("benchkv").chain(args.iter().copied()))
+                .unwrap();
+        Config::from_cli(&cli).unwrap()
+    }
+
+    /// Seed 001's rank (46 clients × QD 32) at 2, 64 and 1 024 ranks: one peer gets the
+    /// ring `--rpc-ring auto` reports (every call may go to it), many peers each their
+    /// share; the rank's pinned bytes stay within 256 MiB at 1 024 ranks.
+    #[test]
+    fn threaded_ranks_size_each_peer_by_its_share_of_the_calls() {
+        let cfg = config(&[
+            "-C",
+            "46",
+            "--queue-depth",
+            "32",
+            "--tclass",
+            "106",
+            "--sl",
+            "3",
+        ]);
+        let r = |ranks: u32| {
+            let rpc = rank_rpc_config(&cfg, ranks - 1);
+            (rpc.ring_bytes, rpc.sq_wrs)
+        };
+        assert_eq!(r(2), (cfg.copyrpc_ring.bytes(), 512));
+        assert_eq!(r(2), (1 << 20, 512));
+        assert_eq!(r(64), (32 << 10, 128));
+        assert_eq!(r(1024), (16 << 10, 64));
+        assert!(
+            pinned_bytes(&cfg, 1023) <= 256 << 20,
+            "{}",
+            pinned_bytes(&cfg, 1023)
+        );
+        let q = rank_rpc_config(&cfg, 1).qos;
+        assert_eq!((q.traffic_class, q.sl), (106, 3));
+        // A ring given by hand is kept; the send queue still follows the share.
+        let fixed = config(&["-C", "46", "--queue-depth", "32", "--rpc-ring", "64k"]);
+        assert_eq!(
+            (
+                rank_rpc_config(&fixed, 1023).ring_bytes,
+                rank_rpc_config(&fixed, 1023).sq_wrs
+            ),
+            (64 << 10, 64)
+        );
+    }
 
     #[test]
     fn endpoints_spread_by_backend() {
