@@ -192,6 +192,23 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// Binding a thread to a NUMA node (its CPUs, its memory policy) failed.
+    #[error("placing a thread on NUMA node {node}: {what} failed: {source}")]
+    Placement {
+        /// The node.
+        node: u32,
+        /// The step.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A set-up thread panicked.
+    #[error("thread {name} panicked")]
+    ThreadPanicked {
+        /// Its name.
+        name: String,
+    },
 
     // ---- fabric selection (src/fabric/mod.rs) ----
     /// A `--fabric` value that is not `verbs`, `sim` or `auto`.

@@ -17,6 +17,7 @@ pub mod bulk;
 pub mod error;
 pub mod exchange;
 pub mod fabric;
+pub mod placement;
 pub mod rpc;
 pub mod shm;
 pub mod signals;
