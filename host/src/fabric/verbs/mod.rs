@@ -22,6 +22,7 @@
 
 mod domain;
 pub mod gid;
+pub mod huge;
 mod queues;
 
 pub mod mlx5dv;
@@ -157,6 +158,9 @@ pub struct VerbsOptions {
     /// at open, so a limit too small for the run fails up front with the limit named,
     /// not as a bare ENOMEM from `ibv_reg_mr` halfway through set-up.
     pub pinned_bytes: u64,
+    /// Carve [`Device::alloc_mr`] regions from 2 MiB huge pages ([`huge`]), falling back
+    /// to 4 KiB pages when none are free ([`Device::huge_pages`] says why).
+    pub hugepages: bool,
 }
 
 impl Default for VerbsOptions {
@@ -166,6 +170,7 @@ impl Default for VerbsOptions {
             port: 1,
             gid_index: None,
             pinned_bytes: 0,
+            hugepages: false,
         }
     }
 }
@@ -210,6 +215,8 @@ struct Ctx {
     /// ones and mlx5dv does not say which, so every QP's doorbell takes its register's
     /// lock (uncontended for a register of its own: one compare-and-swap).
     bf_locks: std::sync::Mutex<std::collections::HashMap<usize, Arc<mlx5_raw::SharedBf>>>,
+    /// Where `alloc_mr` carves regions with `--hugepages`.
+    huge: Option<huge::HugeArena>,
 }
 
 impl Ctx {
@@ -371,15 +378,30 @@ impl Device {
         crate::topology::nic_numa_node(&self.ctx.name)
     }
 
-    /// Allocates `len` bytes of zeroed, page-aligned memory (anonymous `mmap`) and
-    /// registers it. `region` names it in errors.
+    /// Allocates `len` bytes of zeroed, page-aligned memory and registers it: carved
+    /// from huge pages with [`VerbsOptions::hugepages`] while any are free, else an
+    /// anonymous `mmap` of its own. `region` names it in errors.
     pub fn alloc_mr(&self, region: &str, len: usize, access: Access) -> Result<Mr> {
+        if let Some(Ok((chunk, p))) = self.ctx.huge.as_ref().map(|h| h.carve(len)) {
+            // SAFETY: `p .. p + len` is a fresh region of `chunk`, carved for this Mr
+            // alone; the Mr keeps the chunk mapped (stored in it, dropped after
+            // deregistration).
+            let mut mr = unsafe { self.register(region, p, len, access)? };
+            mr.chunk = Some(chunk);
+            return Ok(mr);
+        }
         let buf = MmapBuf::new(region, len)?;
         // SAFETY: `buf` is `len` bytes we own; the Mr keeps it alive (it is stored in
         // the Mr, which deregisters before unmapping).
         let mut mr = unsafe { self.register(region, buf.ptr.as_ptr(), len, access)? };
         mr.buf = Some(buf);
         Ok(mr)
+    }
+
+    /// With [`VerbsOptions::hugepages`]: how many regions went on huge pages, and why
+    /// the others did not. `None` when huge pages were not asked for.
+    pub fn huge_pages(&self) -> Option<huge::HugeReport> {
+        self.ctx.huge.as_ref().map(huge::HugeArena::report)
     }
 
     /// Registers caller-owned memory (e.g. a `/dev/shm` region).
@@ -419,6 +441,7 @@ impl Device {
             len,
             region: region.to_owned(),
             buf: None,
+            chunk: None,
             _ctx: self.ctx.clone(),
         })
     }
@@ -558,6 +581,7 @@ impl Opening {
             max_qp_rd_atom: clamp(dattr.max_qp_rd_atom),
             max_qp_init_rd_atom: clamp(dattr.max_qp_init_rd_atom),
             bf_locks: std::sync::Mutex::default(),
+            huge: opts.hugepages.then(|| huge::HugeArena::new(true)),
         };
         // Ownership moved into `ctx`: disarm our drop.
         self.armed = false;
@@ -637,6 +661,8 @@ pub struct Mr {
     region: String,
     /// Dropped after `mr` is deregistered (in `Drop::drop`, before the fields).
     buf: Option<MmapBuf>,
+    /// The huge-page chunk the region was carved from, likewise.
+    chunk: Option<Arc<huge::Chunk>>,
     _ctx: Arc<Ctx>,
 }
 
