@@ -59,6 +59,12 @@ pub struct Cli {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15), value_name = "N")]
     pub sl: u8,
 
+    /// `--fabric verbs`: carve the copyrpc rings from 2 MiB huge pages (the pool
+    /// `vm.nr_hugepages` reserves); with none free they go on 4 KiB pages and the rank
+    /// says why on stderr.
+    #[arg(long)]
+    pub hugepages: bool,
+
     /// Daemon threads (shards) per rank, K >= 1.
     #[arg(long, short = 'K', default_value_t = 1, value_name = "K")]
     pub daemons: usize,

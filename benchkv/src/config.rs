@@ -110,6 +110,8 @@ pub struct Config {
     pub gid_index: Option<u8>,
     /// `--tclass` and `--sl`.
     pub qos: Qos,
+    /// `--hugepages`.
+    pub hugepages: bool,
 }
 
 /// How many options [`Config::shared_options`] lists.
@@ -365,6 +367,7 @@ impl Config {
             port: cli.port,
             gid_index: cli.gid_index.0,
             qos,
+            hugepages: cli.hugepages,
             copyrpc_ring: match cli.rpc_ring.0 {
                 // Every client of this rank may have all its requests out to one peer.
                 None => RingSize::for_calls(cli.clients as u64 * u64::from(cli.queue_depth)),

@@ -185,6 +185,7 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
         opts.verbs.device = cfg.device.clone();
         opts.verbs.port = cfg.port;
         opts.verbs.gid_index = cfg.gid_index;
+        opts.verbs.hugepages = cfg.hugepages;
         // RLIMIT_MEMLOCK is checked against this at open.
         opts.verbs.pinned_bytes = pinned_bytes(cfg, ranks.saturating_sub(1));
         // The sim fabric carves the same objects from one region (virtual size; only
@@ -203,7 +204,20 @@ pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>
             eprintln!("benchkv: rank {my_rank}: {}", d.describe());
         }
         let rpc = rank_rpc_config(cfg, ranks.saturating_sub(1));
-        let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of, &rpc)?;
+        let fabric = std::sync::Arc::new(fabric);
+        let remotes =
+            self::copyrpc::connect_all(std::sync::Arc::clone(&fabric), cluster, &peers_of, &rpc)?;
+        if cfg.hugepages {
+            let report = match &*fabric {
+                fabric::Fabric::Verbs(d) => d.huge_pages().map(|r| r.to_string()),
+                _ => Some(
+                    "the sim fabric's rings live in its /dev/shm region, on 4 KiB pages".into(),
+                ),
+            };
+            if let Some(r) = report {
+                eprintln!("benchkv: rank {my_rank}: --hugepages: {r}");
+            }
+        }
         return Ok(remotes
             .into_iter()
             .map(|r| r.map(|c| AnyRemote::Copyrpc(Box::new(c))))
