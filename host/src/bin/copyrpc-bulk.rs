@@ -19,6 +19,7 @@ use copyrpc_core::ops::OpError;
 use copyrpc_host::bulk::{BufferPool, PoolBuf};
 use copyrpc_host::fabric::verbs::gid;
 use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos};
+use copyrpc_host::placement;
 use copyrpc_host::rpc::{RpcConfig, RpcNode};
 
 const USAGE: &str = "usage: mpirun -np 2 copyrpc-bulk [--fabric auto|sim|verbs] \
@@ -466,6 +467,17 @@ fn main() -> ExitCode {
                 }
                 if let Fabric::Verbs(d) = &f {
                     eprintln!("copyrpc-bulk: rank {r}/{n}: {}", d.describe());
+                    // This thread creates and first touches the rings and queues, and
+                    // polls them: on the NIC's node.
+                    if let Some(node) = d.numa_node() {
+                        match placement::bind_current_thread(node) {
+                            Ok(p) => eprintln!(
+                                "copyrpc-bulk: rank {r}/{n}: on NUMA node {node} (cpus {:?})",
+                                p.cpus
+                            ),
+                            Err(e) => eprintln!("copyrpc-bulk: rank {r}/{n}: not placed: {e}"),
+                        }
+                    }
                 }
                 let cfg = RpcConfig {
                     qos: a.qos,

@@ -20,6 +20,7 @@ use clap::{CommandFactory, Parser};
 use copyrpc_host::exchange::{options, MpiExchange};
 use copyrpc_host::fabric::verbs::gid;
 use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos};
+use copyrpc_host::placement;
 use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING};
 use copyrpc_host::rpc::{sizing, RpcConfig};
 
@@ -250,6 +251,17 @@ fn main() -> ExitCode {
             }
             if let Fabric::Verbs(d) = &f {
                 eprintln!("copyrpc-echo: rank {r}/{n}: {}", d.describe());
+                // This thread creates and first touches the rings and queues, and polls
+                // them: on the NIC's node.
+                if let Some(node) = d.numa_node() {
+                    match placement::bind_current_thread(node) {
+                        Ok(p) => eprintln!(
+                            "copyrpc-echo: rank {r}/{n}: on NUMA node {node} (cpus {:?})",
+                            p.cpus
+                        ),
+                        Err(e) => eprintln!("copyrpc-echo: rank {r}/{n}: not placed: {e}"),
+                    }
+                }
             }
             echo::run(&x, f, &cfg).map_err(|e| format!("{e}"))
         });
