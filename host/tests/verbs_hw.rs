@@ -4,11 +4,14 @@
 //! Ignored by default: they need a ConnectX (STYLE L13). Run them with
 //!
 //! ```text
-//! COPYRPC_TEST_DEVICE=mlx5_0 [COPYRPC_TEST_GID_INDEX=3] \
+//! COPYRPC_TEST_DEVICE=mlx5_0 [COPYRPC_TEST_PORT=1] [COPYRPC_TEST_GID_INDEX=3] \
 //!     cargo test -p copyrpc-host --test verbs_hw -- --ignored --test-threads 1
 //! ```
 //!
-//! (the GID index matters on RoCE: the RoCE v2 entry of the interface's address).
+//! (the GID index matters on RoCE: unset, the chooser picks the RoCE v2 entry of the
+//! port's netdev, and refuses a tie). One test runs alone by name, e.g.
+//! `... --test verbs_hw -- --ignored --exact qps_of_two_thread_domains_ring_different_blueflame_registers`.
+//! `scripts/hw-check.sh` runs them all.
 
 use std::time::{Duration, Instant};
 
@@ -29,8 +32,13 @@ fn device() -> Device {
         v.parse()
             .expect("COPYRPC_TEST_GID_INDEX is a number 0..=255")
     });
+    let port = std::env::var("COPYRPC_TEST_PORT").map_or(1, |v| {
+        v.parse()
+            .expect("COPYRPC_TEST_PORT is a port number 1..=255")
+    });
     Device::open(&VerbsOptions {
         device: Some(name.clone()),
+        port,
         gid_index,
         ..VerbsOptions::default()
     })
