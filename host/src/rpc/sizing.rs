@@ -64,7 +64,7 @@ pub const PEER_SHARE_HEADROOM: u64 = 2;
 ///
 /// With one peer this is `calls`: every call can go to it. With many it is what a peer
 /// really has in flight, not every call of the rank: sizing each of 1 023 peers for all
-/// 1 472 calls of seed 001 (46 clients × QD 32) pinned ~2 GiB a rank. A peer that draws
+/// 1 472 calls of seed 001 (46 clients × QD 32) pinned 2.4 GiB a rank. A peer that draws
 /// more than this (a hot key on one rank) waits for credit, counted as
 /// `remote_no_credit`, and loses nothing.
 pub fn calls_per_peer(calls: u64, peers: u64) -> u64 {
@@ -216,7 +216,7 @@ mod tests {
     /// Seed 001's rank (46 clients × QD 32, benchkv's 24 B requests and 16 B responses,
     /// 64 endpoints a context) at 2, 64 and 1 024 ranks: each peer's ring and send queue
     /// sized by its share of the calls, and what the rank pins. 1 024 ranks stay within
-    /// 256 MiB; sizing every peer for all 1 472 calls pinned 2.2 GiB there.
+    /// 256 MiB; sizing every peer for all 1 472 calls pinned 2.4 GiB there.
     #[test]
     fn sizing_table_for_2_64_and_1024_ranks() {
         let calls = 46 * 32;
