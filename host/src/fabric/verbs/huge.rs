@@ -57,7 +57,6 @@ fn meminfo_huge(text: &str) -> Option<(u64, u64, u64)> {
     let field = |name: &str| {
         text.lines().find_map(|l| {
             l.strip_prefix(name)?
-                .trim()
                 .split_whitespace()
                 .next()?
                 .parse()
