@@ -49,6 +49,23 @@ pub struct Cli {
     #[arg(long, default_value = "auto", value_parser = parse_gid_index, value_name = "auto|N")]
     pub gid_index: GidIndexArg,
 
+    /// Traffic class of the GRH, 0..=255 (RoCE v2: DSCP << 2 | ECN, e.g. 106 for DSCP
+    /// 26), as perftest's `--tclass`. Every rank must use the same.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub tclass: u8,
+
+    /// Service level, 0..=15 (InfiniBand: the SL the subnet manager maps to a lane; RoCE:
+    /// the VLAN priority of tagged frames), as perftest's `--sl`. Every rank must use the
+    /// same.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15), value_name = "N")]
+    pub sl: u8,
+
+    /// `--fabric verbs`: carve the copyrpc rings from 2 MiB huge pages (the pool
+    /// `vm.nr_hugepages` reserves); with none free they go on 4 KiB pages and the rank
+    /// says why on stderr.
+    #[arg(long)]
+    pub hugepages: bool,
+
     /// Daemon threads (shards) per rank, K >= 1.
     #[arg(long, short = 'K', default_value_t = 1, value_name = "K")]
     pub daemons: usize,

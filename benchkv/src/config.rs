@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use copyrpc_core::budget::Params as BudgetParams;
-use copyrpc_host::fabric::FabricKind;
+use copyrpc_host::fabric::verbs::gid;
+use copyrpc_host::fabric::{FabricKind, Qos};
 
 use copyrpc_host::vworld::{CostModel, Fault as VFault, NicProfile, WorldSpec, MAX_RANKS};
 
@@ -114,10 +115,14 @@ pub struct Config {
     pub port: u8,
     /// `--gid-index` (`None`: auto).
     pub gid_index: Option<u8>,
+    /// `--tclass` and `--sl`.
+    pub qos: Qos,
+    /// `--hugepages`.
+    pub hugepages: bool,
 }
 
 /// How many options [`Config::shared_options`] lists.
-pub const SHARED_OPTIONS: usize = 19;
+pub const SHARED_OPTIONS: usize = 21;
 
 /// The first rank in `all` (every rank's [`Config::fingerprint`]) started with another
 /// shared option than `cfg`, as the error every rank reports.
@@ -324,6 +329,17 @@ impl Config {
         if let Some(path) = &cli.plot {
             check_writable(path)?;
         }
+        let qos = Qos::new(cli.tclass, cli.sl).map_err(|e| e.to_string())?;
+        if world.is_none() && fabric != FabricKind::Sim {
+            // A --gid-index past the port's table or of a RoCE v1 entry (or an auto pick
+            // with a tie), found in sysfs before MPI starts.
+            gid::check_flags(
+                &gid::sysfs_root(),
+                cli.device.as_deref(),
+                cli.port,
+                cli.gid_index.0,
+            )?;
+        }
         Ok(Self {
             backend: match cli.backend {
                 BackendArg::Meta => Backend::Meta,
@@ -368,6 +384,8 @@ impl Config {
             world,
             port: cli.port,
             gid_index: cli.gid_index.0,
+            qos,
+            hugepages: cli.hugepages,
             copyrpc_ring: match cli.rpc_ring.0 {
                 // Every client of this rank may have all its requests out to one peer.
                 None => RingSize::for_calls(cli.clients as u64 * u64::from(cli.queue_depth)),
@@ -405,6 +423,8 @@ impl Config {
             ("--seed", self.seed.to_string()),
             ("--pattern-len", self.pattern_len.to_string()),
             ("--rpc-ring", format!("{:?}", self.copyrpc_ring)),
+            ("--tclass", self.qos.traffic_class.to_string()),
+            ("--sl", self.qos.sl.to_string()),
             ("--drain-timeout", format!("{:?}", self.drain_timeout)),
             ("--setup-timeout", format!("{:?}", self.setup_timeout)),
         ]
@@ -512,6 +532,8 @@ mod tests {
             ["--read-ratio", "0.9"],
             ["--backend", "meta"],
             ["--daemons", "2"],
+            ["--tclass", "106"],
+            ["--sl", "3"],
         ] {
             let o = cfg(&["--keys", "1000", args[0], args[1]]).unwrap();
             let why = mismatch(&base, &[o.fingerprint()]).expect(args[0]);
@@ -548,6 +570,8 @@ mod tests {
             ),
             (&["--fabric", "sim", "--device", "mlx5_0"], "--device"),
             (&["--keys", "0"], "--keys"),
+            (&["--tclass", "256"], "--tclass"),
+            (&["--sl", "16"], "--sl"),
         ] {
             let e = cfg(args).unwrap_err();
             assert!(e.contains(needle), "{args:?}: {e}");

@@ -72,6 +72,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if cfg.hugepages && cfg.world.is_none() {
+        // SAFETY: no other thread exists yet: MPI and the daemons start below.
+        let set = unsafe { copyrpc_host::fabric::verbs::huge::prefer_huge_queue_buffers() };
+        if !set.is_empty() {
+            eprintln!(
+                "benchkv: --hugepages: rdma-core asked for huge pages ({})",
+                set.join(", ")
+            );
+        }
+    }
     // Before MPI and the daemons start threads (they inherit the blocked signals).
     if let Err(e) = copyrpc_host::signals::unlink_regions_on_termination("benchkv") {
         eprintln!("benchkv: error: cannot set up the clean-up on SIGINT/SIGTERM: {e}");

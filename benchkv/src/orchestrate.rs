@@ -40,7 +40,7 @@ use crate::metrics::DaemonMetrics;
 use crate::output;
 use crate::rank::result::{assemble, describe, tally, Fail, Outcome, RankResult};
 use crate::rank::{self, transport, Rank, Runner};
-use crate::remote::AnyRemote;
+use crate::remote::{AnyRemote, RingSize};
 use crate::report::RunRecord;
 use crate::store::Store;
 use crate::watchdog::{PeerId, Watchdog};
@@ -163,6 +163,20 @@ fn place(
         plan_pinning(cfg.pin, threads, &cores, local_rank, local_size).map_err(Fail::Usage)?;
     let size = cluster.size() as u32;
     let mut lines = describe(cfg, size, fabric, pins.as_deref());
+    // Past two ranks each peer gets its share of the calls, not all of them: the line
+    // says what the endpoints really got.
+    let ranks = cfg.ranks(size);
+    if ranks > 2 && size > 1 {
+        let rpc = transport::rank_rpc_config(cfg, ranks - 1);
+        let calls = RingSize::new(rpc.ring_bytes).map_or(0, RingSize::calls);
+        for (k, v) in lines.iter_mut() {
+            match *k {
+                "copyrpc_ring_bytes" => *v = json!(rpc.ring_bytes),
+                "rpc_ring_calls_per_peer" => *v = json!(calls),
+                _ => {}
+            }
+        }
+    }
     // What the figures were measured on: every daemon and client busy-polls, and so does
     // the sim fabric's engine thread when ranks talk through it; `cpus` is this rank's
     // affinity mask (mpirun binds each rank to one core by default).

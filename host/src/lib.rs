@@ -19,6 +19,7 @@ pub mod bulk;
 pub mod error;
 pub mod exchange;
 pub mod fabric;
+pub mod placement;
 pub mod rng;
 pub mod rpc;
 pub mod shm;

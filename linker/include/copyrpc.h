@@ -644,6 +644,20 @@ int32_t copyrpc_fabric_queues(struct copyrpc_fabric *f, struct copyrpc_queues *o
 int32_t copyrpc_fabric_endpoint(struct copyrpc_fabric *f, struct copyrpc_ep_desc *out);
 
 /**
+ * Sets the traffic class and service level the fabric's next `copyrpc_fabric_connect`s
+ * bring QPs up with (perftest's `--tclass` and `--sl`; both 0 until set):
+ * `traffic_class` 0..=255 is the GRH's (on RoCE v2 the IP header's DSCP << 2 | ECN),
+ * `sl` 0..=15 the address vector's service level (on RoCE the VLAN priority). Both
+ * sides of a connection must use the same. Out of range: `COPYRPC_E_BAD_ARG`, nothing
+ * changed.
+ *
+ * # Safety
+ *
+ * `f` is NULL or a handle of this library.
+ */
+int32_t copyrpc_fabric_set_qos(struct copyrpc_fabric *f, uint32_t traffic_class, uint32_t sl);
+
+/**
  * Connects endpoint `ep` of `ctx` (created from this fabric) to its peer: builds the
  * local peer info, trades it for the peer's through `exchange(arg, ..)`, checks it,
  * connects the endpoint and brings the QP up towards the peer's. An endpoint connected

@@ -26,7 +26,7 @@ mod copyrpc;
 mod loopback;
 
 pub use self::copyrpc::{
-    build_nodes, connect_all, finish, records, CopyrpcIncoming, CopyrpcRemote, RingSize,
+    build_nodes, connect_all, finish, records, CopyrpcIncoming, CopyrpcRemote, RingSize, EPS,
 };
 pub use loopback::{Loopback, LoopbackIncoming};
 

@@ -36,7 +36,7 @@ use mlx5_raw::sim::{
     LinkDesc, Pd, Peer, QpAttr, SimError, SqMem, SrqMem,
 };
 
-use super::{MrEndpoint, QpEndpoint};
+use super::{MrEndpoint, Qos, QpEndpoint};
 
 use crate::error::{Error, Result};
 use crate::shm::ShmRegion;
@@ -135,6 +135,9 @@ pub struct SimFabric {
     pd: Pd,
     arena: Mutex<Arena>,
     peers: Mutex<HashMap<(u32, u32), Arc<ShmRegion>>>,
+    /// The QoS each connected QP was brought up with (what a NIC's address vector would
+    /// carry; the model sends nothing differently).
+    qos: Mutex<HashMap<u32, Qos>>,
     region: ShmRegion,
     pid: u32,
     instance: u32,
@@ -324,6 +327,7 @@ impl SimFabric {
             pd,
             arena: Mutex::new(Arena { next: 0 }),
             peers: Mutex::new(HashMap::new()),
+            qos: Mutex::new(HashMap::new()),
             region,
             pid,
             instance,
@@ -554,6 +558,26 @@ impl SimFabric {
         self.engine
             .with(|d| unsafe { d.connect(me, peer) })
             .map_err(|e| sim_err("connect", peer_region.name(), e))
+    }
+
+    /// [`connect`](Self::connect), recording `qos` as the QP's (see [`qos_of`](Self::qos_of)).
+    pub fn connect_qos(&self, qp: &SimQp, remote: &QpEndpoint, qos: Qos) -> Result<()> {
+        self.connect(qp, remote)?;
+        self.qos
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(qp.qpn, qos);
+        Ok(())
+    }
+
+    /// The QoS the QP numbered `qpn` was connected with through
+    /// [`connect_qos`](Self::connect_qos); `None` before that.
+    pub fn qos_of(&self, qpn: u32) -> Option<Qos> {
+        self.qos
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)
+            .copied()
     }
 
     fn peer_region(&self, pid: u32, instance: u32) -> Result<Arc<ShmRegion>> {
