@@ -132,13 +132,28 @@ fn r_poll((_, resp): &mut Rings) -> u64 {
     n
 }
 
+/// Positional argument `name`: `default` if absent; exits 2 naming it if it is not a
+/// number `ok` accepts.
+fn arg(v: Option<String>, name: &str, default: u64, ok: fn(u64) -> bool, what: &str) -> u64 {
+    let Some(v) = v else { return default };
+    match v.parse() {
+        Ok(n) if ok(n) => n,
+        _ => {
+            eprintln!("shm_instr: {name} must be {what}, got {v:?}");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
-    let rounds: u64 = args.next().map_or(1000, |s| s.parse().expect("ROUNDS"));
-    let window: u64 = args.next().map_or(W, |s| s.parse().expect("WINDOW"));
-    assert!(
-        window.is_power_of_two() && window <= 32,
-        "WINDOW is a power of two up to 32 (the ipc region's depth)"
+    let rounds = arg(args.next(), "ROUNDS", 1000, |n| n > 0, "a positive integer");
+    let window = arg(
+        args.next(),
+        "WINDOW",
+        W,
+        |w| w.is_power_of_two() && w <= 32,
+        "a power of two up to 32 (the ipc region's depth)",
     );
     let name = format!("/shm-instr-{}", std::process::id());
     let cfg = deleg::Config {
