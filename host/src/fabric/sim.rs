@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use mlx5_raw::desc::{CqDesc, SqDesc, SrqDesc};
 use mlx5_raw::sim::{
@@ -138,7 +138,7 @@ pub struct SimFabric {
     /// The QoS each connected QP was brought up with (what a NIC's address vector would
     /// carry; the model sends nothing differently).
     qos: Mutex<HashMap<u32, Qos>>,
-    region: ShmRegion,
+    region: Arc<ShmRegion>,
     pid: u32,
     instance: u32,
     opts: SimOptions,
@@ -289,7 +289,8 @@ impl SimFabric {
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let name = format!("/{REGION_PREFIX}{pid}-{instance}");
         // Sparse: the default 256 MiB costs /dev/shm only what `carve` hands out.
-        let region = ShmRegion::create_sparse(&name, opts.region_bytes)?;
+        let region = Arc::new(ShmRegion::create_sparse(&name, opts.region_bytes)?);
+        own_regions().insert(instance, Arc::downgrade(&region));
         // QPNs in 24 bits: 10 for the slot (SIM_MAX_QPS), 2 for the instance, 12 from the
         // pid (1..=4095, so never QP 0 or 1), which keeps a machine's devices apart in
         // traces (a CQE only ever names its own device's QPs, so this is not needed for
@@ -581,10 +582,20 @@ impl SimFabric {
     }
 
     fn peer_region(&self, pid: u32, instance: u32) -> Result<Arc<ShmRegion>> {
-        // A loopback connection (pid and instance our own) maps our region a second time.
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(r) = peers.get(&(pid, instance)) {
             return Ok(Arc::clone(r));
+        }
+        // A fabric of this process (a loopback connection, or another NIC of a virtual
+        // world): its own mapping, not a second one. A world of N NICs would otherwise
+        // map N² regions (past vm.max_map_count at 256 ranks) and count every link page
+        // twice in its resident set.
+        if pid == self.pid {
+            let own = own_regions().get(&instance).and_then(Weak::upgrade);
+            if let Some(r) = own {
+                peers.insert((pid, instance), Arc::clone(&r));
+                return Ok(r);
+            }
         }
         let name = format!("/{REGION_PREFIX}{pid}-{instance}");
         let r = Arc::new(ShmRegion::open(&name).map_err(|e| Error::SimPeer {
@@ -593,6 +604,19 @@ impl SimFabric {
         })?);
         peers.insert((pid, instance), Arc::clone(&r));
         Ok(r)
+    }
+}
+
+/// The regions of this process's fabrics, by instance, while each fabric lives.
+fn own_regions() -> MutexGuard<'static, HashMap<u32, Weak<ShmRegion>>> {
+    static OWN: LazyLock<Mutex<HashMap<u32, Weak<ShmRegion>>>> = LazyLock::new(Default::default);
+    OWN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for SimFabric {
+    fn drop(&mut self) {
+        // Peers that connected to it keep the mapping alive through their own `Arc`.
+        own_regions().remove(&self.instance);
     }
 }
 
