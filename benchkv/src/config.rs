@@ -7,7 +7,9 @@ use copyrpc_core::budget::Params as BudgetParams;
 use copyrpc_host::fabric::verbs::gid;
 use copyrpc_host::fabric::{FabricKind, Qos};
 
-use copyrpc_host::vworld::{CostModel, Fault as VFault, NicProfile, WorldSpec, MAX_RANKS};
+use copyrpc_host::vworld::{
+    parse_world, CostModel, Fault as VFault, NicProfile, WorldSpec, MAX_RANKS,
+};
 
 use crate::cli::{
     BackendArg, Cli, DistributionArg, FabricArg, InjectFaultArg, OutputArg, PinArg, PollBudget,
@@ -146,20 +148,7 @@ fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<WorldSpec>, Stri
         }
         return Ok(None);
     }
-    let Some(n) = w.strip_prefix("virtual:") else {
-        return Err(format!(
-            "--world {w}: expected `threads` or `virtual:N` (N ranks, e.g. virtual:16)"
-        ));
-    };
-    let ranks: u32 = n
-        .trim()
-        .parse()
-        .map_err(|_| format!("--world {w}: `{n}` is not a rank count"))?;
-    if !(1..=MAX_RANKS).contains(&ranks) {
-        return Err(format!(
-            "--world {w}: the rank count must be in 1..={MAX_RANKS}"
-        ));
-    }
+    let ranks = parse_world(w, 1..=MAX_RANKS)?.expect("`threads` returned above");
     let mut faults = cli
         .vfault
         .iter()
