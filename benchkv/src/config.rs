@@ -174,14 +174,19 @@ fn check_writable(path: &std::path::Path) -> Result<(), String> {
     if path.as_os_str().is_empty() {
         return Err("--plot needs a file name".to_string());
     }
-    // Opening a FIFO for writing waits for a reader, for ever if none comes.
     if let Ok(m) = std::fs::metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
-        let t = m.file_type();
-        if t.is_fifo() || t.is_socket() {
+        // Opening a FIFO for writing waits for a reader, for ever if none comes; a device
+        // or a kernel file (/proc, /sys) opens but fails the write after the run.
+        if !m.is_file() {
             return Err(format!(
-                "--plot {}: a FIFO or socket, and the plot is one file written at the end; \
-                 give a file name",
+                "--plot {}: not a regular file (a FIFO, socket, device or kernel file), and \
+                 the plot is one file written at the end; give a file name",
+                path.display()
+            ));
+        }
+        if m.permissions().readonly() {
+            return Err(format!(
+                "--plot {}: the file is read-only; give another file name",
                 path.display()
             ));
         }

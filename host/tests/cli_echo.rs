@@ -280,7 +280,14 @@ fn a_gid_index_past_the_table_or_of_a_roce_v1_entry_exits_2_naming_the_flag() {
 /// each answer's bytes itself); the same flags print the same bytes, another seed others.
 #[test]
 fn a_virtual_echo_of_four_ranks_answers_everything_and_is_deterministic() {
-    let args = ["--world", "virtual:4", "--calls", "200", "--cost", "jitter=0.2"];
+    let args = [
+        "--world",
+        "virtual:4",
+        "--calls",
+        "200",
+        "--cost",
+        "jitter=0.2",
+    ];
     let out = run(None, ECHO, &args);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
@@ -294,11 +301,23 @@ fn a_virtual_echo_of_four_ranks_answers_everything_and_is_deterministic() {
             "{l}"
         );
     }
-    assert!(lines[4].starts_with("virtual:4: 2400 calls in "), "{}", lines[4]);
-    assert_eq!(run(None, ECHO, &args).stdout, out.stdout, "same flags, same bytes");
+    assert!(
+        lines[4].starts_with("virtual:4: 2400 calls in "),
+        "{}",
+        lines[4]
+    );
+    assert_eq!(
+        run(None, ECHO, &args).stdout,
+        out.stdout,
+        "same flags, same bytes"
+    );
     let mut seeded = args.to_vec();
     seeded.extend(["--seed", "9"]);
-    assert_ne!(run(None, ECHO, &seeded).stdout, out.stdout, "another seed, another run");
+    assert_ne!(
+        run(None, ECHO, &seeded).stdout,
+        out.stdout,
+        "another seed, another run"
+    );
 }
 
 #[test]
