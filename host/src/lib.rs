@@ -9,6 +9,7 @@
 //! | [`exchange`] | endpoint records across ranks: MPI (rsmpi) or threads of one process |
 //! | [`shm`] | named `/dev/shm` regions and the core's shm protocols (delegation, ipc) over them |
 //! | [`signals`] | a tool's regions unlinked when SIGINT, SIGTERM or SIGHUP ends it |
+//! | [`watchdog`] | every wait of a rank on the others bounded: exit 3 naming the wait and the stalled peer |
 //! | [`affinity`], [`topology`] | usable cores, pinning, the NIC's NUMA node |
 //! | [`error`] | the one error type: a variant per failing call, with context |
 
@@ -22,3 +23,4 @@ pub mod shm;
 pub mod signals;
 pub mod sim_engine;
 pub mod topology;
+pub mod watchdog;
