@@ -730,3 +730,26 @@ fn one_request_per_turn_or_a_poll_budget_still_answers_everything() {
         );
     }
 }
+
+/// A sim-fabric region a killed run left (`copyrpc-sim-<pid>-<n>`, its process gone) is
+/// swept by the next benchkv run of any kind. One-rank and `--loopback-ranks` runs never
+/// open the sim fabric, whose opening was the only sweep, so the region stayed.
+#[test]
+#[ignore = "needs benchkv to call copyrpc_host::shm::sweep_left_behind() at the start of \
+            every run (issue 51 item 8: one line in orchestrate.rs, the lead's)"]
+fn item8_every_run_sweeps_a_sim_region_a_killed_run_left() {
+    for extra in [&[][..], &["--loopback-ranks", "2"][..]] {
+        let mut child = Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let path = std::path::PathBuf::from(format!("/dev/shm/copyrpc-sim-{dead}-0"));
+        std::fs::write(&path, b"").unwrap();
+        let mut args = vec!["--duration", "200ms"];
+        args.extend_from_slice(extra);
+        let out = benchkv(&args);
+        let left = path.exists();
+        let _ = std::fs::remove_file(&path);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        assert!(!left, "{extra:?}: {} is still there", path.display());
+    }
+}
