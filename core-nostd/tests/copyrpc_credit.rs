@@ -966,3 +966,106 @@ fn a_read_behind_a_raw_write_is_done_at_its_own_completion() {
         );
     });
 }
+
+/// A READ of the peer's consumer posted in one flush behind batch WQEs (queued wrap
+/// ranges, the open batch, a credit-only batch and its wrap marker) is taken at its own
+/// completion, not at one of theirs. The flush places the READ at its base plus the
+/// blocks of the WQEs it posted first (`used` in `post_due_general`); a completion
+/// retiring only those must not count as the READ's. Batch WQEs are unsignaled unless
+/// the driver signals one (every `signal_interval`-th, or at half the queue): here every
+/// WQE is, the link is slow per packet (so a batch's acknowledgement and the READ's
+/// response land in different polls), and each READ's landing word is poisoned right
+/// after it is posted, before the device can write it. A READ taken early reads the
+/// poison, an impossible consumer, and fails the endpoint; one placed too late is never
+/// taken, and no other READ follows it.
+#[test]
+fn a_read_behind_batches_of_the_same_flush_is_taken_at_its_own_completion() {
+    big_stack(|| {
+        for (seed, ring) in (1..=16u64).flat_map(|s| [(s, 512usize), (s, 1024), (s, 4096)]) {
+            let mut o = Opts::new(1, ring);
+            o.link.packet_ns = 4_000;
+            o.cfg.signal_interval = 1;
+            let mut p: P = Pair::new(o);
+            let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+            // a's control region follows its two rings; the READ lands in its second word.
+            let read_word = p.a.data.at(2 * ring + 8).cast::<u64>();
+            let mut rng = copyrpc_common::Rng(seed * 0x9e37_79b9);
+            let (mut k, mut pending, mut poisoned) = (0u64, 0u64, 0u64);
+            let mut b_mode = 0;
+            for step in 0..4_000 {
+                for _ in 0..rng.below(4) {
+                    let len = 1 + rng.below(ring as u64 / 3) as usize;
+                    let allowance = rng.below(ring as u64 / 16) as u32;
+                    match p.a.ctx.call_with_allowance(ea, &vec![3; len], allowance, k) {
+                        Ok(_) => (k, pending) = (k + 1, pending + 1),
+                        Err(e) => assert!(
+                            e.error.is_retryable(),
+                            "ring {ring}: {len} B, allowance {allowance}: {:?}",
+                            e.error
+                        ),
+                    }
+                }
+                if rng.below(2) == 0 {
+                    // b's calls make a reply, and a's replies fill b's side of a's ring.
+                    let _ =
+                        p.b.ctx
+                            .call_with_allowance(eb, &[4; 40], ring as u32 / 16, 0);
+                }
+                let posted = p.a.ctx.stats().reads_posted;
+                p.a.ctx.poll(|_, r| {
+                    // An early READ fails the endpoint, and the calls with it.
+                    r.expect("a call of a's ended with an error");
+                    pending -= 1;
+                });
+                serve_echo(&mut p.a.ctx);
+                if p.a.ctx.stats().reads_posted > posted {
+                    // SAFETY: a's registered memory; the device writes this word only when
+                    // the READ just posted lands, in a later `step`, and nothing else
+                    // touches it (this test is single-threaded).
+                    unsafe { read_word.write_volatile(u64::MAX / 2) };
+                    poisoned += 1;
+                }
+                // b's phases: it answers and polls; it holds a's calls (a's ring fills, a
+                // READ is wanted while a credit return is due); or it answers without
+                // polling, so its consumer moves with nothing sent, and only a READ of
+                // a's shows a the room.
+                if rng.below(16) == 0 {
+                    b_mode = rng.below(3);
+                }
+                if b_mode != 2 {
+                    p.b.ctx.poll(|_, r| assert!(r.is_ok()));
+                }
+                if b_mode != 1 {
+                    serve_echo(&mut p.b.ctx);
+                }
+                p.step();
+                assert!(
+                    !p.a.ctx.is_failed(ea),
+                    "seed {seed} step {step}: {:?}",
+                    p.a.ctx.failure_cause(ea)
+                );
+            }
+            let mut steps = 0;
+            while pending > 0 || p.a.ctx.stats().reads_completed < p.a.ctx.stats().reads_posted {
+                p.a.ctx.poll(|_, r| {
+                    // An early READ fails the endpoint, and the calls with it.
+                    r.expect("a call of a's ended with an error");
+                    pending -= 1;
+                });
+                p.b.ctx.poll(|_, _| {});
+                serve_echo(&mut p.b.ctx);
+                serve_echo(&mut p.a.ctx);
+                p.step();
+                steps += 1;
+                let st = p.a.ctx.stats();
+                assert!(
+                    steps < 100_000,
+                    "seed {seed}: {pending} calls pending, {} of {} READs taken",
+                    st.reads_completed,
+                    st.reads_posted
+                );
+            }
+            assert!(poisoned > 20, "seed {seed}: only {poisoned} READs");
+        }
+    });
+}
