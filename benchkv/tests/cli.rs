@@ -857,3 +857,24 @@ fn a_plot_path_that_cannot_take_the_plot_is_refused_before_the_run() {
     assert_refused_naming(&["--plot", ro.to_str().unwrap()], "--plot");
     std::fs::remove_file(&ro).unwrap();
 }
+
+/// A sim-fabric region a killed run left (`copyrpc-sim-<pid>-<n>`, its process gone) is
+/// swept by the next benchkv run of any kind. One-rank and `--loopback-ranks` runs never
+/// open the sim fabric, whose opening was the only sweep, so the region stayed.
+#[test]
+fn item8_every_run_sweeps_a_sim_region_a_killed_run_left() {
+    for extra in [&[][..], &["--loopback-ranks", "2"][..]] {
+        let mut child = Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let path = std::path::PathBuf::from(format!("/dev/shm/copyrpc-sim-{dead}-0"));
+        std::fs::write(&path, b"").unwrap();
+        let mut args = vec!["--duration", "200ms"];
+        args.extend_from_slice(extra);
+        let out = benchkv(&args);
+        let left = path.exists();
+        let _ = std::fs::remove_file(&path);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        assert!(!left, "{extra:?}: {} is still there", path.display());
+    }
+}

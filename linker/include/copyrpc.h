@@ -56,12 +56,12 @@
 /**
  * Bytes of the memory area an ipc server handle needs.
  */
-#define COPYRPC_IPC_SERVER_BYTES 192
+#define COPYRPC_IPC_SERVER_BYTES 256
 
 /**
  * Bytes of the memory area an ipc client handle needs.
  */
-#define COPYRPC_IPC_CLIENT_BYTES 320
+#define COPYRPC_IPC_CLIENT_BYTES 384
 
 /**
  * No failure.

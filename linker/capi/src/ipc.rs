@@ -17,9 +17,9 @@ use crate::shm::{check_area, close, copyrpc_shm_msg, handle, name, place};
 type Msg = copyrpc_shm_msg;
 
 /// Bytes of the memory area an ipc server handle needs.
-pub const COPYRPC_IPC_SERVER_BYTES: usize = 192;
+pub const COPYRPC_IPC_SERVER_BYTES: usize = 256;
 /// Bytes of the memory area an ipc client handle needs.
-pub const COPYRPC_IPC_CLIENT_BYTES: usize = 320;
+pub const COPYRPC_IPC_CLIENT_BYTES: usize = 384;
 
 /// An ipc server handle (opaque, in the caller's memory).
 #[derive(Debug)]
