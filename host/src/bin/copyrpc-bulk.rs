@@ -2,7 +2,7 @@
 //! [--gid-index auto|N] [--tclass N] [--sl N] [--pattern put|get|both|all]
 //! [--sizes 1K,1M,10M] [--iters N] [--chunk BYTES] [--depth N] [--deadline-s S]`
 //!
-//! Bulk transfers (seed 003's patterns, `copyrpc_core::bulk`) between rank 0 (the
+//! Bulk transfers (the patterns of docs/spec/bulk.md, `copyrpc_core::bulk`) between rank 0 (the
 //! client) and rank 1 (the server): for each pattern and size, `iters` calls, each
 //! checked (the server checks a PUT's bytes against the checksum the request carries;
 //! the client checks what a GET or BOTH wrote into its buffer), and one progress line
