@@ -9,6 +9,10 @@
 //! with the bandwidth: `rank 0/2: put 10485760 B x 3: 812.4 MiB/s ok`. Each rank ends
 //! with `rank r/2: ... ok`, or `rank r/2: FAIL <why>` and exit 1.
 //!
+//! `copyrpc-bulk --world virtual:2 [--cost ...] [--nic ...] [--seed N]` runs both ranks
+//! inside this one process in virtual time (no mpirun; `bulk::world`): the same checked
+//! steps, bandwidths of virtual time, deterministic output.
+//!
 //! Every wait on the other rank is bounded (`bulk::steps`): `--deadline-s` bounds each
 //! call's transfer, on both ranks; the exchanges before each step (the client has
 //! prepared its buffers, so the server's wait for the requests starts when they are
@@ -26,6 +30,7 @@ use copyrpc_host::fabric::verbs::gid;
 use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos};
 use copyrpc_host::placement;
 use copyrpc_host::rpc::RpcConfig;
+use copyrpc_host::vworld::{launched_by_mpi, parse_world, CostModel, NicProfile, WorldSpec};
 use copyrpc_host::watchdog::{PeerId, Watchdog};
 
 use bulk::steps::{Steps, MARGIN, PREPARE, SETUP};
@@ -34,7 +39,8 @@ use bulk::{Args, Node, SLOTS};
 const USAGE: &str = "usage: mpirun -np 2 copyrpc-bulk [--fabric auto|sim|verbs] \
      [--device NAME] [--port N] [--gid-index auto|N] [--tclass 0..=255] [--sl 0..=15] \
      [--pattern put|get|both|all] [--sizes 1K,1M,10M] [--iters N] [--chunk BYTES] \
-     [--depth N] [--deadline-s S]";
+     [--depth N] [--deadline-s S] [--seed N] [--world threads|virtual:2] [--cost K=NS,..] \
+     [--nic K=V,..]";
 
 fn size(text: &str) -> Result<usize, String> {
     let t = text.trim();
@@ -64,7 +70,10 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
         chunk: 256 << 10,
         depth: 8,
         deadline: Duration::from_secs(60),
+        seed: 0,
+        world: None,
     };
+    let (mut world, mut cost, mut nic) = (String::from("threads"), String::new(), String::new());
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
         let mut value = || {
@@ -155,14 +164,55 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
                     .filter(|&l| l <= Qos::MAX_SL)
                     .ok_or("--sl: expected a service level 0..=15")?
             }
+            "--world" => world = value()?,
+            "--cost" => cost = value()?,
+            "--nic" => nic = value()?,
+            "--seed" => {
+                a.seed = value()?
+                    .parse()
+                    .map_err(|_| "--seed: expected a whole number 0..=2^64-1")?
+            }
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
     }
+    a.world = match parse_world(&world, 2..=2)? {
+        None => {
+            for (flag, set) in [("--cost", !cost.is_empty()), ("--nic", !nic.is_empty())] {
+                if set {
+                    return Err(format!("{flag} applies only with --world virtual:2"));
+                }
+            }
+            None
+        }
+        Some(ranks) => {
+            if a.kind == FabricKind::Verbs || a.verbs.device.is_some() {
+                return Err(
+                    "--world virtual runs on the device model; --fabric verbs and \
+                            --device do not apply"
+                        .into(),
+                );
+            }
+            if launched_by_mpi() {
+                return Err(
+                    "--world virtual runs both ranks inside this one process; start \
+                            it without mpirun"
+                        .into(),
+                );
+            }
+            Some(WorldSpec {
+                ranks,
+                cost: CostModel::parse(&cost)?,
+                nic: NicProfile::parse(&nic)?,
+                faults: Vec::new(),
+                sample_ns: 1_000,
+            })
+        }
+    };
     if a.kind == FabricKind::Sim && a.verbs.device.is_some() {
         return Err("--device names an RDMA device, which --fabric sim does not use".into());
     }
-    if a.kind != FabricKind::Sim {
+    if a.kind != FabricKind::Sim && a.world.is_none() {
         gid::check_flags(
             &gid::sysfs_root(),
             a.verbs.device.as_deref(),
@@ -196,6 +246,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(w) = &a.world {
+        return run_virtual(&a, w);
+    }
     let x = match common::init_mpi() {
         Ok(x) => x,
         Err(code) => return code,
@@ -291,4 +344,26 @@ fn set_up(
     let node = Node::establish(f, x, &cfg).map_err(|e| e.to_string());
     dog.disarm();
     node
+}
+
+/// `--world virtual:2`: both ranks' lines, then the world's; the wall time on stderr.
+fn run_virtual(a: &Args, w: &WorldSpec) -> ExitCode {
+    let wall = std::time::Instant::now();
+    let max = a.sizes.iter().copied().max().unwrap_or(1);
+    match bulk::world::run(a, w, max) {
+        Ok(lines) => {
+            for l in lines {
+                println!("{l}");
+            }
+            eprintln!(
+                "copyrpc-bulk: virtual world of 2 ranks in {:.2} s wall, one core",
+                wall.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            println!("virtual:2: FAIL {why}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -3,6 +3,7 @@
 pub mod client;
 pub mod server;
 pub mod steps;
+pub mod world;
 
 use std::time::Duration;
 
@@ -29,6 +30,10 @@ pub struct Args {
     pub chunk: u32,
     pub depth: u16,
     pub deadline: Duration,
+    /// `--seed`: the put data's pattern (and, in a virtual world, the turns' jitter).
+    pub seed: u64,
+    /// `--world virtual:2`.
+    pub world: Option<copyrpc_host::vworld::WorldSpec>,
 }
 
 impl Args {

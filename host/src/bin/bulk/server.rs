@@ -7,11 +7,23 @@ use copyrpc_core::bulk::{Link, Pattern, Request, Server};
 use copyrpc_core::copyrpc::EndpointId;
 use copyrpc_host::bulk::{BufferPool, PoolBuf};
 
+use super::client::PeerView;
 use super::steps::Steps;
 use super::{bytes, checksum, get_byte, step_name, Args, Node, SLOTS, STOP};
 
+/// What one pass of the server did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerPass {
+    /// Anything at all (a completion, a request, an answer).
+    pub progressed: bool,
+    /// Requests taken.
+    pub took: u32,
+    /// Requests answered.
+    pub answered: u32,
+}
+
 /// The server's buffers and what it has served.
-struct Serving<'a> {
+pub struct Serving<'a> {
     a: &'a Args,
     ep: EndpointId,
     s: Server<4, SLOTS>,
@@ -23,11 +35,12 @@ struct Serving<'a> {
     filled_for: usize,
     /// The client's checksum of the last request's PUT data.
     sum: Option<u64>,
-    served: u64,
+    /// Requests answered so far.
+    pub served: u64,
 }
 
 /// What a step expects of each request: its pattern and size (`None`: the STOP).
-type Due = Option<(Pattern, usize)>;
+pub type Due = Option<(Pattern, usize)>;
 
 impl Serving<'_> {
     /// Serves requests until `count` of them (as `due` says) are answered and posted.
@@ -45,40 +58,18 @@ impl Serving<'_> {
         let mut answered = 0;
         let mut last = Instant::now();
         let mut bad: Option<String> = None;
+        let state = || steps.peer_state();
+        let peer = PeerView {
+            rank: steps.peer(),
+            state: &state,
+        };
         while answered < count || !self.s.idle() {
-            let mut progressed = node.ctx().poll(|_, _| {}) > 0;
-            if node.ctx().is_failed(self.ep) {
-                let cause = node
-                    .ctx()
-                    .failure_cause(self.ep)
-                    .map_or_else(|| "cause unknown".into(), |c| c.to_string());
-                return Err(format!(
-                    "serving {what}: the endpoint to rank {} failed: {cause} ({})",
-                    steps.peer(),
-                    steps.peer_state()
-                ));
-            }
-            while let Some(h) = node.ctx().recv() {
-                progressed = true;
+            let pass = self.pass(node, &peer, due, &mut bad)?;
+            if pass.answered > 0 || pass.took > 0 {
                 last = Instant::now();
-                if let Err(why) = self.accept(node, h, due) {
-                    bad.get_or_insert(why);
-                }
             }
-            self.s.progress(node.ctx());
-            while let Some((id, req)) = self.s.next_ready() {
-                if let Err(why) = self.check(&req) {
-                    bad.get_or_insert(why);
-                }
-                self.s
-                    .respond(node.ctx(), id, req.get.len)
-                    .map_err(|e| format!("{e:?}"))?;
-                self.served += 1;
-                answered += 1;
-                last = Instant::now();
-                progressed = true;
-            }
-            if !progressed {
+            answered += pass.answered;
+            if !pass.progressed {
                 std::thread::yield_now();
             }
             if last.elapsed() > d {
@@ -104,6 +95,59 @@ impl Serving<'_> {
         node.flush_all(Instant::now() + d, |_, _| {})
             .map_err(|e| e.to_string())?;
         bad.map_or(Ok(()), Err)
+    }
+
+    /// One pass of the server's loop: the completions, every request that arrived
+    /// (checked against `due`; the first problem goes to `bad`), the transfers moved on,
+    /// every request whose transfers ended answered.
+    pub fn pass(
+        &mut self,
+        node: &mut Node,
+        peer: &PeerView<'_>,
+        due: Due,
+        bad: &mut Option<String>,
+    ) -> Result<ServerPass, String> {
+        let mut out = ServerPass {
+            progressed: node.ctx().poll(|_, _| {}) > 0,
+            ..ServerPass::default()
+        };
+        if node.ctx().is_failed(self.ep) {
+            let cause = node
+                .ctx()
+                .failure_cause(self.ep)
+                .map_or_else(|| "cause unknown".into(), |c| c.to_string());
+            let what = due.map_or_else(|| "its STOP".to_string(), |(p, n)| step_name(p, n));
+            return Err(format!(
+                "serving {what}: the endpoint to rank {} failed: {cause} ({})",
+                peer.rank,
+                (peer.state)()
+            ));
+        }
+        while let Some(h) = node.ctx().recv() {
+            out.progressed = true;
+            out.took += 1;
+            if let Err(why) = self.accept(node, h, due) {
+                bad.get_or_insert(why);
+            }
+        }
+        self.s.progress(node.ctx());
+        while let Some((id, req)) = self.s.next_ready() {
+            if let Err(why) = self.check(&req) {
+                bad.get_or_insert(why);
+            }
+            self.s
+                .respond(node.ctx(), id, req.get.len)
+                .map_err(|e| format!("{e:?}"))?;
+            self.served += 1;
+            out.answered += 1;
+            out.progressed = true;
+        }
+        Ok(out)
+    }
+
+    /// Whether no request is being served.
+    pub fn idle(&self) -> bool {
+        self.s.idle()
     }
 
     /// Takes one request: checks it is the one `due`, fills the get buffer for a GET.
@@ -192,40 +236,52 @@ impl Serving<'_> {
     }
 }
 
+impl<'a> Serving<'a> {
+    /// The server of rank 1's endpoint to rank 0, with buffers of `max` bytes.
+    pub fn new(node: &mut Node, a: &'a Args, max: usize) -> Result<Self, String> {
+        let fabric_pool =
+            |name| BufferPool::new(node.fabric(), name, 1, max).map_err(|e| e.to_string());
+        let (mut putp, mut getp) = (
+            fabric_pool("bulk-server-put")?,
+            fabric_pool("bulk-server-get")?,
+        );
+        let (pb, gb) = (
+            putp.lease().expect("one buffer"),
+            getp.lease().expect("one buffer"),
+        );
+        let ep = node.endpoint(0).ok_or("no endpoint to rank 0")?;
+        let link = Link::new(node.ctx(), ep);
+        let s = Server::<4, SLOTS>::new(link, a.chunk, a.depth).map_err(|e| format!("{e:?}"))?;
+        Ok(Self {
+            a,
+            ep,
+            s,
+            putp,
+            getp,
+            pb,
+            gb,
+            filled_for: 0,
+            served: 0,
+            sum: None,
+        })
+    }
+
+    /// Returns the buffers to their pools.
+    pub fn release(mut self) {
+        self.putp.release(self.pb);
+        self.getp.release(self.gb);
+    }
+}
+
 /// The server's run; its last line's text, or why it failed.
 pub fn run(node: &mut Node, a: &Args, steps: &mut Steps, max: usize) -> Result<String, String> {
-    let fabric_pool =
-        |name| BufferPool::new(node.fabric(), name, 1, max).map_err(|e| e.to_string());
-    let (mut putp, mut getp) = (
-        fabric_pool("bulk-server-put")?,
-        fabric_pool("bulk-server-get")?,
-    );
-    let (pb, gb) = (
-        putp.lease().expect("one buffer"),
-        getp.lease().expect("one buffer"),
-    );
-    let ep = node.endpoint(0).ok_or("no endpoint to rank 0")?;
-    let link = Link::new(node.ctx(), ep);
-    let s = Server::<4, SLOTS>::new(link, a.chunk, a.depth).map_err(|e| format!("{e:?}"))?;
-    let mut v = Serving {
-        a,
-        ep,
-        s,
-        putp,
-        getp,
-        pb,
-        gb,
-        filled_for: 0,
-        served: 0,
-        sum: None,
-    };
+    let mut v = Serving::new(node, a, max)?;
     for (i, (pat, n)) in a.schedule().into_iter().enumerate() {
         steps.ready(i as u32, &step_name(pat, n))?;
         v.serve(node, steps, Some((pat, n)), a.iters)?;
     }
     v.serve(node, steps, None, 1)?;
     let served = v.served;
-    v.putp.release(v.pb);
-    v.getp.release(v.gb);
+    v.release();
     Ok(format!("served={served}"))
 }
