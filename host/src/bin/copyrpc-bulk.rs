@@ -27,10 +27,9 @@ use std::time::Duration;
 
 use copyrpc_core::bulk::Pattern;
 use copyrpc_host::fabric::verbs::gid;
-use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos};
-use copyrpc_host::placement;
+use copyrpc_host::fabric::{self, FabricKind, FabricOptions, Qos};
 use copyrpc_host::rpc::RpcConfig;
-use copyrpc_host::vworld::{launched_by_mpi, parse_world, CostModel, NicProfile, WorldSpec};
+use copyrpc_host::vworld::{world_from_flags, WorldSpec};
 use copyrpc_host::watchdog::{PeerId, Watchdog};
 
 use bulk::steps::{Steps, MARGIN, PREPARE, SETUP};
@@ -176,39 +175,13 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
     }
-    a.world = match parse_world(&world, 2..=2)? {
-        None => {
-            for (flag, set) in [("--cost", !cost.is_empty()), ("--nic", !nic.is_empty())] {
-                if set {
-                    return Err(format!("{flag} applies only with --world virtual:2"));
-                }
-            }
-            None
-        }
-        Some(ranks) => {
-            if a.kind == FabricKind::Verbs || a.verbs.device.is_some() {
-                return Err(
-                    "--world virtual runs on the device model; --fabric verbs and \
-                            --device do not apply"
-                        .into(),
-                );
-            }
-            if launched_by_mpi() {
-                return Err(
-                    "--world virtual runs both ranks inside this one process; start \
-                            it without mpirun"
-                        .into(),
-                );
-            }
-            Some(WorldSpec {
-                ranks,
-                cost: CostModel::parse(&cost)?,
-                nic: NicProfile::parse(&nic)?,
-                faults: Vec::new(),
-                sample_ns: 1_000,
-            })
-        }
-    };
+    a.world = world_from_flags(
+        &world,
+        2..=2,
+        &cost,
+        &nic,
+        a.kind == FabricKind::Verbs || a.verbs.device.is_some(),
+    )?;
     if a.kind == FabricKind::Sim && a.verbs.device.is_some() {
         return Err("--device names an RDMA device, which --fabric sim does not use".into());
     }
@@ -319,20 +292,7 @@ fn set_up(
     if r == 0 {
         eprintln!("copyrpc-bulk: {}", sel.reason);
     }
-    if let Fabric::Verbs(d) = &f {
-        eprintln!("copyrpc-bulk: rank {r}/{n}: {}", d.describe());
-        // This thread creates and first touches the rings and queues, and polls them:
-        // on the NIC's node.
-        if let Some(node) = d.numa_node() {
-            match placement::bind_current_thread(node) {
-                Ok(p) => eprintln!(
-                    "copyrpc-bulk: rank {r}/{n}: on NUMA node {node} (cpus {:?})",
-                    p.cpus
-                ),
-                Err(e) => eprintln!("copyrpc-bulk: rank {r}/{n}: not placed: {e}"),
-            }
-        }
-    }
+    common::describe_and_place("copyrpc-bulk", &f, r, n);
     dog.arm(
         format!("set-up: the endpoint exchange with rank {peer}"),
         SETUP,

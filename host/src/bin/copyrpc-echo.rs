@@ -24,11 +24,10 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use copyrpc_host::exchange::{options, MpiExchange};
 use copyrpc_host::fabric::verbs::gid;
-use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos};
-use copyrpc_host::placement;
+use copyrpc_host::fabric::{self, FabricKind, FabricOptions, Qos};
 use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING, MAX_VIRTUAL_RANKS};
 use copyrpc_host::rpc::{sizing, RpcConfig};
-use copyrpc_host::vworld::{launched_by_mpi, parse_world, CostModel, NicProfile, WorldSpec};
+use copyrpc_host::vworld::{world_from_flags, WorldSpec};
 
 /// Every rank calls every other rank with checksummed payloads over copyrpc and checks
 /// every answer; `mpirun -np N copyrpc-echo` for N ranks.
@@ -166,40 +165,6 @@ struct Run {
     world: Option<WorldSpec>,
 }
 
-/// `--world` and the flags only a virtual world takes, checked together.
-fn world_of(cli: &Cli) -> Result<Option<WorldSpec>, String> {
-    let Some(ranks) = parse_world(&cli.world, 2..=MAX_VIRTUAL_RANKS)? else {
-        for (flag, set) in [
-            ("--cost", !cli.cost.is_empty()),
-            ("--nic", !cli.nic.is_empty()),
-        ] {
-            if set {
-                return Err(format!("{flag} applies only with --world virtual:N"));
-            }
-        }
-        return Ok(None);
-    };
-    if cli.fabric == FabricKind::Verbs || cli.device.is_some() {
-        return Err(
-            "--world virtual runs on the device model; --fabric verbs and --device do not apply"
-                .into(),
-        );
-    }
-    if launched_by_mpi() {
-        return Err(
-            "--world virtual runs every rank inside this one process; start it without mpirun"
-                .into(),
-        );
-    }
-    Ok(Some(WorldSpec {
-        ranks,
-        cost: CostModel::parse(&cli.cost)?,
-        nic: NicProfile::parse(&cli.nic)?,
-        faults: Vec::new(),
-        sample_ns: 1_000,
-    }))
-}
-
 /// The command line, checked: each flag by clap, then the combinations. An `Err` is a
 /// clap error to `exit()` with: the help (status 0) or a refusal naming the flag
 /// (status 2).
@@ -207,7 +172,14 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Run, clap::Error> {
     let cli = Cli::try_parse_from(std::iter::once("copyrpc-echo".to_owned()).chain(args))?;
     let refuse = |msg: String| Cli::command().error(ErrorKind::ValueValidation, msg);
     // Before anything else: a bad world is refused before anything is sized.
-    let world = world_of(&cli).map_err(refuse)?;
+    let world = world_from_flags(
+        &cli.world,
+        2..=MAX_VIRTUAL_RANKS,
+        &cli.cost,
+        &cli.nic,
+        cli.fabric == FabricKind::Verbs || cli.device.is_some(),
+    )
+    .map_err(refuse)?;
     let mut cfg = EchoConfig {
         calls_per_peer: cli.calls,
         window: cli.window,
@@ -325,20 +297,7 @@ fn main() -> ExitCode {
             if r == 0 {
                 eprintln!("copyrpc-echo: {}", sel.reason);
             }
-            if let Fabric::Verbs(d) = &f {
-                eprintln!("copyrpc-echo: rank {r}/{n}: {}", d.describe());
-                // This thread creates and first touches the rings and queues, and polls
-                // them: on the NIC's node.
-                if let Some(node) = d.numa_node() {
-                    match placement::bind_current_thread(node) {
-                        Ok(p) => eprintln!(
-                            "copyrpc-echo: rank {r}/{n}: on NUMA node {node} (cpus {:?})",
-                            p.cpus
-                        ),
-                        Err(e) => eprintln!("copyrpc-echo: rank {r}/{n}: not placed: {e}"),
-                    }
-                }
-            }
+            common::describe_and_place("copyrpc-echo", &f, r, n);
             echo::run(&x, f, &cfg).map_err(|e| format!("{e}"))
         });
     match result {

@@ -133,6 +133,48 @@ pub fn parse_world(
     Ok(Some(n))
 }
 
+/// The world a tool's `--world`, `--cost` and `--nic` describe: `None` for `threads`
+/// (where `--cost` and `--nic` are refused, not ignored), or a world of N ranks, N in
+/// `ranks`, with the default faults-free timeline. `on_a_nic`: the flags also ask for a
+/// real NIC (`--fabric verbs`, `--device`), which a virtual world cannot use. A virtual
+/// world under mpirun is refused: it runs every rank in one process. Errors name the
+/// flag.
+pub fn world_from_flags(
+    world: &str,
+    ranks: std::ops::RangeInclusive<u32>,
+    cost: &str,
+    nic: &str,
+    on_a_nic: bool,
+) -> Result<Option<WorldSpec>, String> {
+    let Some(n) = parse_world(world, ranks)? else {
+        for (flag, set) in [("--cost", !cost.is_empty()), ("--nic", !nic.is_empty())] {
+            if set {
+                return Err(format!("{flag} applies only with --world virtual:N"));
+            }
+        }
+        return Ok(None);
+    };
+    if on_a_nic {
+        return Err(
+            "--world virtual runs on the device model; --fabric verbs and --device do not apply"
+                .into(),
+        );
+    }
+    if launched_by_mpi() {
+        return Err(
+            "--world virtual runs every rank inside this one process; start it without mpirun"
+                .into(),
+        );
+    }
+    Ok(Some(WorldSpec {
+        ranks: n,
+        cost: CostModel::parse(cost)?,
+        nic: NicProfile::parse(nic)?,
+        faults: Vec::new(),
+        sample_ns: 1_000,
+    }))
+}
+
 impl WorldSpec {
     /// The options of one of the world's NICs: manually stepped, with the profile's
     /// link, transport timers, [`LINK_SLOTS`], and a sparse region of `region_bytes`.
