@@ -9,6 +9,14 @@
 #                                          device model)
 #   scripts/mutants.sh copyrpc/rx.rs copyrpc/tx   one file or folder of a module each
 #                                          (a module too large for one sitting, run in parts)
+#   scripts/mutants.sh --check             only check the exclusions (below), in a second
+#
+# Exclusions: .cargo/mutants.toml (patterns naming no position) and
+# .cargo/mutants-equivalent.toml (one mutant each, anchored on file, function and line
+# of code), resolved by scripts/mutants_exclusions.py against `cargo mutants --list`.
+# A run refuses to start, exit 2, when any of them matches nothing (or, anchored, another
+# number of mutants than it says): code moved or changed under it, and it must be
+# argued again rather than hide nothing, or another mutant.
 #
 #   MUTANTS_BUDGET=3600   total seconds for the whole run, shared equally by the modules
 #                         left; a module stopped by its share reports the shuffled sample
@@ -34,10 +42,23 @@ TIMEOUT=${MUTANTS_TIMEOUT:-60}
 JOBS=${MUTANTS_JOBS:-1}
 modules=("$@")
 [ ${#modules[@]} -gt 0 ] || modules=(wire ring credit copyrpc)
+[ "${modules[0]}" != --check ] || modules=()
 
 if ! cargo mutants --version >/dev/null 2>&1; then
   echo "cargo-mutants is missing: cargo install cargo-mutants --locked" >&2
   exit 2
+fi
+
+# The anchored exclusions, as --exclude-re of the mutants' current names; refuses to go
+# on when an exclusion matches nothing.
+if ! excluded=$(python3 scripts/mutants_exclusions.py --args); then
+  echo "mutants: fix the exclusions above first (scripts/mutants.sh --check)" >&2
+  exit 2
+fi
+mapfile -t excluded <<<"$excluded"
+if [ "${1:-}" = --check ]; then
+  echo "mutants: every exclusion matches (${#excluded[@]} anchored mutants)"
+  exit 0
 fi
 
 # Test targets per module: the unit tests always, plus the integration tests that drive
@@ -120,7 +141,7 @@ for m in "${modules[@]}"; do
   status=0
   timeout --signal=INT --kill-after=30 "$left" \
     cargo mutants -p "$pkg" "${files[@]}" --shuffle -j "$JOBS" \
-      --timeout "$TIMEOUT" --build-timeout 300 --output "$out" "${args[@]}" \
+      --timeout "$TIMEOUT" --build-timeout 300 --output "$out" "${excluded[@]}" "${args[@]}" \
       -- -- "${skip[@]}" ||
     status=$?
   dir=$out/mutants.out
@@ -136,7 +157,7 @@ for m in "${modules[@]}"; do
     mapfile -t again < <(sed -e 's/[][\\.*+?(){}|^$]/\\&/g' -e 's/.*/--re=^&$/' "$dir/missed.txt")
     status2=0
     FAULT_SEEDS=1000 cargo mutants -p "$pkg" "${files[@]}" -j "$JOBS" --timeout "$TIMEOUT" \
-      --build-timeout 300 --output "$out/second" "${again[@]}" "${args[@]}" \
+      --build-timeout 300 --output "$out/second" "${again[@]}" "${excluded[@]}" "${args[@]}" \
       -- -- "${skip[@]}" || status2=$?
     d2=$out/second/mutants.out
     if [ -f "$d2/missed.txt" ] || [ -f "$d2/caught.txt" ]; then
@@ -150,7 +171,7 @@ for m in "${modules[@]}"; do
   viable=$((caught + missed + timeouts))
   note=""
   # cargo-mutants exits 2 when mutants were missed, 3 on timeouts: both are results.
-  total=$(cargo mutants -p "$pkg" "${files[@]}" --list 2>/dev/null | grep -c . || true)
+  total=$(cargo mutants -p "$pkg" "${files[@]}" "${excluded[@]}" --list 2>/dev/null | grep -c . || true)
   case $status in
     0 | 2 | 3) ;;
     124 | 130) note=" (stopped by the budget: $((viable + unviable)) of $total mutants, a random sample)" ;;
