@@ -119,6 +119,36 @@ pub struct ClientReport {
     pub first_failure: Option<String>,
 }
 
+/// A client that stopped on an error: why, and what it had sent and had answered by
+/// then (its unanswered requests are lost with it, and the drain says so).
+#[derive(Debug)]
+pub struct Failed {
+    /// The error, one sentence.
+    pub why: String,
+    /// Requests sent.
+    pub issued: u64,
+    /// Answers received.
+    pub completed: u64,
+}
+
+impl Failed {
+    /// A failure before anything was sent.
+    pub fn before_start(why: String) -> Self {
+        Self {
+            why,
+            issued: 0,
+            completed: 0,
+        }
+    }
+}
+
+impl From<String> for Failed {
+    /// A failure whose counts are unknown (a thread that panicked): none claimed.
+    fn from(why: String) -> Self {
+        Self::before_start(why)
+    }
+}
+
 /// A call in flight: when it left and what it asked.
 #[derive(Clone, Copy, Debug, Default)]
 struct Inflight {
@@ -240,10 +270,10 @@ fn connect(s: &ClientSetup<'_>) -> Result<Connections, String> {
 /// connection failed, so nobody waits for it forever), then runs until `stop_clients`
 /// and the drain. Errors are fatal for the run (a region that cannot be opened, a server
 /// gone).
-pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> {
+pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, Failed> {
     let client = Client::connect(s);
     ready.wait();
-    let mut client = client?;
+    let mut client = client.map_err(Failed::before_start)?;
     let base = Instant::now();
     let mut now_ns = || base.elapsed().as_nanos() as u64;
     let mut drain_deadline = None;
@@ -260,7 +290,9 @@ pub fn run(s: ClientSetup<'_>, ready: &Barrier) -> Result<ClientReport, String> 
         // Relaxed: which run a completion counts for may be off by one turn at a run
         // boundary; the run's rate comes from the counters, not from here.
         let run = client.s.control.run.load(Ordering::Relaxed);
-        let t = client.turn(&mut now_ns, stopping, run)?;
+        let t = client
+            .turn(&mut now_ns, stopping, run)
+            .map_err(|why| client.failed(why))?;
         if t.issued == 0 && t.completed == 0 {
             // Two cores: let the daemons run.
             std::thread::yield_now();
@@ -323,6 +355,15 @@ impl<'a> Client<'a> {
             next: 0,
             version: 0,
         })
+    }
+
+    /// This client stopped on `why`: what it had done by then.
+    pub fn failed(&self, why: String) -> Failed {
+        Failed {
+            why,
+            issued: self.issued,
+            completed: self.tally.completed,
+        }
     }
 
     /// Requests sent and not yet answered.

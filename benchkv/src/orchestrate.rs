@@ -33,7 +33,7 @@ use copyrpc_host::exchange::Collectives;
 use copyrpc_host::{affinity, topology};
 use serde_json::{json, Value};
 
-use crate::client::{self, ClientReport, Control, Counters, NOT_MEASURING};
+use crate::client::{self, ClientReport, Control, Counters, Failed, NOT_MEASURING};
 use crate::cluster::Cluster;
 use crate::config::{plan_pinning, Config};
 use crate::metrics::DaemonMetrics;
@@ -198,7 +198,7 @@ fn place(
 /// every daemon's metrics.
 type ThreadResults = (
     Vec<RunRecord>,
-    Vec<Result<ClientReport, String>>,
+    Vec<Result<ClientReport, Failed>>,
     Vec<Result<DaemonMetrics, String>>,
 );
 
@@ -231,14 +231,18 @@ fn run_threads(
                 let s = r.client_setup(cfg, c, cfg.ranks(cluster.size() as u32));
                 let core = pins.map(|p| p[k + c]);
                 let ready = &ready;
-                sc.spawn(move || -> Result<ClientReport, String> {
+                sc.spawn(move || -> Result<ClientReport, Failed> {
                     if let Some(core) = core {
                         if let Err(e) = affinity::pin_current_thread(core) {
                             ready.wait();
-                            return Err(failed(control, format!("client {c}: pinning: {e}")));
+                            let why = failed(control, format!("client {c}: pinning: {e}"));
+                            return Err(Failed::before_start(why));
                         }
                     }
-                    client::run(s, ready).map_err(|e| failed(control, format!("client {c}: {e}")))
+                    client::run(s, ready).map_err(|f| Failed {
+                        why: failed(control, format!("client {c}: {}", f.why)),
+                        ..f
+                    })
                 })
             })
             .collect();
@@ -360,12 +364,12 @@ fn gather(
     Ok(all)
 }
 
-fn join<T>(
-    h: std::thread::ScopedJoinHandle<'_, Result<T, String>>,
+fn join<T, E: From<String>>(
+    h: std::thread::ScopedJoinHandle<'_, Result<T, E>>,
     what: &str,
-) -> Result<T, String> {
+) -> Result<T, E> {
     h.join()
-        .unwrap_or_else(|_| Err(format!("a {what} thread panicked")))
+        .unwrap_or_else(|_| Err(E::from(format!("a {what} thread panicked"))))
 }
 
 fn completed(counters: &[Counters]) -> u64 {

@@ -148,8 +148,8 @@ pub fn table(r: &Report) -> String {
             " (every request answered)".to_string()
         } else if t.thread_errors > 0 {
             format!(
-                " (counted over the threads that finished: {} thread(s) failed, and a \
-                 failed client's requests are in neither count)",
+                " ({} thread(s) failed: a failed client's counts are those it reached, and \
+                 what it never collected is undrained)",
                 t.thread_errors
             )
         } else {

@@ -31,7 +31,7 @@ use copyrpc_host::vworld::{
 };
 use serde_json::json;
 
-use crate::client::{Client, ClientReport, NOT_MEASURING};
+use crate::client::{Client, ClientReport, Failed, NOT_MEASURING};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::daemon::{Daemon, Parts};
@@ -177,7 +177,7 @@ pub fn check_fits(cfg: &Config, spec: &WorldSpec) -> Result<(), String> {
 /// the clients' reports, daemon#0's time series, and two figures for the report.
 struct Shared {
     answers: Vec<u64>,
-    reports: Vec<Vec<Result<ClientReport, String>>>,
+    reports: Vec<Vec<Result<ClientReport, Failed>>>,
     series: Series,
     rnr_naks: u64,
     /// The longest daemon loop (its costs and the WQEs it posted), for a drain that
@@ -291,7 +291,8 @@ impl ClientActor<'_> {
                 Turn::At(t + self.jitter.ns(self.cost.client_turn(items)))
             }
             Err(e) => {
-                w.reports[r].push(Err(format!("client {}: {e}", self.index)));
+                let f = cl.failed(format!("client {}: {e}", self.index));
+                w.reports[r].push(Err(f));
                 self.client = None;
                 Turn::Finished
             }
@@ -523,7 +524,7 @@ fn add_clients<'a>(
 fn outcome(
     cfg: &Config,
     spec: &WorldSpec,
-    reports: Vec<Vec<Result<ClientReport, String>>>,
+    reports: Vec<Vec<Result<ClientReport, Failed>>>,
     metrics: Vec<Vec<Result<DaemonMetrics, String>>>,
     end_ns: u64,
     rnr_naks: u64,
