@@ -34,8 +34,12 @@ pub const COPYRPC_E_BAD_DESC: i32 = -15;
 /// An argument is out of range (a size, a kind, a name).
 pub const COPYRPC_E_BAD_ARG: i32 = -16;
 /// Called from inside the same handle's poll callback, or a fabric's exchange callback
-/// (re-entrant use is refused).
+/// (re-entrant use is refused); or a set-up call found the list of live handles locked
+/// by another thread for too long (retry).
 pub const COPYRPC_E_BUSY: i32 = -18;
+/// The memory area given to an init or attach holds (or overlaps) a live handle, or the
+/// fabric to close still serves a live context: end that first.
+pub const COPYRPC_E_IN_USE: i32 = -19;
 /// A setup step failed in the host (an errno, a fabric error): `copyrpc_last_error`
 /// has the cause.
 pub const COPYRPC_E_SYSTEM: i32 = -17;
@@ -64,6 +68,12 @@ pub const COPYRPC_E_BAD_SETUP: i32 = -28;
 pub const COPYRPC_E_SHM_UNAVAILABLE: i32 = -30;
 /// A shared-memory reply was refused (duplicate, evicted client, bad slot).
 pub const COPYRPC_E_SHM_REPLY: i32 = -31;
+/// The header the program was built with is not of this library's ABI
+/// (`copyrpc_init`).
+pub const COPYRPC_E_VERSION: i32 = -32;
+/// A callback unwound (a C++ exception) out of this context's poll, leaving its state
+/// unfinished: every call but `copyrpc_ctx_fini` is refused.
+pub const COPYRPC_E_UNWOUND: i32 = -33;
 
 /// The core's text for the last refusal a code stands for several of (see
 /// [`copyrpc_refusal_detail`]); null until the first.
@@ -143,7 +153,9 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
             c"the description was not written by the setup API, or was used already"
         }
         COPYRPC_E_BAD_ARG => c"an argument is out of range",
-        COPYRPC_E_BUSY => c"called from inside the same handle's poll or exchange callback",
+        COPYRPC_E_BUSY => {
+            c"called from inside the same handle's poll or exchange callback (or set-up lock taken)"
+        }
         COPYRPC_E_SYSTEM => c"a host setup step failed (see copyrpc_last_error)",
         COPYRPC_E_TOO_LARGE => {
             c"the payload or allowance can never fit the rings (copyrpc_refusal_detail says which)"
@@ -162,6 +174,13 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
             c"the shared-memory ring is full or its server is gone (copyrpc_refusal_detail says which)"
         }
         COPYRPC_E_SHM_REPLY => c"the shared-memory reply was refused",
+        COPYRPC_E_IN_USE => {
+            c"the memory holds a live handle, or the fabric serves a live context (end it first)"
+        }
+        COPYRPC_E_VERSION => c"the program's copyrpc.h is not of this library's ABI",
+        COPYRPC_E_UNWOUND => {
+            c"a callback unwound out of this context's poll: only copyrpc_ctx_fini is taken"
+        }
         _ => c"unknown copyrpc code",
     };
     s.as_ptr()
