@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Two layering rules, each printing every offending line; exit 1 if either breaks.
+#
 # The protocol modules of core-nostd (copyrpc, deleg, ipc, flux) may use the shared
 # pieces (shm, wire, ring, credit, sync) but never each other: a change to one protocol
 # must not reach into another. Prints every offending line and exits 1 if there is any.
@@ -30,4 +32,7 @@ if [ "$bad" -ne 0 ]; then
   echo "error: a core-nostd protocol module imports a sibling protocol (see above)" >&2
   exit 1
 fi
+# benchkv: layers from the runners down to the key-value parts, no cycles (the rule is at
+# the top of benchkv/src/main.rs).
+python3 scripts/check_benchkv_layers.py benchkv/src
 echo "layering ok: ${protocols[*]} import none of each other; ops imports no protocol; no protocol imports bulk"

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # The README's test command: sets up what is missing, then runs every check.
 #
-#   scripts/test.sh            everything (what CI runs)
-#   FUZZ_SECONDS=60 scripts/test.sh   longer fuzz runs (default 20 s per target)
+#   scripts/test.sh               every step, in the order of --list (what CI runs)
+#   scripts/test.sh STEP...       only these steps, in the order given (e.g. `loom miri`)
+#   scripts/test.sh --list        the step names, one line each
+#   scripts/test.sh -n STEP...    resolve the names and say what would run; run nothing
+#   FUZZ_SECONDS=60 scripts/test.sh fuzz   longer fuzz runs (default 20 s per target)
 #
-# Each step prints its name and time; the first failure stops the run with its output.
-set -euo pipefail
+# Each step prints its name at the start and its wall time at the end; the run ends with
+# a table of every step's time. The first failing step stops the run (its output is
+# above the table) and the script exits 1. An unknown step name exits 2 before anything
+# runs. Running a step alone does not run `setup` first.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
@@ -14,16 +20,16 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
 
-steps_done=()
-step() {
-  local name=$1; shift
-  printf '\n\033[1m==> %s\033[0m\n' "$name"
-  local t0=$SECONDS
-  "$@"
-  steps_done+=("$(printf '%-48s %4ss' "$name" $((SECONDS - t0)))")
-}
+# --- the steps -------------------------------------------------------------------------
+# One function per step, `step_<name>` with `-` as `_`. Each runs with `set -e` in a
+# subshell, so its first failing command ends it with that command's status.
 
-nostd_sources_clean() {
+step_setup() { scripts/setup.sh; }
+step_fmt() { cargo fmt --all -- --check; }
+step_clippy() { cargo clippy --quiet --workspace --all-targets -- -D warnings; }
+step_workspace() { cargo test --workspace; }
+
+step_nostd() {
   # The no_std crates must not name std or alloc outside test code. Test code (under
   # `#[cfg(test)]` or `#[cfg(all(test, ..))]`) is either a `mod tests { .. }` block at the
   # end of a file (so each file is scanned up to its first `#[cfg(test)]`) or a whole file
@@ -47,9 +53,18 @@ nostd_sources_clean() {
     fi
   done
   [ "$bad" -eq 0 ] || { echo "error: std/alloc used outside tests in a no_std crate" >&2; return 1; }
+  echo "no std/alloc outside tests in core-nostd and mlx5-raw"
 }
 
-bare_builds() {
+step_layering() { scripts/check-layering.sh; }
+step_citations() { scripts/check-citations.sh; }
+step_comments() { scripts/check-comments.sh; }
+step_selftest() {
+  local t
+  for t in scripts/tests/*.sh; do "$t"; done
+}
+
+step_bare() {
   local t
   for t in x86_64-unknown-none aarch64-unknown-none; do
     cargo build --quiet -p copyrpc-core -p mlx5-raw --target "$t"
@@ -58,7 +73,10 @@ bare_builds() {
   done
 }
 
-aarch64_tests() {
+step_freestanding() { linker/freestanding/check.sh; }
+step_c_examples() { scripts/c-examples.sh; }
+
+step_qemu() {
   # The no_std crates' tests (unit and integration, the mlx5dv.h cross-check included),
   # compiled for aarch64 Linux and run under qemu: the barrier bodies and any ordering
   # assumptions differ from x86. copyrpc_faults runs 250 of its 1 000 random-fault seeds
@@ -71,7 +89,42 @@ aarch64_tests() {
     cargo test --quiet --target aarch64-unknown-linux-gnu -p copyrpc-core -p mlx5-raw --tests
 }
 
-fuzz_all() {
+step_aarch64_linux() { scripts/aarch64-linux.sh; }
+
+step_loom() {
+  # Every lock-free protocol has a loom model in core-nostd/tests/loom_*.rs (compiled to
+  # nothing without --cfg loom). Own target dir: --cfg loom would otherwise invalidate the
+  # normal build cache on every run.
+  local t models=()
+  for t in core-nostd/tests/loom_*.rs; do
+    [ -e "$t" ] && models+=(--test "$(basename "$t" .rs)")
+  done
+  [ "${#models[@]}" -gt 0 ] || { echo "no loom models found" >&2; return 1; }
+  CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} \
+    cargo test --quiet --release -p copyrpc-core "${models[@]}"
+}
+
+step_bulk_faults() {
+  BULK_FAULT_RUNS=1000 cargo test --quiet --release -p copyrpc-core --test bulk_faults seeded
+}
+
+step_miri() {
+  # Miri checks the raw-memory driver code (pointer provenance, alignment, data races
+  # between the fake device thread and the poller in the tests). Not layout_golden (its
+  # module forbids unsafe) nor the mlx5dv.h cross-check (it runs a C compiler).
+  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p mlx5-raw \
+    --lib --test sq --test cq --test srq
+  # The shm protocols' slot cells and region casts (their unit tests use tiny regions),
+  # and copyrpc's in-place construction (the pending table's, and a whole context's).
+  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p copyrpc-core \
+    --lib -- deleg ipc flux shm pending
+  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p copyrpc-core \
+    --test copyrpc_rules -- a_large_context_is_built_in_place
+}
+
+step_benches() { cargo test --quiet --benches --workspace; }
+
+step_fuzz() {
   cargo +nightly fuzz build --fuzz-dir fuzz -O
   local t
   for t in $(cargo +nightly fuzz list --fuzz-dir fuzz); do
@@ -90,51 +143,109 @@ fuzz_all() {
   done
 }
 
-loom_models() {
-  # Every lock-free protocol has a loom model in core-nostd/tests/loom_*.rs (compiled to
-  # nothing without --cfg loom). Own target dir: --cfg loom would otherwise invalidate the
-  # normal build cache on every run.
-  local t models=()
-  for t in core-nostd/tests/loom_*.rs; do
-    [ -e "$t" ] && models+=(--test "$(basename "$t" .rs)")
+step_rustdoc() {
+  RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps -p copyrpc-core -p mlx5-raw
+}
+
+# The suite, in the order a full run takes it: name, then what it checks (for --list and
+# the timing table).
+STEPS=(
+  "setup|installs what is missing (scripts/setup.sh)"
+  "fmt|rustfmt --check"
+  "clippy|clippy -D warnings, every target of the workspace"
+  "workspace|cargo test --workspace (unit, golden, proptest, MPI, chaos)"
+  "nostd|no_std crates: no std/alloc in sources outside tests"
+  "layering|layering: core-nostd protocols import no sibling; benchkv imports only downward"
+  "citations|spec citations point at files and sections in the repository"
+  "comments|no instruction counts or session history in code comments"
+  "selftest|scripts/tests: this script's interface, and the two source checks"
+  "bare|no_std crates: bare-metal builds (x86_64, aarch64)"
+  "freestanding|freestanding link + run (x86_64, aarch64/qemu)"
+  "c-examples|C library: install, examples built with pkg-config, full-size runs"
+  "qemu|no_std crates' tests on aarch64 (qemu)"
+  "aarch64-linux|std binaries for aarch64 Linux: cross-build + qemu smoke run"
+  "loom|loom models (core-nostd/tests/loom_*)"
+  "bulk-faults|bulk: 1 000 seeded fault runs of mixed patterns (release)"
+  "miri|miri: mlx5-raw, core-nostd shm protocols, Context::init"
+  "benches|benches: each run once (criterion --test)"
+  "fuzz|fuzz: build + bounded runs (FUZZ_SECONDS per target)"
+  "rustdoc|rustdoc -D warnings (no_std crates)"
+)
+
+step_title() {
+  local s
+  for s in "${STEPS[@]}"; do
+    [ "${s%%|*}" = "$1" ] && { printf '%s' "${s#*|}"; return 0; }
   done
-  [ "${#models[@]}" -gt 0 ] || { echo "no loom models found" >&2; return 1; }
-  CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} \
-    cargo test --quiet --release -p copyrpc-core "${models[@]}"
+  return 1
 }
 
-miri_unsafe() {
-  # Miri checks the raw-memory driver code (pointer provenance, alignment, data races
-  # between the fake device thread and the poller in the tests). Not layout_golden (its
-  # module forbids unsafe) nor the mlx5dv.h cross-check (it runs a C compiler).
-  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p mlx5-raw \
-    --lib --test sq --test cq --test srq
-  # The shm protocols' slot cells and region casts (their unit tests use tiny regions),
-  # and copyrpc's in-place construction (the pending table's, and a whole context's).
-  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p copyrpc-core \
-    --lib -- deleg ipc flux shm pending
-  MIRIFLAGS="-Zmiri-strict-provenance" cargo +nightly miri test --quiet -p copyrpc-core \
-    --test copyrpc_rules -- a_large_context_is_built_in_place
+usage() {
+  sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"
 }
 
-step "setup (installs what is missing)"      scripts/setup.sh
-step "rustfmt"                                cargo fmt --all -- --check
-step "clippy -D warnings"                     cargo clippy --quiet --workspace --all-targets -- -D warnings
-step "cargo test --workspace"                 cargo test --workspace
-step "no_std crates: no std/alloc in sources" nostd_sources_clean
-step "core-nostd layering: protocols import no sibling" scripts/check-layering.sh
-step "no_std crates: bare-metal builds"       bare_builds
-step "freestanding link + run (x86_64, aarch64/qemu)" linker/freestanding/check.sh
-step "C library: install, examples built with pkg-config, full-size runs" scripts/c-examples.sh
-step "no_std crates' tests on aarch64 (qemu)"  aarch64_tests
-step "std binaries for aarch64 Linux: cross-build + qemu smoke run" scripts/aarch64-linux.sh
-step "loom models (core-nostd/tests/loom_*)"   loom_models
-step "bulk: 1 000 seeded fault runs of mixed patterns (release)" \
-  env BULK_FAULT_RUNS=1000 cargo test --quiet --release -p copyrpc-core --test bulk_faults seeded
-step "miri: mlx5-raw, core-nostd shm protocols, Context::init" miri_unsafe
-step "benches: each run once (criterion --test)" cargo test --quiet --benches --workspace
-step "fuzz: build + bounded runs"             fuzz_all
-step "rustdoc -D warnings (no_std crates)"    env RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps -p copyrpc-core -p mlx5-raw
+# --- arguments -------------------------------------------------------------------------
+dry_run=0
+wanted=()
+for a in "$@"; do
+  case "$a" in
+    --list)
+      for s in "${STEPS[@]}"; do printf '%-14s %s\n' "${s%%|*}" "${s#*|}"; done
+      exit 0 ;;
+    -n|--dry-run) dry_run=1 ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "error: unknown option '$a' (scripts/test.sh --help)" >&2; exit 2 ;;
+    *) wanted+=("$a") ;;
+  esac
+done
+if [ "${#wanted[@]}" -eq 0 ]; then
+  for s in "${STEPS[@]}"; do wanted+=("${s%%|*}"); done
+fi
+for name in "${wanted[@]}"; do
+  if ! step_title "$name" >/dev/null; then
+    echo "error: unknown step '$name' (scripts/test.sh --list names them)" >&2
+    exit 2
+  fi
+  if ! declare -F "step_${name//-/_}" >/dev/null; then
+    echo "error: step '$name' is listed but has no function step_${name//-/_}" >&2
+    exit 3
+  fi
+done
 
-printf '\n\033[1mAll checks passed:\033[0m\n'
-printf '  %s\n' "${steps_done[@]}"
+if [ "$dry_run" -eq 1 ]; then
+  for name in "${wanted[@]}"; do printf 'would run %-14s %s\n' "$name" "$(step_title "$name")"; done
+  exit 0
+fi
+
+# --- the run ---------------------------------------------------------------------------
+now() { printf '%s' "${EPOCHREALTIME/[,.]/}"; }   # microseconds
+secs() { local us=$1; printf '%d.%d' $((us / 1000000)) $((us % 1000000 / 100000)); }
+
+rows=()
+run_start=$(now)
+table() {
+  local status=$1
+  printf '\n\033[1m%s\033[0m\n' "$status"
+  printf '  %-14s %9s  %s\n' step seconds "what it checks"
+  printf '  %s\n' "${rows[@]}"
+  printf '  %-14s %9s\n' total "$(secs $(( $(now) - run_start )))"
+}
+
+for name in "${wanted[@]}"; do
+  title=$(step_title "$name")
+  printf '\n\033[1m==> %s: %s\033[0m\n' "$name" "$title"
+  t0=$(now)
+  ( set -e; "step_${name//-/_}" )
+  rc=$?
+  dt=$(secs $(( $(now) - t0 )))
+  if [ "$rc" -ne 0 ]; then
+    printf '\033[1;31m<== %s FAILED (exit %d) after %ss\033[0m\n' "$name" "$rc" "$dt"
+    rows+=("$(printf '%-14s %9s  %s  FAILED' "$name" "$dt" "$title")")
+    table "Step '$name' failed:"
+    exit 1
+  fi
+  printf '\033[1m<== %s: %ss\033[0m\n' "$name" "$dt"
+  rows+=("$(printf '%-14s %9s  %s' "$name" "$dt" "$title")")
+done
+
+table "All ${#wanted[@]} steps passed:"

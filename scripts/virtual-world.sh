@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The virtual-world figures of docs/PERFORMANCE.md ("benchkv at scale in virtual time"):
 #   scripts/virtual-world.sh scale   wall time of 10 ms of virtual time, NP = 2..64
-#   scripts/virtual-world.sh seed001 seed 001's settings at NP = 2, 8, 16, 32
+#   scripts/virtual-world.sh memory  wall time and peak memory, NP = 8..256 (K 2, C 8, 10 ms)
+#   scripts/virtual-world.sh seed001 the bistability settings (docs/spec/poll-budget.md#bistability) at NP = 2, 8, 16, 32
 #   scripts/virtual-world.sh budget  the adaptive poll budget against fixed ones (issue 18)
 #   scripts/virtual-world.sh dvm     Delegation against Meta at NP = 16, 32, K = 1, 2, 4
 # Each line is one run; the runs are deterministic (same flags, same output), the wall
@@ -38,9 +39,9 @@ scale)
     done
     ;;
 seed001)
-    # Seed 001's settings with a QP packet time of 7 µs (see docs/PERFORMANCE.md, "Seed
-    # 001: the bistability"), a poll budget of off / 2 / 16 / adaptive, with the extra poll
-    # costing 1 µs (the seed's "16 ≈ 16 µs") and 5 µs.
+    # The bistability settings with a QP packet time of 7 µs (see docs/PERFORMANCE.md,
+    # "Bistability"), a poll budget of off / 2 / 16 / adaptive, with the extra poll
+    # costing 1 µs (the spec's "16 ≈ 16 µs") and 5 µs.
     for poll in 1000 5000; do
         for np in 2 4 8 16 32; do
             for pb in off 2 16 adaptive; do
@@ -60,8 +61,8 @@ seed001)
     done
     ;;
 budget)
-    # Issue 18: the adaptive poll budget against every fixed one on the same plant (seed
-    # 001's settings with a 7 µs QP packet time, 1 µs extra polls), from a cold start,
+    # Issue 18: the adaptive poll budget against every fixed one on the same plant (the
+    # bistability settings with a 7 µs QP packet time, 1 µs extra polls), from a cold start,
     # then after a 1 ms stall of rank 3's NIC at 2 ms (10 ms runs), and the plot of u.
     plant=(-C 46 --queue-depth 32 --rpc-ring 256k --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000)
     for np in 2 8 16 32; do
@@ -92,11 +93,45 @@ dvm)
     done
     for be in delegation meta; do
         $B --world virtual:2 --backend "$be" -K 2 -C 4 --queue-depth 4 --duration 5ms --rpc-ring 16k \
-            --cost item_ns=40 --output json 2>/dev/null | summary "seed 000 §10 shape: NP=2 K=2 C=4 QD=4 $be"
+            --cost item_ns=40 --output json 2>/dev/null | summary "reference-figures shape: NP=2 K=2 C=4 QD=4 $be"
+    done
+    ;;
+memory)
+    # Peak memory three ways: the kernel's VmHWM (counts a /dev/shm page once per
+    # mapping, and the world maps each link twice: its sender's and its receiver's),
+    # PSS sampled every 0.2 s (each page once), and /dev/shm in use (the NICs' queues,
+    # links and rings).
+    for np in ${NPS:-8 16 32 64 128 256}; do
+        shm0=$(df --output=used /dev/shm | tail -1)
+        start=$(date +%s.%N)
+        $B --world "virtual:$np" -K 2 -C 8 --duration 10ms --output json >/tmp/vw-mem-$np.json 2>/dev/null &
+        pid=$!
+        pss=0 shm=0 hwm=0
+        while kill -0 $pid 2>/dev/null; do
+            p=$(awk '/^Pss:/{print $2}' /proc/$pid/smaps_rollup 2>/dev/null || echo 0)
+            h=$(awk '/^VmHWM:/{print $2}' /proc/$pid/status 2>/dev/null || echo 0)
+            s=$(( $(df --output=used /dev/shm | tail -1) - shm0 ))
+            [ "${p:-0}" -gt "$pss" ] && pss=$p
+            [ "${h:-0}" -gt "$hwm" ] && hwm=$h
+            [ "$s" -gt "$shm" ] && shm=$s
+            sleep 0.2
+        done
+        wait $pid
+        wall=$(echo "$(date +%s.%N) - $start" | bc)
+        python3 -c '
+import json, sys
+np_, wall, hwm, pss, shm = sys.argv[1:6]
+ls = [json.loads(l) for l in open("/tmp/vw-mem-%s.json" % np_) if l.strip()]
+run = [l for l in ls if l["type"] == "run"][0]
+s = [l for l in ls if l["type"] == "summary"][0]
+print("NP=%s: wall %.1f s, peak RSS %.2f GiB, peak PSS %.2f GiB, /dev/shm %.2f GiB; %.2f M req/s per rank, drained %s"
+      % (np_, float(wall), int(hwm) / 2**20, int(pss) / 2**20, int(shm) / 2**20,
+         run["total_rps"] / 1e6 / int(np_), s["drained"]))
+' "$np" "$wall" "$hwm" "$pss" "$shm"
     done
     ;;
 *)
-    echo "usage: $0 scale|seed001|budget|dvm" >&2
+    echo "usage: $0 scale|memory|seed001|budget|dvm" >&2
     exit 2
     ;;
 esac

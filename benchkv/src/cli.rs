@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+pub use copyrpc_host::units::parse_duration;
 
-/// The distributed key-value benchmark of copyrpc (seed 000): K daemon threads (shards)
+/// The distributed key-value benchmark of copyrpc (docs/spec/benchkv.md): K daemon threads (shards)
 /// and C closed-loop client threads per rank; `mpirun -np N benchkv` for N ranks, plain
 /// `benchkv` for one.
 ///
@@ -47,6 +48,23 @@ pub struct Cli {
     /// index 0 is RoCE v1 link-local) and 0 on InfiniBand.
     #[arg(long, default_value = "auto", value_parser = parse_gid_index, value_name = "auto|N")]
     pub gid_index: GidIndexArg,
+
+    /// Traffic class of the GRH, 0..=255 (RoCE v2: DSCP << 2 | ECN, e.g. 106 for DSCP
+    /// 26), as perftest's `--tclass`. Every rank must use the same.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub tclass: u8,
+
+    /// Service level, 0..=15 (InfiniBand: the SL the subnet manager maps to a lane; RoCE:
+    /// the VLAN priority of tagged frames), as perftest's `--sl`. Every rank must use the
+    /// same.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15), value_name = "N")]
+    pub sl: u8,
+
+    /// `--fabric verbs`: carve the copyrpc rings from 2 MiB huge pages (the pool
+    /// `vm.nr_hugepages` reserves); with none free they go on 4 KiB pages and the rank
+    /// says why on stderr.
+    #[arg(long)]
+    pub hugepages: bool,
 
     /// Daemon threads (shards) per rank, K >= 1.
     #[arg(long, short = 'K', default_value_t = 1, value_name = "K")]
@@ -91,18 +109,18 @@ pub struct Cli {
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub ring_size: u32,
 
-    /// Seed 001's poll budget: after the transport poll that drains the completion
-    /// queue, the daemon keeps polling until N polls have found nothing (at most 4 N
-    /// extra polls in all) before the rest of its loop, to let completions accumulate:
-    /// `off` (the default), N in 1..=65536, `adaptive`: seed 001's controller
-    /// (warm-up self-identification, then hysteresis on the CQE batch and the empty-loop
-    /// ratio) steers it per daemon, or `adaptive-seed`: the same controller with the
-    /// seed's parameters (hysteresis on loop time / RTT).
+    /// The poll budget (docs/spec/poll-budget.md#poll-budget): after the transport poll
+    /// that drains the completion queue, the daemon keeps polling until N polls have found
+    /// nothing (at most 4 N extra polls in all) before the rest of its loop, to let
+    /// completions accumulate: `off` (the default), N in 1..=65536, `adaptive`: the spec's
+    /// controller (warm-up self-identification, then hysteresis on the CQE batch and the
+    /// empty-loop ratio) steers it per daemon, or `adaptive-seed`: the same controller with
+    /// the specified parameters (hysteresis on loop time / RTT).
     #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive|adaptive-seed")]
     pub poll_budget: PollBudget,
 
     /// Requests a daemon takes from one source per loop turn before moving to the next
-    /// phase: `all` (no limit) or N >= 1. (Before 0.2 this was `--poll-budget`.)
+    /// phase: `all` (no limit) or N >= 1.
     #[arg(long, default_value = "all", value_parser = parse_take, value_name = "all|N")]
     pub take_per_turn: usize,
 
@@ -137,7 +155,7 @@ pub struct Cli {
     /// Testing aid (hidden): break one answer in a thousand on purpose, to show that
     /// --verify and the drain check catch it.
     #[arg(long, value_enum, hide = true)]
-    pub inject_fault: Option<Fault>,
+    pub inject_fault: Option<InjectFaultArg>,
 
     /// Testing aid: pretend there are N ranks inside this one process. Requests for the
     /// N - 1 pretend ranks take the full remote path through an in-process loopback
@@ -259,19 +277,14 @@ pub enum PinArg {
     Off,
 }
 
-/// `--inject-fault`: what the daemons break: the first request each daemon serves, then
-/// one per [`FAULT_EVERY`] (from the first, so a short run on a loaded machine still
-/// breaks one).
+/// `--inject-fault` (the daemon's `InjectFault`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Fault {
+pub enum InjectFaultArg {
     /// Answer a GET with another key's value.
     CorruptGet,
     /// Never answer a request (the drain must come up short).
     DropRequest,
 }
-
-/// Requests served between two injected faults.
-pub const FAULT_EVERY: u64 = 1000;
 
 /// `--poll-budget`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,38 +293,11 @@ pub enum PollBudget {
     Off,
     /// Up to this many extra empty polls per loop.
     Fixed(u32),
-    /// Seed 001's adaptive controller, as benchkv runs it (`Params::ADAPTED`).
+    /// The adaptive controller, as benchkv runs it (`Params::ADAPTED`).
     Adaptive,
-    /// Seed 001's adaptive controller as the seed writes it (`Params::SEED`), for
-    /// comparison.
+    /// The adaptive controller as specified (`Params::SEED`,
+    /// docs/spec/poll-budget.md#controller), for comparison.
     AdaptiveSeed,
-}
-
-/// `2`, `0.5`, `2s`, `1.5s`, `500ms`, `100us`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix("us") {
-        (n, 1e-6)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (t, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: 2, 0.5, 2s, 500ms)"))?;
-    let secs = v * scale;
-    // At least a microsecond: below it the value used to become 0 ns and a run of
-    // nothing passed for a measurement.
-    if !(1e-6..=86_400.0).contains(&secs) {
-        return Err(format!(
-            "`{s}`: a duration must be at least 1us and at most a day"
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// Largest `--poll-budget`: more extra polls than this per loop is a loop that has
@@ -372,17 +358,6 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations_parse_with_and_without_units() {
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
-        for bad in ["", "x", "0", "-1s", "nan", "1e9"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
-        }
     }
 
     #[test]

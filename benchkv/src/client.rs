@@ -1,4 +1,5 @@
-//! A client thread: a closed loop keeping `QD` requests outstanding (seed 000 §7).
+//! A client thread: a closed loop keeping `QD` requests outstanding
+//! (docs/spec/benchkv.md#client-loop).
 //!
 //! Routing: a request for this rank goes through ipc to the shard owner (`key % K`); a
 //! request for another rank goes through the delegation ring to daemon#0 (`delegation`)
@@ -20,9 +21,9 @@ use copyrpc_core::ipc::IpcCallError;
 use copyrpc_host::shm::deleg::DelegClient;
 use copyrpc_host::shm::ipc::IpcClient;
 
-use crate::config::Backend;
 use crate::histogram::Histogram;
 use crate::msg::{owner_of, Request, Response, Status};
+use crate::route::Backend;
 use crate::store::{value_for, value_matches};
 use crate::workload::Entry;
 

@@ -4,32 +4,40 @@
 use std::time::Duration;
 
 use copyrpc_core::budget::Params as BudgetParams;
-use copyrpc_host::fabric::FabricKind;
+use copyrpc_host::fabric::verbs::gid;
+use copyrpc_host::fabric::{FabricKind, Qos};
+
+use copyrpc_host::vworld::{CostModel, Fault as VFault, NicProfile, WorldSpec, MAX_RANKS};
 
 use crate::cli::{
-    BackendArg, Cli, DistributionArg, FabricArg, Fault, OutputArg, PinArg, PollBudget,
+    BackendArg, Cli, DistributionArg, FabricArg, InjectFaultArg, OutputArg, PinArg, PollBudget,
 };
+use crate::daemon::InjectFault;
 use crate::remote::RingSize;
-use crate::vworld::{CostModel, Fault as VFault, NicProfile, VirtualSpec, MAX_RANKS};
 use crate::workload::{Distribution, PatternSpec};
 
-/// `--backend`, resolved.
+pub use crate::route::Backend;
+
+/// `--output`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// Seed 000 §1.1.
-    Meta,
-    /// Seed 000 §1.2.
-    Delegation,
+pub enum Output {
+    /// Human-readable tables.
+    Table,
+    /// One JSON object per line.
+    Json,
+    /// Comma-separated values with a header row.
+    Csv,
 }
 
-impl Backend {
-    /// The command-line spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Meta => "meta",
-            Self::Delegation => "delegation",
-        }
-    }
+/// `--pin`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pin {
+    /// Pin when there are enough cores.
+    Auto,
+    /// Always pin; an error without enough cores.
+    On,
+    /// Never pin.
+    Off,
 }
 
 /// Largest `--keys`: the tables take 32 bytes per key per rank.
@@ -70,21 +78,21 @@ pub struct Config {
     pub ring_size: u32,
     /// Requests per source per loop turn (`usize::MAX` = no limit).
     pub take_per_turn: usize,
-    /// Seed 001's extra empty polls per loop (0 = off).
+    /// The poll budget's extra empty polls per loop (0 = off).
     pub poll_budget: u32,
-    /// `--poll-budget adaptive|adaptive-seed`: seed 001's controller steers it, with these
-    /// parameters.
+    /// `--poll-budget adaptive|adaptive-seed`: the self-identifying controller
+    /// (docs/spec/poll-budget.md#controller) steers it, with these parameters.
     pub adaptive: Option<BudgetParams>,
     /// `--metrics`.
     pub metrics: bool,
     /// `--output`.
-    pub output: OutputArg,
+    pub output: Output,
     /// `--verify`.
     pub verify: bool,
     /// `--seed`.
     pub seed: u64,
     /// `--pin`.
-    pub pin: PinArg,
+    pub pin: Pin,
     /// `--loopback-ranks` (1 = off).
     pub loopback_ranks: u32,
     /// `--pattern-len`.
@@ -96,9 +104,9 @@ pub struct Config {
     /// `--plot`.
     pub plot: Option<std::path::PathBuf>,
     /// `--inject-fault`.
-    pub fault: Option<Fault>,
+    pub fault: Option<InjectFault>,
     /// `--world virtual:N`; `None` for threads.
-    pub world: Option<VirtualSpec>,
+    pub world: Option<WorldSpec>,
     /// `--rpc-ring`, resolved: the ring of every copyrpc endpoint.
     pub copyrpc_ring: RingSize,
     /// Whether `copyrpc_ring` was chosen by `--rpc-ring auto`.
@@ -107,10 +115,14 @@ pub struct Config {
     pub port: u8,
     /// `--gid-index` (`None`: auto).
     pub gid_index: Option<u8>,
+    /// `--tclass` and `--sl`.
+    pub qos: Qos,
+    /// `--hugepages`.
+    pub hugepages: bool,
 }
 
 /// How many options [`Config::shared_options`] lists.
-pub const SHARED_OPTIONS: usize = 19;
+pub const SHARED_OPTIONS: usize = 21;
 
 /// The first rank in `all` (every rank's [`Config::fingerprint`]) started with another
 /// shared option than `cfg`, as the error every rank reports.
@@ -120,7 +132,7 @@ pub fn mismatch(cfg: &Config, all: &[[u64; SHARED_OPTIONS]]) -> Option<String> {
 
 /// `--world` and the virtual world's flags; `None` for `threads`. The other virtual
 /// flags without `--world virtual:N` are refused, not ignored.
-fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<VirtualSpec>, String> {
+fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<WorldSpec>, String> {
     let w = cli.world.trim();
     if w == "threads" {
         let stray = [
@@ -158,7 +170,7 @@ fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<VirtualSpec>, St
         Some(d) => d.as_nanos() as u64,
         None => (duration.as_nanos() as u64 / 400).max(1),
     };
-    Ok(Some(VirtualSpec {
+    Ok(Some(WorldSpec {
         ranks,
         cost: CostModel::parse(&cli.cost)?,
         nic: NicProfile::parse(&cli.nic)?,
@@ -317,6 +329,17 @@ impl Config {
         if let Some(path) = &cli.plot {
             check_writable(path)?;
         }
+        let qos = Qos::new(cli.tclass, cli.sl).map_err(|e| e.to_string())?;
+        if world.is_none() && fabric != FabricKind::Sim {
+            // A --gid-index past the port's table or of a RoCE v1 entry (or an auto pick
+            // with a tie), found in sysfs before MPI starts.
+            gid::check_flags(
+                &gid::sysfs_root(),
+                cli.device.as_deref(),
+                cli.port,
+                cli.gid_index.0,
+            )?;
+        }
         Ok(Self {
             backend: match cli.backend {
                 BackendArg::Meta => Backend::Meta,
@@ -337,19 +360,32 @@ impl Config {
             adaptive,
             take_per_turn: cli.take_per_turn,
             metrics: cli.metrics,
-            output: cli.output,
+            output: match cli.output {
+                OutputArg::Table => Output::Table,
+                OutputArg::Json => Output::Json,
+                OutputArg::Csv => Output::Csv,
+            },
             verify: cli.verify,
             seed: cli.seed,
-            pin: cli.pin,
+            pin: match cli.pin {
+                PinArg::Auto => Pin::Auto,
+                PinArg::On => Pin::On,
+                PinArg::Off => Pin::Off,
+            },
             loopback_ranks: cli.loopback_ranks,
             pattern_len,
             drain_timeout: cli.drain_timeout,
             setup_timeout: cli.setup_timeout,
             plot: cli.plot.clone(),
-            fault: cli.inject_fault,
+            fault: cli.inject_fault.map(|f| match f {
+                InjectFaultArg::CorruptGet => InjectFault::CorruptGet,
+                InjectFaultArg::DropRequest => InjectFault::DropRequest,
+            }),
             world,
             port: cli.port,
             gid_index: cli.gid_index.0,
+            qos,
+            hugepages: cli.hugepages,
             copyrpc_ring: match cli.rpc_ring.0 {
                 // Every client of this rank may have all its requests out to one peer.
                 None => RingSize::for_calls(cli.clients as u64 * u64::from(cli.queue_depth)),
@@ -387,6 +423,8 @@ impl Config {
             ("--seed", self.seed.to_string()),
             ("--pattern-len", self.pattern_len.to_string()),
             ("--rpc-ring", format!("{:?}", self.copyrpc_ring)),
+            ("--tclass", self.qos.traffic_class.to_string()),
+            ("--sl", self.qos.sl.to_string()),
             ("--drain-timeout", format!("{:?}", self.drain_timeout)),
             ("--setup-timeout", format!("{:?}", self.setup_timeout)),
         ]
@@ -430,7 +468,7 @@ impl Config {
 /// unpinned. `usable` is the process's allowed cores; ranks sharing the host
 /// (`local_rank` of `local_size`) take disjoint equal slices of it.
 pub fn plan_pinning(
-    pin: PinArg,
+    pin: Pin,
     threads: usize,
     usable: &[usize],
     local_rank: usize,
@@ -440,9 +478,9 @@ pub fn plan_pinning(
     let mine = &usable[(local_rank * per_rank).min(usable.len())..][..per_rank.min(usable.len())];
     let enough = threads <= mine.len();
     match pin {
-        PinArg::Off => Ok(None),
-        PinArg::Auto if !enough => Ok(None),
-        PinArg::On if !enough => Err(format!(
+        Pin::Off => Ok(None),
+        Pin::Auto if !enough => Ok(None),
+        Pin::On if !enough => Err(format!(
             "--pin on needs a core for each of this rank's {threads} threads (daemons + \
              clients), but it has {} of the {} usable cores ({} rank(s) on this host); lower \
              --daemons/--clients or use --pin off",
@@ -450,7 +488,7 @@ pub fn plan_pinning(
             usable.len(),
             local_size.max(1)
         )),
-        PinArg::On | PinArg::Auto => Ok(Some(mine[..threads].to_vec())),
+        Pin::On | Pin::Auto => Ok(Some(mine[..threads].to_vec())),
     }
 }
 
@@ -494,6 +532,8 @@ mod tests {
             ["--read-ratio", "0.9"],
             ["--backend", "meta"],
             ["--daemons", "2"],
+            ["--tclass", "106"],
+            ["--sl", "3"],
         ] {
             let o = cfg(&["--keys", "1000", args[0], args[1]]).unwrap();
             let why = mismatch(&base, &[o.fingerprint()]).expect(args[0]);
@@ -530,6 +570,8 @@ mod tests {
             ),
             (&["--fabric", "sim", "--device", "mlx5_0"], "--device"),
             (&["--keys", "0"], "--keys"),
+            (&["--tclass", "256"], "--tclass"),
+            (&["--sl", "16"], "--sl"),
         ] {
             let e = cfg(args).unwrap_err();
             assert!(e.contains(needle), "{args:?}: {e}");
@@ -546,16 +588,16 @@ mod tests {
     #[test]
     fn pinning_follows_the_mode_and_the_cores() {
         let cores = [0, 1, 2, 3];
-        assert_eq!(plan_pinning(PinArg::Off, 2, &cores, 0, 1).unwrap(), None);
+        assert_eq!(plan_pinning(Pin::Off, 2, &cores, 0, 1).unwrap(), None);
         assert_eq!(
-            plan_pinning(PinArg::Auto, 2, &cores, 1, 2).unwrap(),
+            plan_pinning(Pin::Auto, 2, &cores, 1, 2).unwrap(),
             Some(vec![2, 3])
         );
-        assert_eq!(plan_pinning(PinArg::Auto, 3, &cores, 0, 2).unwrap(), None);
-        let e = plan_pinning(PinArg::On, 5, &cores, 0, 1).unwrap_err();
+        assert_eq!(plan_pinning(Pin::Auto, 3, &cores, 0, 2).unwrap(), None);
+        let e = plan_pinning(Pin::On, 5, &cores, 0, 1).unwrap_err();
         assert!(e.contains("--pin on") && e.contains("5 threads"), "{e}");
         assert_eq!(
-            plan_pinning(PinArg::On, 4, &cores, 0, 1).unwrap(),
+            plan_pinning(Pin::On, 4, &cores, 0, 1).unwrap(),
             Some(vec![0, 1, 2, 3])
         );
     }

@@ -1,6 +1,7 @@
-//! Daemon loop metrics (`--metrics`): what seed 001's analysis looks at — how often the
-//! loop turns and finds nothing, how many completions each transport poll returns (the
-//! CQE batch), and how many calls are in flight when sampled.
+//! Daemon loop metrics (`--metrics`): what the bistability analysis looks at
+//! (docs/spec/poll-budget.md#loop-metrics) — how often the loop turns and finds nothing,
+//! how many completions each transport poll returns (the CQE batch), and how many calls are
+//! in flight when sampled.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -84,7 +85,7 @@ impl DaemonMetrics {
         self.outstanding_max = self.outstanding_max.max(n);
     }
 
-    /// Mean completions per loop that polled a transport (seed 001's "CQE batch avg").
+    /// Mean completions per loop that polled a transport (the spec's "CQE batch avg").
     pub fn cqe_batch_mean(&self) -> f64 {
         let loops: u64 = self.cqe_batches.iter().sum();
         if loops == 0 {

@@ -1,11 +1,11 @@
-//! The messages of every layer (seed 000 §8): what clients send, what daemons answer, and
-//! what daemons pass each other over Flux.
+//! The messages of every layer (docs/spec/benchkv.md#messages): what clients send, what
+//! daemons answer, and what daemons pass each other over Flux.
 //!
-//! The seed's `Request`/`Response` are Rust enums; here they are flat `#[repr(C)]` structs
+//! The first design's `Request`/`Response` are Rust enums; here they are flat `#[repr(C)]` structs
 //! with an op/status word, because they cross `/dev/shm` (and later the wire) and the
 //! core's `Payload` bound needs every bit pattern to be a valid value: an enum read from a
 //! slot a broken peer scribbled on would be undefined behaviour, a struct with an unknown
-//! op is just a request we refuse. `RemoteRequest`/`RemoteResponse` of the seed are these
+//! op is just a request we refuse. `RemoteRequest`/`RemoteResponse` of that design are these
 //! same bytes (`zerocopy::IntoBytes::as_bytes` / `FromBytes::read_from_bytes`).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -105,9 +105,9 @@ impl Response {
     }
 }
 
-/// What travels between daemon threads over Flux (seed §8 `DelegatePayload`): requests
-/// forwarded to the shard owner or to the daemon holding a rank's endpoint, and their
-/// answers.
+/// What travels between daemon threads over Flux (`DelegatePayload`,
+/// docs/spec/benchkv.md#messages): requests forwarded to the shard owner or to the daemon
+/// holding a rank's endpoint, and their answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DelegatePayload {
     /// A request to serve (its `rank` says whether locally or through the endpoint).
@@ -116,7 +116,7 @@ pub enum DelegatePayload {
     Resp(Response),
 }
 
-/// Shard (daemon) that owns `key` on its rank: seed §4.4 `key % num_daemons`.
+/// Shard (daemon) that owns `key` on its rank: `key % num_daemons` (docs/spec/benchkv.md#threads).
 pub fn owner_of(key: u64, daemons: usize) -> usize {
     (key % daemons as u64) as usize
 }

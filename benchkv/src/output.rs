@@ -214,7 +214,7 @@ pub fn table(r: &Report) -> String {
         if !adaptive.is_empty() {
             let _ = writeln!(
                 o,
-                "\nadaptive poll budget (seed 001's controller), at the end:\n{:>4} {:>6} {:>5} {:>5} {:>7} {:>9} {:>7} {:>5} {:>5} {:>10}",
+                "\nadaptive poll budget (the self-identifying controller), at the end:\n{:>4} {:>6} {:>5} {:>5} {:>7} {:>9} {:>7} {:>5} {:>5} {:>10}",
                 "rank", "daemon", "u", "u_max", "rho", "batch", "empty", "ups", "downs", "recoveries"
             );
             for (r, d, x) in adaptive {

@@ -394,6 +394,8 @@ fn every_flag_with_bad_values_is_a_clear_error_never_a_panic() {
         ("--take-per-turn", &["0", "-1", HUGE, "abc", ""]),
         ("--port", &["0", "-1", "256", "abc", ""]),
         ("--gid-index", &["-1", "256", "v2", ""]),
+        ("--tclass", &["-1", "256", "af41", ""]),
+        ("--sl", &["-1", "16", "255", ""]),
         ("--rpc-ring", &["", "3k", "16", "abc", "8m", "1g", "-4k"]),
         ("--backend", &["", "rdma", "0"]),
         ("--fabric", &["", "ib", "0"]),
@@ -509,8 +511,8 @@ fn a_plot_path_that_is_a_fifo_is_refused_without_waiting() {
     assert!(err.contains("--plot") && err.contains("FIFO"), "{err}");
 }
 
-/// Issue 23, item 6: a --plot path that cannot be written is refused before the run (it
-/// used to be reported after a whole run, its results lost).
+/// Issue 23, item 6: a --plot path that cannot be written is refused before the run, not
+/// reported after a whole run whose results are then lost.
 #[test]
 fn item6_unwritable_plot_path_is_refused_before_the_run() {
     let out = benchkv(&["--plot", "/nonexistent-dir/x.svg", "--duration", "30s"]);
@@ -566,9 +568,57 @@ fn help_lists_every_flag() {
         "--rpc-ring",
         "--gid-index",
         "--port",
+        "--tclass",
+        "--sl",
     ] {
         assert!(h.contains(f), "--help lacks {f}");
     }
+}
+
+/// A `--gid-index` past the port's GID table or of a RoCE v1 entry is refused before
+/// MPI with exit 2 naming the flag; the table is read from `SYSFS_PATH`, as libibverbs
+/// reads it, here a fixture with one RoCE port (v1 and v2 link-local, v1 and v2 IPv4).
+#[test]
+fn a_gid_index_past_the_table_or_of_a_roce_v1_entry_exits_2() {
+    let root = std::env::temp_dir().join(format!("benchkv-sysfs-{}", std::process::id()));
+    let port = root.join("class/infiniband/mlx5_0/ports/1");
+    for d in ["gids", "gid_attrs/types"] {
+        std::fs::create_dir_all(port.join(d)).unwrap();
+    }
+    std::fs::write(port.join("link_layer"), "Ethernet\n").unwrap();
+    for (i, (ty, gid)) in [
+        ("IB/RoCE v1", "fe80:0000:0000:0000:0a00:27ff:fe4e:66a1"),
+        ("RoCE v2", "fe80:0000:0000:0000:0a00:27ff:fe4e:66a1"),
+        ("IB/RoCE v1", "0000:0000:0000:0000:0000:ffff:0a00:0001"),
+        ("RoCE v2", "0000:0000:0000:0000:0000:ffff:0a00:0001"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        std::fs::write(port.join(format!("gids/{i}")), format!("{gid}\n")).unwrap();
+        std::fs::write(port.join(format!("gid_attrs/types/{i}")), format!("{ty}\n")).unwrap();
+    }
+    for (index, needle) in [("4", "past the port's GID table"), ("2", "RoCE v1")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_benchkv"))
+            .env("SYSFS_PATH", &root)
+            .args([
+                "--fabric",
+                "verbs",
+                "--device",
+                "mlx5_0",
+                "--gid-index",
+                index,
+            ])
+            .output()
+            .expect("benchkv runs");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--gid-index {index}: {err}");
+        assert!(
+            err.contains(&format!("--gid-index {index}")) && err.contains(needle),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]

@@ -456,7 +456,8 @@ fn answer_rate(lines: &[Value], from_us: f64, to_us: f64) -> f64 {
     xs.iter().sum::<f64>() / xs.len() as f64
 }
 
-/// Seed 001's settings with a 7 µs QP packet time (docs/PERFORMANCE.md, "Seed 001"),
+/// The bistability settings (docs/spec/poll-budget.md#bistability) with a 7 µs QP
+/// packet time (docs/PERFORMANCE.md, "Bistability"),
 /// JSON out.
 const SEED_001_PLANT: &[&str] = &[
     "-C",
@@ -475,7 +476,7 @@ const SEED_001_PLANT: &[&str] = &[
 
 #[test]
 fn seed_001_bistability_a_cold_start_collapses_at_four_ranks_and_holds_at_two() {
-    // Seed 001's settings with a 7 µs QP packet time (docs/PERFORMANCE.md, "Seed 001"):
+    // The bistability settings with a 7 µs QP packet time (docs/PERFORMANCE.md, "Bistability"):
     // both worlds start with the same synchronised wave; with 3 peers the waves
     // disperse into 1-message batches that saturate the QPs and the answer rate falls to
     // a fraction of the first wave's, with 1 peer the two daemons stay phase-locked.
@@ -514,7 +515,7 @@ fn seed_001_bistability_a_cold_start_collapses_at_four_ranks_and_holds_at_two() 
     assert!(mean(&four) < 1.0, "4 ranks' CQE batch mean {}", mean(&four));
 }
 
-/// Issue 18 on seed 001's collapsing plant (docs/PERFORMANCE.md, "Adaptive poll budget"):
+/// Issue 18 on the collapsing plant (docs/PERFORMANCE.md, "Adaptive poll budget"):
 /// without a budget 8 ranks collapse by ~1 ms; the adaptive budget holds them high. The
 /// world is deterministic, so the comparison cannot flake.
 #[test]

@@ -380,10 +380,13 @@ fn item2_the_invariant_bounds_the_allowance_when_the_cap_does_not() {
     big_stack(|| {
         let mut o = Opts::new(1, 4096);
         o.cfg.max_resp_reservation = 1 << 20;
-        let mut p: Pair<1, 2, 128> = Pair::new(o);
+        let mut p: Pair<1, 1, 128> = Pair::new(o);
         let ea = p.a.eps[0];
         // (4096 - 32) / 2 = 2032 -> 2016 aligned; less 64 for header and metadata.
         assert_eq!(p.a.ctx.max_response_allowance(ea), Ok(Some(1952)));
+        // The same bound on our own reservation leaves a request 64 B of the ring:
+        // one message of up to 20 B in flight.
+        assert_eq!(p.a.ctx.max_request_payload(ea), Ok(20));
         assert_eq!(
             p.a.ctx
                 .call_with_allowance(ea, b"x", 1953, 0)
@@ -392,7 +395,6 @@ fn item2_the_invariant_bounds_the_allowance_when_the_cap_does_not() {
             Error::AllowanceTooLarge
         );
         p.a.ctx.call_with_allowance(ea, b"x", 0, 1).unwrap();
-        p.a.ctx.call_with_allowance(ea, b"x", 0, 2).unwrap();
         assert_eq!(
             p.a.ctx
                 .call_with_allowance(ea, b"x", 0, 3)
@@ -407,14 +409,115 @@ fn item2_the_invariant_bounds_the_allowance_when_the_cap_does_not() {
                 .error,
             Error::AllowanceTooLarge
         );
-        assert_eq!(
-            p.a.ctx
-                .call_with_allowance(ea, &[0; 5000], 0, 5)
-                .unwrap_err()
-                .error,
-            Error::PayloadTooLarge
-        );
+        for len in [21, 5000] {
+            assert_eq!(
+                p.a.ctx
+                    .call_with_allowance(ea, &vec![0; len], 0, 5)
+                    .unwrap_err()
+                    .error,
+                Error::PayloadTooLarge,
+                "{len} B"
+            );
+        }
     });
+}
+
+/// Every call either goes through within a bounded number of polls of an idle peer
+/// (one that only answers) or is refused for good at once: over ring sizes, caps on
+/// the reservation (the default quarter, less, more), response allowances and lap
+/// positions (a random filler call, answered, before each tried call moves the
+/// producer round the ring), for payloads around the limit and anywhere below the
+/// ring's size. A payload between about half the ring and the ring was refused with
+/// `RingFull` on every retry: the reservation `2R` the credit rule holds back never
+/// shrinks on an idle peer, so the message never fit beside it.
+#[test]
+fn item1_every_call_goes_through_within_bounded_polls_or_is_refused_for_good_at_once() {
+    big_stack(|| {
+        let mut rng = copyrpc_common::Rng(0x5eed_0051);
+        for ring in [512u64, 1024, 4096, 16 << 10] {
+            for cap in [ring / 4, ring / 8] {
+                let mut o = Opts::new(1, ring as usize);
+                o.cfg.max_resp_reservation = cap;
+                let mut p: Pair<1, 64, 512> = Pair::new(o);
+                let ea = p.a.eps[0];
+                let limit = p.a.ctx.max_request_payload(ea).unwrap() as u64;
+                assert_eq!(
+                    limit,
+                    copyrpc_core::credit::max_request_payload(cap, ring),
+                    "ring {ring} cap {cap}"
+                );
+                let most = p.a.ctx.max_response_allowance(ea).unwrap().unwrap_or(0);
+                for k in 0..40u64 {
+                    let filler = 1 + rng.below(limit) as usize;
+                    let ctx = format!("ring {ring} cap {cap} filler {filler}");
+                    assert_eq!(call_answered(&mut p, filler, 0, 2 * k), Ok(true), "{ctx}");
+                    let len = match rng.below(4) {
+                        0 | 1 => (limit + rng.below(64)).saturating_sub(32),
+                        2 => rng.below(limit + 1),
+                        _ => rng.below(ring),
+                    } as usize;
+                    let allowance = [0, 64.min(most), most][rng.below(3) as usize];
+                    let ctx = format!("{ctx}: {len} B, allowance {allowance}");
+                    match call_answered(&mut p, len, allowance, 2 * k + 1) {
+                        Ok(went) => assert_eq!(went, len as u64 <= limit, "{ctx}"),
+                        Err(e) => panic!("{ctx}: {e}"),
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Calls `len` bytes with `allowance` on `p`'s endpoint until it is taken, polling
+/// both sides (b echoing) after each retryable refusal, and waits for its answer:
+/// `Ok(true)` answered, `Ok(false)` refused for good at the first try with
+/// `PayloadTooLarge`; `Err` for anything else (a permanent refusal after a retryable
+/// one, a retryable one past the bound, no answer).
+fn call_answered(
+    p: &mut Pair<1, 64, 512>,
+    len: usize,
+    allowance: u32,
+    user: u64,
+) -> Result<bool, String> {
+    let ea = p.a.eps[0];
+    let payload = vec![0x51u8; len];
+    let mut tries = 0;
+    while let Err(e) = p.a.ctx.call_with_allowance(ea, &payload, allowance, user) {
+        match (e.error.is_retryable(), tries) {
+            (false, 0) if e.error == Error::PayloadTooLarge => return Ok(false),
+            (false, _) => return Err(format!("{:?} after {tries} retries", e.error)),
+            (true, 2_000) => {
+                let snap = (
+                    p.a.ctx.credit_snapshot(ea),
+                    p.b.ctx.credit_snapshot(p.b.eps[0]),
+                );
+                return Err(format!("{:?} on every retry: {snap:?}", e.error));
+            }
+            (true, _) => tries += 1,
+        }
+        p.a.ctx.poll(|_, _| unreachable!("nothing pending"));
+        p.b.ctx.poll(|_, _| unreachable!());
+        serve_echo(&mut p.b.ctx);
+        p.step();
+    }
+    let mut got = None;
+    for _ in 0..100_000 {
+        p.a.ctx.poll(|k, r| got = Some((k, r.map(<[u8]>::len))));
+        p.b.ctx.poll(|_, _| unreachable!());
+        serve_echo(&mut p.b.ctx);
+        p.step();
+        if let Some(got) = got {
+            // The echo is cut to what the allowance's blocks carry: 32 B each, and
+            // the 20 B the header leaves of the first padded block.
+            let blocks = copyrpc_core::credit::allowance_blocks(allowance) as usize;
+            let want = len.min(32 * blocks + 20);
+            return match got {
+                (k, Ok(n)) if k == user && n == want => Ok(true),
+                other => Err(format!("answered {other:?}, wanted ({user}, Ok({want}))")),
+            };
+        }
+    }
+    Err(format!("no answer\n{}", p.dump()))
 }
 
 /// A caller that stops calling has nothing to carry the credit return for the replies it
@@ -502,80 +605,94 @@ fn a_caller_that_stops_calling_returns_the_replies_it_consumed_in_a_credit_only_
 }
 
 /// A grant under two blocks is not worth a batch of its own: when the invariant leaves
-/// the receiver of held calls less than that to give (its own call, held by the caller,
-/// fills its send ring to within 32 B of the reservation's bound, while its reservation
-/// is still under the cap), it sends no credit-only batch however short the caller runs
-/// (it asks for READs instead, in case its view of the caller's consumer is stale; here
-/// it is not).
+/// the responder less than that to give while its reservation is under the cap, it
+/// sends no credit-only batch however short the caller runs (it asks for READs instead,
+/// in case its view of the caller's consumer is stale; here it is not).
+///
+/// The responder's replies fill the caller's recv ring behind two calls of the
+/// responder's that the caller holds unanswered (the first pins the consumer), so each
+/// reply's batch grants back less than the call it answers cost, all the invariant
+/// leaves, until the caller cannot pay for another. Then the caller answers the first
+/// call: its consumer moves past that call's 64 B, and the responder could grant 32 B.
+/// (The responder's own calls cannot fill the ring that far: the call rule keeps them
+/// beside the cap's reservation, which leaves a grant up to the cap.)
 #[test]
 fn a_grant_smaller_than_two_blocks_is_not_sent_in_a_batch_of_its_own() {
     big_stack(|| {
         const RING: u64 = 4096;
+        const CAP: u64 = RING * 3 / 8;
         let mut o = Opts::new(1, RING as usize);
-        o.cfg.max_resp_reservation = RING * 3 / 8;
+        o.cfg.max_resp_reservation = CAP;
         let mut p: P = Pair::new(o);
         let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
         let gap = |p: &P| {
             let b = snap(p).1;
             RING - b.in_flight - 2 * b.resp_reservation
         };
-        let (mut held_a, mut held_b) = (Vec::new(), Vec::new());
-        let round = |p: &mut P, held_a: &mut Vec<_>, held_b: &mut Vec<_>| {
-            p.a.ctx.poll(|_, _| unreachable!("nothing is answered"));
-            p.b.ctx.poll(|_, _| unreachable!("nothing is answered"));
+        let mut held_a = Vec::new();
+        let mut answered = 0u64;
+        let round = |p: &mut P, held_a: &mut Vec<_>, answered: &mut u64| {
+            p.a.ctx.poll(|_, r| {
+                r.unwrap();
+                *answered += 1;
+            });
+            p.b.ctx.poll(|_, r| assert!(r.is_ok()));
+            serve_echo(&mut p.b.ctx);
             while let Some(h) = p.a.ctx.recv() {
                 held_a.push(h);
             }
-            while let Some(h) = p.b.ctx.recv() {
-                held_b.push(h);
-            }
             p.step();
         };
-        // One call of b's, held by a, in its first batch (1440 B with metadata and
-        // header) leaves b's invariant 608 B short of its bound; the batch grants a
-        // half of that, aligned down (288 B: the cap is not reached), and 32 B remain.
-        let before = snap(&p).1.resp_reservation;
-        p.b.ctx.call_with_allowance(eb, &[5u8; 1376], 8, 0).unwrap();
-        for _ in 0..50 {
-            round(&mut p, &mut held_a, &mut held_b);
-        }
-        assert_eq!(held_a.len(), 1);
-        let b0 = snap(&p).1;
-        assert_eq!(
-            b0.resp_reservation,
-            before + 288,
-            "the call's batch granted 288 B"
-        );
-        let margin = gap(&p);
-        assert!(margin < 128, "b's ring filled to {margin} B of the bound");
-        // a calls until b's held calls leave it short of credit.
+        // 52 B: a 64 B message.
+        p.b.ctx.call_with_allowance(eb, &[1; 52], 0, 0).unwrap();
+        p.b.ctx.call_with_allowance(eb, b"pin", 0, 1).unwrap();
+        // a calls (each call costs 192 B of credit: 100 B of allowance) as long as it
+        // can pay; b answers every call.
         let mut calls = 0;
-        while p.a.ctx.call_with_allowance(ea, b"x", 100, calls).is_ok() {
-            calls += 1;
+        for _ in 0..2_000 {
+            while p.a.ctx.call_with_allowance(ea, b"x", 100, calls).is_ok() {
+                calls += 1;
+            }
+            round(&mut p, &mut held_a, &mut answered);
         }
+        assert_eq!(held_a.len(), 2, "a holds b's calls");
+        assert_eq!(answered, calls, "b answered every call of a");
+        assert!(gap(&p) < 64, "b granted all it could: {} B left", gap(&p));
+        let first = held_a.remove(0);
+        first.reply(&mut p.a.ctx, b"").unwrap();
         for _ in 0..300 {
-            round(&mut p, &mut held_a, &mut held_b);
+            round(&mut p, &mut held_a, &mut answered);
         }
         let (a, b) = snap(&p);
-        assert_eq!(held_b.len() as u64, calls, "b holds every call of a");
         assert!(
-            a.peer_credit_balance < b.resp_reservation / 2,
-            "a is short of credit ({} of {})",
-            a.peer_credit_balance,
+            a.peer_credit_balance < 192,
+            "a cannot pay for another call ({} B)",
+            a.peer_credit_balance
+        );
+        assert_eq!(
+            p.a.ctx
+                .call_with_allowance(ea, b"x", 100, calls)
+                .unwrap_err()
+                .error,
+            Error::InsufficientCredit
+        );
+        assert!(
+            b.resp_reservation + 64 <= CAP,
+            "b's reservation ({} B) is two blocks or more under its cap: only the \
+             invariant keeps it from granting",
             b.resp_reservation
+        );
+        assert!(
+            (64..128).contains(&gap(&p)),
+            "b could grant 32 B: the invariant leaves {} B",
+            gap(&p)
         );
         assert_eq!(
             p.b.ctx.stats().credit_batches,
             0,
-            "b sent batches of metadata alone, granting {} B in all",
-            b.resp_reservation - b0.resp_reservation
+            "b sent batches of metadata alone"
         );
-        // (a's calls returned what b's batches' metadata took; still under two blocks.)
-        assert!(
-            gap(&p) < 128,
-            "b's ring stayed near the bound: {} B",
-            gap(&p)
-        );
+        assert!(p.b.ctx.stats().reads_posted > 0, "b asked for a's consumer");
     });
 }
 

@@ -427,7 +427,7 @@ fn a_credit_batch_waits_for_send_queue_room_behind_raw_operations() {
     });
 }
 
-/// A send queue below `EndpointConfig::min_sq_bbs` (16 blocks with seed settings) is
+/// A send queue below `EndpointConfig::min_sq_bbs` (16 blocks with the default settings) is
 /// refused when the endpoint is made, rather than holding a wanted credit-only batch
 /// back later; the rig's `Pair::new` unwraps that refusal.
 #[test]

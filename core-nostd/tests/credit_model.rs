@@ -1,5 +1,5 @@
 //! Two peers, A and B, each writing into the other's recv ring through the crate's own
-//! `ring`, `credit` and `wire` code: the endpoint logic of seeds 002/000 in miniature,
+//! `ring`, `credit` and `wire` code: the endpoint logic of docs/spec/credit.md in miniature,
 //! with real bytes in the rings and batches in transit per direction (FIFO, as RC).
 //!
 //! Random interleavings of call, reply, flush, metadata-only batch, delivery and RDMA
@@ -26,7 +26,7 @@ use copyrpc_core::wire::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-/// Pending-call table capacity (call_id = slot, as the seed's slab).
+/// Pending-call table capacity (call_id = slot, as the pending-call slab).
 const SLOTS: usize = 24;
 
 struct Pending {

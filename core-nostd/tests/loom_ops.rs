@@ -13,7 +13,7 @@
 
 mod loom_common;
 
-use copyrpc_core::ops::{Completion, Lease, OpTable, SlotPool, SlotTable};
+use copyrpc_core::ops::{Lease, OpTable, SlotCompletion, SlotPool, SlotTable};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
@@ -49,7 +49,7 @@ fn lease_and_reclaim_against_a_concurrent_completion() {
         let cq = {
             let s = s.clone();
             thread::spawn(move || {
-                while s.words.complete(first.wr_id(0), true) == Completion::Stale {
+                while s.words.complete(first.wr_id(0), true) == SlotCompletion::Stale {
                     thread::yield_now();
                 }
                 // SAFETY: the counted completion acquired the owner's arm (A1), which
@@ -61,7 +61,7 @@ fn lease_and_reclaim_against_a_concurrent_completion() {
                 let last = s.words.complete(first.wr_id(1), false);
                 assert_eq!(
                     last,
-                    Completion::Last {
+                    SlotCompletion::Last {
                         slot: 0,
                         failed: true
                     }
@@ -91,10 +91,10 @@ fn lease_and_reclaim_against_a_concurrent_completion() {
         let second = pool.lease(&s.words, next, 1).unwrap();
         assert_ne!(second.generation, first.generation);
         let dup = cq.join().unwrap();
-        assert_eq!(dup, Completion::Stale, "a late completion counted");
+        assert_eq!(dup, SlotCompletion::Stale, "a late completion counted");
         assert_eq!(
             s.words.complete(second.wr_id(0), true),
-            Completion::Last {
+            SlotCompletion::Last {
                 slot: 0,
                 failed: false
             },

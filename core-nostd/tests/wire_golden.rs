@@ -1,5 +1,5 @@
 //! Golden bytes: each layout emitted and compared with bytes written out by hand from
-//! the tables in seed 002 "ワイヤフォーマット" and seed 000 §3.3.
+//! the tables of docs/spec/wire.md.
 
 use copyrpc_core::wire::{
     emit_message, encode_imm, parse_batch, FlowMetaRepr, FlowMetaView, HeaderRepr, HeaderView, Imm,

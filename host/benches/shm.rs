@@ -10,7 +10,8 @@
 //! - `window32/*`: throughput with 32 calls in flight, request and response both ways:
 //!   `deleg` vs `array_queue` (crossbeam ArrayQueue pair), `flux` vs `crossbeam_channel`,
 //!   `ipc` vs `rtrb`; and `array_queue_line`, `flux_line`: the same two with each message
-//!   padded to a 64-byte line, the density delegationrpc's seed layout has.
+//!   padded to a 64-byte line, the density delegationrpc's layout has
+//!   (docs/spec/deleg.md#layout).
 //!
 //! Every waiting loop, in every bench, runs [`idle`] (the spin-wait hint) when it found
 //! nothing, the same for our protocols and the baselines.
@@ -338,7 +339,7 @@ fn aq_echo<T: Copy>(
 
 type FluxNode<T> = copyrpc_core::flux::Node<'static, 'static, T, u64>;
 
-/// A `P` padded to one 64-byte cache line: the density delegationrpc's seed layout
+/// A `P` padded to one 64-byte cache line: the density delegationrpc's layout
 /// imposes (one message per line), given to the baselines in `window32/*_line`.
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
@@ -487,8 +488,9 @@ fn window32(c: &mut Criterion) {
     }
 
     window_array_queue(&mut g, "array_queue", |i| [i, 0]);
-    // The same queues with every message padded to its own cache line, as the seed's
-    // delegationrpc layout has it: the comparison at equal density (docs/PERFORMANCE.md).
+    // The same queues with every message padded to its own cache line, as the delegationrpc
+    // layout has it (docs/spec/deleg.md#layout): the comparison at equal density
+    // (docs/PERFORMANCE.md).
     window_array_queue(&mut g, "array_queue_line", |i| LineP([i, 0]));
 
     window_flux(&mut g, "flux", |i| [i, 0]);

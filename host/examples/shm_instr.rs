@@ -1,13 +1,20 @@
-//! Instructions per call of delegationrpc and Flux, on one thread and stepped: a window
-//! of 32 calls, then the server answers them all, then the client polls. Nothing spins,
-//! so callgrind's inclusive cost of each `d_*` / `f_*` function, divided by the calls,
-//! is that side's work per call (docs/PERFORMANCE.md, issue 5's reading):
+//! Instructions per call of delegationrpc, Flux, ipc and an rtrb echo, on one thread and
+//! stepped: a window of calls, then the server answers them all, then the client polls.
+//! Nothing spins, so callgrind's inclusive cost of each `d_*` / `f_*` / `i_*` / `r_*`
+//! function, divided by the calls, is that side's work per call (docs/PERFORMANCE.md,
+//! issue 5's reading; `scripts/shm-instr.sh` prints the table):
 //!
 //! ```sh
 //! cargo build --release -p copyrpc-host --example shm_instr
 //! valgrind --tool=callgrind --callgrind-out-file=cg.shm target/release/examples/shm_instr 1000
-//! callgrind_annotate --inclusive=yes cg.shm | grep -E 'shm_instr::(d|f)_'
+//! callgrind_annotate --inclusive=yes cg.shm | grep -E 'shm_instr::(d|f|i|r)_'
 //! ```
+//!
+//! `shm_instr ROUNDS [WINDOW]`: delegationrpc and Flux always run windows of 32 calls; ipc
+//! and rtrb run windows of `WINDOW` (default 32), ipc on a region of that depth, as the
+//! two-thread bench's `window32/ipc` (depth 32) and `rtt/ipc` (depth 1) do. rtrb is the
+//! bench's baseline for ipc: two rings, requests one way and responses the other, the
+//! same two hand-offs per call that ipc makes.
 //!
 //! It says how much each protocol executes, not how long its cache lines take to move
 //! between cores, which is what the two-thread bench (`benches/shm.rs`) measures.
@@ -15,9 +22,11 @@ use std::hint::black_box;
 
 use copyrpc_core::deleg;
 use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl};
+use copyrpc_core::ipc;
 use copyrpc_core::shm::spsc::Slot;
 use copyrpc_core::shm::{Msg, Slab, SlabEntry};
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
+use copyrpc_host::shm::ipc::{IpcClient, IpcServer};
 
 type P = [u64; 2];
 const W: u64 = 32;
@@ -72,8 +81,80 @@ fn f_poll(a: &mut FluxNode) -> u64 {
     }) as u64
 }
 
+#[inline(never)]
+fn i_call(c: &mut IpcClient<P, P, u64>, k: u64, w: u64) {
+    for i in 0..w {
+        c.call(&[k + i, 0], k + i).unwrap();
+    }
+}
+#[inline(never)]
+fn i_serve(s: &mut IpcServer<P, P>) -> u64 {
+    let mut n = 0;
+    if s.poll() > 0 {
+        while let Some(h) = s.recv() {
+            let p = h.payload;
+            s.reply(h, &p).unwrap();
+            n += 1;
+        }
+    }
+    n
+}
+#[inline(never)]
+fn i_poll(c: &mut IpcClient<P, P, u64>) -> u64 {
+    c.poll(|u, r| {
+        black_box((u, r));
+    }) as u64
+}
+
+type Rings = (rtrb::Producer<P>, rtrb::Consumer<P>);
+#[inline(never)]
+fn r_call((req, _): &mut Rings, k: u64, w: u64) {
+    for i in 0..w {
+        req.push([k + i, 0]).unwrap();
+    }
+}
+#[inline(never)]
+fn r_serve((req, resp): &mut (rtrb::Consumer<P>, rtrb::Producer<P>)) -> u64 {
+    let mut n = 0;
+    while let Ok(p) = req.pop() {
+        resp.push(p).unwrap();
+        n += 1;
+    }
+    n
+}
+#[inline(never)]
+fn r_poll((_, resp): &mut Rings) -> u64 {
+    let mut n = 0;
+    while let Ok(r) = resp.pop() {
+        black_box(r);
+        n += 1;
+    }
+    n
+}
+
+/// Positional argument `name`: `default` if absent; exits 2 naming it if it is not a
+/// number `ok` accepts.
+fn arg(v: Option<String>, name: &str, default: u64, ok: fn(u64) -> bool, what: &str) -> u64 {
+    let Some(v) = v else { return default };
+    match v.parse() {
+        Ok(n) if ok(n) => n,
+        _ => {
+            eprintln!("shm_instr: {name} must be {what}, got {v:?}");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
-    let rounds: u64 = std::env::args().nth(1).map_or(1000, |s| s.parse().unwrap());
+    let mut args = std::env::args().skip(1);
+    let rounds = arg(args.next(), "ROUNDS", 1000, |n| n > 0, "a positive integer");
+    let window = arg(
+        args.next(),
+        "WINDOW",
+        W,
+        |w| w.is_power_of_two() && w <= 32,
+        "a power of two up to 32 (the ipc region's depth)",
+    );
     let name = format!("/shm-instr-{}", std::process::id());
     let cfg = deleg::Config {
         max_clients: 1,
@@ -105,5 +186,28 @@ fn main() {
         assert_eq!(f_serve(&mut b), W);
         assert_eq!(f_poll(&mut a), W);
     }
-    println!("ok {rounds}");
+
+    let name = format!("/shm-instr-ipc-{}", std::process::id());
+    let cfg = ipc::Config {
+        max_clients: 1,
+        depth: window as u32,
+    };
+    let mut s = IpcServer::<P, P>::create(&name, cfg, true).unwrap();
+    let mut c = IpcClient::<P, P, u64>::connect(&name).unwrap();
+    for r in 0..rounds {
+        i_call(&mut c, r * window, window);
+        assert_eq!(i_serve(&mut s), window);
+        assert_eq!(i_poll(&mut c), window);
+    }
+
+    // Capacity 64 as in the bench.
+    let (req_p, req_c) = rtrb::RingBuffer::<P>::new(64);
+    let (resp_p, resp_c) = rtrb::RingBuffer::<P>::new(64);
+    let (mut client, mut server) = ((req_p, resp_c), (req_c, resp_p));
+    for r in 0..rounds {
+        r_call(&mut client, r * window, window);
+        assert_eq!(r_serve(&mut server), window);
+        assert_eq!(r_poll(&mut client), window);
+    }
+    println!("ok {rounds} {window}");
 }

@@ -1,12 +1,13 @@
 //! Registered buffer pools for bulk transfers (`copyrpc_core::bulk`), on either fabric.
 //!
-//! A [`BufferPool`] registers one region once (a device-model MR on the sim fabric, a
-//! verbs MR on a NIC) and hands out equal buffers from a free list, so a user registers
-//! once and reuses: registration is the expensive step seed 003 §11 warns about. The
-//! pool's [`Region`] goes into the core's [`Regions`](copyrpc_core::bulk::Regions), which
-//! checks every descriptor and local buffer made from it.
+//! A [`BufferPool`] registers one region once (a device-model MR on the sim fabric, a verbs
+//! MR on a NIC) and hands out equal buffers from a free list, so a user registers once and
+//! reuses: registration is the expensive step
+//! (docs/spec/bulk.md#risks-the-first-design-names). The pool's [`RegisteredRange`] goes
+//! into the core's [`Regions`](copyrpc_core::bulk::Regions), which checks every descriptor
+//! and local buffer made from it.
 
-use copyrpc_core::bulk::{Desc, Local, Region};
+use copyrpc_core::bulk::{Desc, Local, RegisteredRange};
 
 use crate::error::{Error, Result};
 use crate::fabric::{sim, verbs, Fabric};
@@ -75,12 +76,12 @@ impl BufferPool {
     }
 
     /// The registered region, for [`Regions::add`](copyrpc_core::bulk::Regions::add).
-    pub fn region(&self) -> Region {
+    pub fn region(&self) -> RegisteredRange {
         let (ptr, lkey, rkey) = match &self.mr {
             PoolMr::Sim(m) => (m.as_ptr(), m.lkey(), m.rkey()),
             PoolMr::Verbs(m) => (m.as_ptr(), m.lkey(), m.rkey()),
         };
-        Region {
+        RegisteredRange {
             // Both fabrics register with the virtual address as the I/O address.
             va: ptr as u64,
             len: (self.count * self.buf_bytes) as u64,

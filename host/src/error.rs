@@ -192,6 +192,23 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// Binding a thread to a NUMA node (its CPUs, its memory policy) failed.
+    #[error("placing a thread on NUMA node {node}: {what} failed: {source}")]
+    Placement {
+        /// The node.
+        node: u32,
+        /// The step.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A set-up thread panicked.
+    #[error("thread {name} panicked")]
+    ThreadPanicked {
+        /// Its name.
+        name: String,
+    },
 
     // ---- fabric selection (src/fabric/mod.rs) ----
     /// A `--fabric` value that is not `verbs`, `sim` or `auto`.
@@ -356,13 +373,25 @@ pub enum Error {
         /// The soft limit.
         limit: u64,
     },
-    /// `--gid-index auto` on a RoCE port without a RoCE v2 GID.
-    #[error("{device} port {port} is RoCE but its GID table has no RoCE v2 entry with an address (see `show_gids`); give the interface an IP address or pass --gid-index")]
-    VerbsNoRoceGid {
+    /// `--gid-index auto` on a RoCE port found no entry, or several equally good ones.
+    #[error("{device} port {port}: --gid-index auto: {why}")]
+    VerbsGidChoice {
         /// The device name.
         device: String,
         /// The port number.
         port: u8,
+        /// What the table holds (the candidates, when there are several).
+        why: String,
+    },
+    /// `--gid-index N` is past the table, an empty slot, or not a RoCE v2 entry.
+    #[error("{device} port {port}: {reason}")]
+    VerbsGidIndex {
+        /// The device name.
+        device: String,
+        /// The port number.
+        port: u8,
+        /// What is wrong, naming `--gid-index`.
+        reason: String,
     },
     /// The chosen GID slot is empty.
     #[error("{device} port {port}: GID index {index} is empty (all zero); RoCE needs an address: pick another --gid-index (see `show_gids`)")]

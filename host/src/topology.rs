@@ -4,13 +4,21 @@
 
 use std::path::Path;
 
+use crate::fabric::verbs::gid;
+
 /// The NUMA node of RDMA device `device` (e.g. `mlx5_0`), from
 /// `/sys/class/infiniband/<device>/device/numa_node`.
 ///
 /// `None` when the file is absent (no such device, no RDMA in the kernel, a virtual
 /// device), unreadable, or says `-1` (the platform reports no NUMA locality).
 pub fn nic_numa_node(device: &str) -> Option<u32> {
-    nic_numa_node_in(Path::new("/sys/class/infiniband"), device)
+    nic_numa_node_in(&class_dir(), device)
+}
+
+/// `/sys/class/infiniband`, under `$SYSFS_PATH` when libibverbs would use it
+/// ([`gid::sysfs_root`]).
+fn class_dir() -> std::path::PathBuf {
+    gid::class_dir(&gid::sysfs_root())
 }
 
 /// [`nic_numa_node`] under another sysfs class directory (for tests).
@@ -26,7 +34,7 @@ pub fn nic_numa_node_in(class_dir: &Path, device: &str) -> Option<u32> {
 /// The link layer of `device`'s `port` (`InfiniBand` or `Ethernet`), from
 /// `/sys/class/infiniband/<device>/ports/<port>/link_layer`.
 pub fn link_layer(device: &str, port: u8) -> Option<String> {
-    link_layer_in(Path::new("/sys/class/infiniband"), device, port)
+    link_layer_in(&class_dir(), device, port)
 }
 
 /// [`link_layer`] under another sysfs class directory (for tests).
@@ -40,52 +48,6 @@ pub fn link_layer_in(class_dir: &Path, device: &str, port: u8) -> Option<String>
         .join(port.to_string())
         .join("link_layer");
     Some(std::fs::read_to_string(p).ok()?.trim().to_owned())
-}
-
-/// The GID index a RoCE port should use, as `show_gids` would pick it: the first RoCE v2
-/// entry whose GID is neither all zero (an empty slot) nor IPv6 link-local (`fe80::/10`,
-/// which a routed fabric drops); failing that, the first non-zero RoCE v2 entry. `None`
-/// when the table has no RoCE v2 entry (an InfiniBand port, or no IP on the interface).
-///
-/// Why it matters: index 0 of a RoCE port is the RoCE v1 link-local entry; a QP using it
-/// on a routed RoCE v2 fabric has its packets dropped and fails only after its retries.
-pub fn roce_v2_gid_index(device: &str, port: u8) -> Option<u8> {
-    roce_v2_gid_index_in(Path::new("/sys/class/infiniband"), device, port)
-}
-
-/// [`roce_v2_gid_index`] under another sysfs class directory (for tests).
-pub fn roce_v2_gid_index_in(class_dir: &Path, device: &str, port: u8) -> Option<u8> {
-    if !safe_name(device) {
-        return None;
-    }
-    let dir = class_dir.join(device).join("ports").join(port.to_string());
-    let mut fallback = None;
-    for i in 0..=u8::MAX {
-        let Ok(ty) = std::fs::read_to_string(dir.join("gid_attrs/types").join(i.to_string()))
-        else {
-            // The table's end (sysfs lists every slot up to the table size).
-            if i > 0 && !dir.join("gids").join(i.to_string()).exists() {
-                break;
-            }
-            continue;
-        };
-        if !ty.trim().eq_ignore_ascii_case("RoCE v2") {
-            continue;
-        }
-        let Ok(gid) = std::fs::read_to_string(dir.join("gids").join(i.to_string())) else {
-            continue;
-        };
-        let hex: String = gid.trim().chars().filter(|c| *c != ':').collect();
-        if hex.is_empty() || hex.chars().all(|c| c == '0') {
-            continue;
-        }
-        if hex.to_ascii_lowercase().starts_with("fe8") {
-            fallback = fallback.or(Some(i));
-            continue;
-        }
-        return Some(i);
-    }
-    fallback
 }
 
 /// The CPUs of NUMA node `node`, from `/sys/devices/system/node/node<N>/cpulist`.
@@ -155,67 +117,13 @@ mod tests {
         assert_eq!(nic_numa_node_in(&dir, "mlx5_2"), None);
         assert_eq!(nic_numa_node_in(&dir, "mlx5_9"), None, "absent device");
         assert_eq!(nic_numa_node_in(&dir, "../mlx5_0"), None, "no path escapes");
-        fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// A RoCE port's table as a ConnectX with one IPv4 address shows it: v1 and v2
-    /// link-local, then v1 and v2 of the IPv4-mapped address; an empty slot after.
-    fn fake_gids(tag: &str, entries: &[(&str, &str)]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("copyrpc-gids-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let port = dir.join("mlx5_0/ports/1");
-        fs::create_dir_all(port.join("gids")).unwrap();
-        fs::create_dir_all(port.join("gid_attrs/types")).unwrap();
-        fs::write(port.join("link_layer"), "Ethernet\n").unwrap();
-        for (i, (ty, gid)) in entries.iter().enumerate() {
-            fs::write(port.join("gids").join(i.to_string()), format!("{gid}\n")).unwrap();
-            if !ty.is_empty() {
-                fs::write(
-                    port.join("gid_attrs/types").join(i.to_string()),
-                    format!("{ty}\n"),
-                )
-                .unwrap();
-            }
-        }
-        dir
-    }
-
-    const LL: &str = "fe80:0000:0000:0000:0a00:27ff:fe4e:66a1";
-    const V4: &str = "0000:0000:0000:0000:0000:ffff:0a00:0001";
-    const ZERO: &str = "0000:0000:0000:0000:0000:0000:0000:0000";
-
-    #[test]
-    fn roce_v2_picks_the_routable_entry_not_index_0() {
-        let dir = fake_gids(
-            "v2",
-            &[
-                ("IB/RoCE v1", LL),
-                ("RoCE v2", LL),
-                ("IB/RoCE v1", V4),
-                ("RoCE v2", V4),
-                ("", ZERO),
-            ],
-        );
-        assert_eq!(roce_v2_gid_index_in(&dir, "mlx5_0", 1), Some(3));
+        fs::create_dir_all(dir.join("mlx5_0/ports/1")).unwrap();
+        fs::write(dir.join("mlx5_0/ports/1/link_layer"), "Ethernet\n").unwrap();
         assert_eq!(
             link_layer_in(&dir, "mlx5_0", 1).as_deref(),
             Some("Ethernet")
         );
-        fs::remove_dir_all(&dir).unwrap();
-
-        // Only link-local v2: that one; an all-zero v2 slot is never picked.
-        let dir = fake_gids(
-            "ll",
-            &[("IB/RoCE v1", LL), ("RoCE v2", ZERO), ("RoCE v2", LL)],
-        );
-        assert_eq!(roce_v2_gid_index_in(&dir, "mlx5_0", 1), Some(2));
-        fs::remove_dir_all(&dir).unwrap();
-
-        // An InfiniBand port (no types) or an absent device: none.
-        let dir = fake_gids("ib", &[("", "fe80:0000:0000:0000:0002:c903:0031:7b61")]);
-        assert_eq!(roce_v2_gid_index_in(&dir, "mlx5_0", 1), None);
-        assert_eq!(roce_v2_gid_index_in(&dir, "mlx5_9", 1), None);
-        assert_eq!(roce_v2_gid_index_in(&dir, "../x", 1), None);
+        assert_eq!(link_layer_in(&dir, "mlx5_0", 2), None);
         fs::remove_dir_all(&dir).unwrap();
     }
 

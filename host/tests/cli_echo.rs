@@ -66,6 +66,9 @@ fn item5_every_bad_value_of_every_echo_flag_is_a_clear_error_not_a_panic() {
         ("--port", &["0", "-1", "256", U64_MAX, "one", ""]),
         ("--gid-index", &["-1", "256", U64_MAX, "v2", ""]),
         ("--device", &["", "../mlx5_0"]),
+        ("--tclass", &["256", "-1", "af41", ""]),
+        ("--sl", &["16", "-1", "255", ""]),
+        ("--window", &["0", "513", "-1", ""]),
     ] {
         for v in bad {
             table.push((vec![flag, v], flag));
@@ -106,7 +109,15 @@ fn item5_help_is_not_an_error() {
     let out = run(None, ECHO, &["--help"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("--max-payload"));
-    for flag in ["--device", "--port", "--gid-index", "--rpc-ring"] {
+    for flag in [
+        "--device",
+        "--port",
+        "--gid-index",
+        "--rpc-ring",
+        "--tclass",
+        "--sl",
+        "--window",
+    ] {
         assert!(text(&out.stdout).contains(flag), "{flag} not in --help");
     }
 }
@@ -175,4 +186,92 @@ fn the_largest_accepted_max_payload_echoes() {
         out.status,
         text(&out.stderr)
     );
+}
+
+/// A sysfs tree with one RoCE port whose table holds RoCE v1 and v2 link-local and
+/// IPv4 entries (indices 0..=3) and one empty slot (4), for libibverbs' `SYSFS_PATH`.
+fn roce_sysfs(tag: &str) -> std::path::PathBuf {
+    let root = std::env::temp_dir().join(format!("copyrpc-cli-sysfs-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let port = root.join("class/infiniband/mlx5_0/ports/1");
+    for d in ["gids", "gid_attrs/types", "gid_attrs/ndevs"] {
+        std::fs::create_dir_all(port.join(d)).unwrap();
+    }
+    std::fs::write(port.join("link_layer"), "Ethernet\n").unwrap();
+    let ll = "fe80:0000:0000:0000:0a00:27ff:fe4e:66a1";
+    let v4 = "0000:0000:0000:0000:0000:ffff:0a00:0001";
+    let zero = "0000:0000:0000:0000:0000:0000:0000:0000";
+    for (i, (ty, gid)) in [
+        (Some("IB/RoCE v1"), ll),
+        (Some("RoCE v2"), ll),
+        (Some("IB/RoCE v1"), v4),
+        (Some("RoCE v2"), v4),
+        (None, zero),
+    ]
+    .iter()
+    .enumerate()
+    {
+        std::fs::write(port.join(format!("gids/{i}")), format!("{gid}\n")).unwrap();
+        if let Some(ty) = ty {
+            std::fs::write(port.join(format!("gid_attrs/types/{i}")), format!("{ty}\n")).unwrap();
+            std::fs::write(port.join(format!("gid_attrs/ndevs/{i}")), "eth0\n").unwrap();
+        }
+    }
+    root
+}
+
+/// A `--gid-index` past the port's table, of an empty slot or of a RoCE v1 entry is
+/// refused before MPI, naming the flag, with exit status 2 (the table read from
+/// `SYSFS_PATH`, where libibverbs would read it).
+#[test]
+fn a_gid_index_past_the_table_or_of_a_roce_v1_entry_exits_2_naming_the_flag() {
+    let root = roce_sysfs("gid");
+    let sysfs = format!("SYSFS_PATH={}", root.display());
+    for (index, needle) in [
+        ("9", "past the port's GID table"),
+        ("0", "RoCE v1"),
+        ("4", "empty"),
+    ] {
+        for device in [&["--device", "mlx5_0"][..], &[]] {
+            let mut args = vec![
+                sysfs.as_str(),
+                ECHO,
+                "--fabric",
+                "verbs",
+                "--gid-index",
+                index,
+            ];
+            args.extend_from_slice(device);
+            let out = run(None, "env", &args);
+            assert_refused(&out, &args, &format!("--gid-index {index}"));
+            assert!(
+                text(&out.stderr).contains(needle),
+                "{args:?}: {}",
+                text(&out.stderr)
+            );
+        }
+    }
+    // A RoCE v2 index passes the check, and the run goes on to the open, which finds no
+    // device behind the fixture (exit 1, not 2).
+    let args = [
+        sysfs.as_str(),
+        ECHO,
+        "--fabric",
+        "verbs",
+        "--gid-index",
+        "3",
+    ];
+    let out = run(None, "env", &args);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{args:?}: {}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stdout).contains("no RDMA device"),
+        "{}",
+        text(&out.stdout)
+    );
+    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -80,7 +80,15 @@ fn a_transfer_past_the_deadline_ends_both_ranks_naming_it() {
 /// Bad sizes name the flag they came from (they said only `size "0"`).
 #[test]
 fn bad_sizes_name_their_flag() {
-    for (flag, v) in [("--chunk", "0"), ("--sizes", ""), ("--sizes", "1K,2G")] {
+    for (flag, v) in [
+        ("--chunk", "0"),
+        ("--sizes", ""),
+        ("--sizes", "1K,2G"),
+        ("--tclass", "256"),
+        ("--sl", "16"),
+        ("--port", "0"),
+        ("--gid-index", "256"),
+    ] {
         let out = std::process::Command::new(EXE)
             .args([flag, v])
             .output()
@@ -88,5 +96,29 @@ fn bad_sizes_name_their_flag() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{flag} {v:?}: {err}");
         assert!(err.contains(&format!("{flag}:")), "{flag} {v:?}: {err}");
+    }
+}
+
+/// Ranks with another `--sl` are refused when they connect, each naming the flag and
+/// both values (the endpoint records carry them), instead of running in two classes.
+#[test]
+fn ranks_with_another_sl_refuse_to_connect_naming_the_flag() {
+    let exe = Path::new(EXE);
+    let out = copyrpc_host::exchange::launch::run_local_mpmd(
+        &[
+            (exe, &["--sizes", "1K", "--sl", "3"]),
+            (exe, &["--sizes", "1K", "--sl", "0"]),
+        ],
+        TIMEOUT_S,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    for r in 0..2 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {r}/2: FAIL")))
+            .unwrap_or_else(|| panic!("rank {r} did not fail:\n{stdout}"));
+        assert!(line.contains("--sl 3") && line.contains("--sl 0"), "{line}");
     }
 }

@@ -106,3 +106,26 @@ fn ranks_started_with_different_calls_fail_at_once_naming_the_option() {
         "it waited for the deadline:\n{stdout}"
     );
 }
+
+/// Ranks started with another `--tclass` or `--sl` fail at once naming it: connected,
+/// their traffic would sit in two classes of the fabric.
+#[test]
+fn ranks_started_with_different_tclass_or_sl_fail_naming_the_flag() {
+    let exe = Path::new(EXE);
+    for (flag, a, b) in [("--tclass", "0", "106"), ("--sl", "3", "0")] {
+        let out = copyrpc_host::exchange::launch::run_local_mpmd(
+            &[
+                (exe, &["--fabric", "sim", "--calls", "100", flag, a]),
+                (exe, &["--fabric", "sim", "--calls", "100", flag, b]),
+            ],
+            TIMEOUT_S,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "the mismatched job ran: {stdout}");
+        assert!(
+            stdout.contains(&format!("was started with another {flag} than this rank's")),
+            "no rank named the differing {flag}:\n{stdout}"
+        );
+    }
+}

@@ -76,13 +76,33 @@ fn hand_written_mlx5dv_bindings_match_the_header() {
         "buf" => buf, "dbrec" => dbrec, "stride" => stride, "head" => head,
         "tail" => tail, "comp_mask" => comp_mask, "srqn" => srqn,
     ]);
-    check!("mlx5dv_obj", mlx5dv_obj, [
-        "qp.in" => qp.in_, "qp.out" => qp.out,
-        "cq.in" => cq.in_, "cq.out" => cq.out,
-        "srq.in" => srq.in_, "srq.out" => srq.out,
-        "rwq.in" => rwq.in_, "dm.in" => dm.in_, "ah.in" => ah.in_,
-        "pd.in" => pd.in_, "pd.out" => pd.out,
-    ]);
+    // `mlx5dv_obj` grew a `devx` pair in rdma-core 55 (112 → 128 bytes). Ours has it, so
+    // it is the larger one: every pair the installed header has must sit where ours
+    // does, and the header may end before `devx` (older) or right after it (newer).
+    let header = get("size.mlx5dv_obj");
+    assert!(
+        header == offset_of!(mlx5dv_obj, devx) as u64 || header == size_of::<mlx5dv_obj>() as u64,
+        "sizeof mlx5dv_obj is {header} in the header: neither rdma-core < 55 (112) nor >= 55 (128)"
+    );
+    for (c, ours) in [
+        ("qp.in", offset_of!(mlx5dv_obj, qp.in_)),
+        ("qp.out", offset_of!(mlx5dv_obj, qp.out)),
+        ("cq.in", offset_of!(mlx5dv_obj, cq.in_)),
+        ("cq.out", offset_of!(mlx5dv_obj, cq.out)),
+        ("srq.in", offset_of!(mlx5dv_obj, srq.in_)),
+        ("srq.out", offset_of!(mlx5dv_obj, srq.out)),
+        ("rwq.in", offset_of!(mlx5dv_obj, rwq.in_)),
+        ("dm.in", offset_of!(mlx5dv_obj, dm.in_)),
+        ("ah.in", offset_of!(mlx5dv_obj, ah.in_)),
+        ("pd.in", offset_of!(mlx5dv_obj, pd.in_)),
+        ("pd.out", offset_of!(mlx5dv_obj, pd.out)),
+    ] {
+        assert_eq!(
+            ours as u64,
+            get(&format!("off.mlx5dv_obj.{c}")),
+            "offsetof(mlx5dv_obj, {c})"
+        );
+    }
     check!("mlx5dv_dc_init_attr", mlx5dv_dc_init_attr, [
         "dc_type" => dc_type, "dct_access_key" => dct_access_key,
     ]);

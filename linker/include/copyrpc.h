@@ -125,7 +125,7 @@
 /**
  * Bytes of the memory area an ipc client handle needs.
  */
-#define COPYRPC_IPC_CLIENT_BYTES 320
+#define COPYRPC_IPC_CLIENT_BYTES 384
 
 /**
  * No failure.
@@ -916,6 +916,20 @@ int32_t copyrpc_fabric_queues(struct copyrpc_fabric *f, struct copyrpc_queues *o
  * As `copyrpc_fabric_queues`.
  */
 int32_t copyrpc_fabric_endpoint(struct copyrpc_fabric *f, struct copyrpc_ep_desc *out);
+
+/**
+ * Sets the traffic class and service level the fabric's next `copyrpc_fabric_connect`s
+ * bring QPs up with (perftest's `--tclass` and `--sl`; both 0 until set):
+ * `traffic_class` 0..=255 is the GRH's (on RoCE v2 the IP header's DSCP << 2 | ECN),
+ * `sl` 0..=15 the address vector's service level (on RoCE the VLAN priority). Both
+ * sides of a connection must use the same. Out of range: `COPYRPC_E_BAD_ARG`, nothing
+ * changed. Otherwise returns `COPYRPC_OK` or the refusals of `copyrpc_fabric_queues`.
+ *
+ * # Safety
+ *
+ * `f` is NULL or a handle of this library.
+ */
+int32_t copyrpc_fabric_set_qos(struct copyrpc_fabric *f, uint32_t traffic_class, uint32_t sl);
 
 /**
  * Connects endpoint `ep` of `ctx` (a context on this fabric) to its peer: builds the

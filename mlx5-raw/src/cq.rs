@@ -7,7 +7,7 @@
 //!   [SET_CI] = be32(ci & 0xffffff)            written by `update_ci`, after a batch
 //! ```
 //!
-//! Polling follows rdma-core `get_sw_cqe` / `mlx5_get_next_cqe` (reference §4.7):
+//! Polling follows rdma-core `get_sw_cqe` / `mlx5_get_next_cqe` (docs/spec/mlx5.md#owner-bit):
 //! Acquire-load `op_own`; the slot is the software's if the opcode is not INVALID and the
 //! owner bit equals the lap parity; then [`barrier::from_device`]; then read the body.
 //! rdma-core's reason for the barrier's place: the body may only be read after the owner
@@ -216,9 +216,8 @@ impl Cq {
 
     /// Points the poller at slot `ci + 1`: within a lap the next slot's `op_own` is one
     /// CQE further and the owner parity stays, so only the lap end recomputes them
-    /// (`seek`'s mask, multiply and parity cost each CQE ~5 instructions more, and
-    /// reducing the offset into the ring again ~5 more; docs/PERFORMANCE.md, "Latency
-    /// path").
+    /// (`seek`'s mask, multiply and parity, and reducing the offset into the ring
+    /// again, cost every CQE; docs/PERFORMANCE.md, "Latency path").
     #[inline(always)]
     fn seek_next(&mut self) {
         let ci = self.ci.wrapping_add(1);
@@ -259,8 +258,8 @@ impl Cq {
         // The consumed slot reads INVALID again until the device rewrites it on its next
         // lap (as a fresh CQ's slots do; DPDK's mlx5 PMD stamps consumed CQEs the same
         // way), so an empty poll there is decided by the opcode compare alone instead of
-        // the opcode and the owner parity: 4 instructions instead of 7 on every empty
-        // test of a CQ that has gone round (docs/PERFORMANCE.md, "Latency path"). The
+        // the opcode and the owner parity, on every empty test of a CQ that has gone
+        // round (docs/PERFORMANCE.md, "Latency path"). The
         // byte loaded above travels in the `CqeRef`. This store is ordered before the
         // `[SET_CI]` store that hands the slot back by `update_ci`'s `to_device`
         // barrier; the device writes the slot only after reading that index.
@@ -316,7 +315,7 @@ impl Cq {
         let ci = self.ci;
         if self.db_ci != ci {
             // Recorded first: after the doorbell store (through a pointer the compiler
-            // cannot tell apart from `self`) it reloaded `ci`, one instruction a call.
+            // cannot tell apart from `self`) it would reload `ci` on every call.
             self.db_ci = ci;
             // The INVALID stamps `poll` wrote into the consumed slots reach the device
             // before the index that lets it rewrite them (DPDK: `rte_io_wmb` before its

@@ -25,8 +25,8 @@ pub(crate) struct RingMem {
     /// Length in bytes, a power of two.
     len: usize,
     /// `(len - 1) & !1`: reduces an offset modulo `len` and to even in one `and`, for
-    /// the SRQ links' `u16` accesses (computed from `len` each time, it cost 3
-    /// instructions more per SRQ completion and per WQE reposted).
+    /// the SRQ links' `u16` accesses (computed from `len` each time, it would cost every
+    /// SRQ completion and every WQE reposted; docs/PERFORMANCE.md, "Latency path").
     even_mask: usize,
 }
 
@@ -169,8 +169,8 @@ impl RingMem {
 
     /// `off` reduced modulo the length, for a 2-byte access at an even offset: then
     /// `off + 2 <= len`, as `len` is a power of two of at least 64 (`new`; a test of it
-    /// here cost each SRQ completion and repost ~5 instructions, docs/PERFORMANCE.md,
-    /// "Latency path").
+    /// here would cost every SRQ completion and repost; docs/PERFORMANCE.md, "Latency
+    /// path").
     #[inline(always)]
     fn even_u16_off(&self, off: usize) -> usize {
         debug_assert!(off.is_multiple_of(2), "odd u16 offset {off}");

@@ -1,5 +1,5 @@
 //! Shared receive queue posting with rdma-core v44 free-list semantics
-//! (reference §3.2–3.3).
+//! (docs/spec/mlx5.md#srq).
 //!
 //! ```text
 //!   WQE i = buf + i * stride: [ next seg (16 B): next_wqe_index BE16 at +2 ][ data segs ]
@@ -130,9 +130,9 @@ impl Srq {
     /// verbs-created SRQ unchanged and initialises a zeroed one. Receive WQEs get the
     /// empty scatter list (the terminator alone; module docs).
     ///
-    /// `_lkey` is no longer written (before issue 21 each WQE began with a zero-length
-    /// segment in this key, which rdma-core never writes); it stays in the signature so
-    /// the callers and the C ABI's `srq_lkey` are unchanged until the next ABI break.
+    /// `_lkey` is not written (no zero-length segment in this key leads the WQE, as
+    /// rdma-core never writes one); it stays in the signature so the callers and the C
+    /// ABI's `srq_lkey` are unchanged until the next ABI break.
     ///
     /// # Safety
     ///

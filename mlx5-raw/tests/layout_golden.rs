@@ -1,5 +1,5 @@
 //! Golden-byte tests of the layouts against the test vectors of
-//! `reference/mlx5-formats.md` (§1.11 TV1, TV2; §5 TV3), which were produced by
+//! docs/spec/mlx5.md#test-vectors (TV1, TV2, TV3), which were produced by
 //! `mlx5dv_set_ctrl_seg` / `mlx5dv_set_data_seg` compiled against the real header.
 
 use mlx5_raw::layout::{

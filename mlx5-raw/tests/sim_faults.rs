@@ -1,6 +1,7 @@
 //! Every fault path of the device model, through the driver side: the CQE opcode and
-//! syndrome reference §6 gives for the failing WQE, the WR_FLUSH_ERR of every WQE after
-//! it (outstanding or rung later), the responder's side, and the async events.
+//! syndrome docs/spec/mlx5.md#qp-errors-and-flush gives for the failing WQE, the
+//! WR_FLUSH_ERR of every WQE after it (outstanding or rung later), the responder's side,
+//! and the async events.
 
 mod common;
 mod sim_common;
@@ -688,7 +689,8 @@ fn the_trace_says_why_an_exchange_hangs() {
 
 #[test]
 fn zero_length_write_with_a_garbage_rkey_succeeds() {
-    // Reference §6, last row (IBA C9-88): zero-length READ/WRITE are not validated.
+    // docs/spec/mlx5.md#qp-errors-and-flush, last row (IBA C9-88): zero-length READ/WRITE
+    // are not validated.
     let mut r = Rig::new(Opts::signal_on_request());
     r.b.srq.post_batch(1).unwrap();
     let garbage = Remote {

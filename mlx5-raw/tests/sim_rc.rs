@@ -558,9 +558,10 @@ fn per_packet_time_serialises_a_qps_packets() {
     );
 }
 
-/// Reference §5 TV3 and a requester CQE, byte for byte, from two devices (like two
-/// processes) connected by links: QPN 0 writes 4096 bytes with immediate de ad be ef and
-/// SE to QPN 0xabcdf on SRQ 0x77, consuming SRQ WQE 5, on the CQ's second lap.
+/// TV3 of docs/spec/mlx5.md#test-vectors and a requester CQE, byte for byte, from two
+/// devices (like two processes) connected by links: QPN 0 writes 4096 bytes with immediate
+/// de ad be ef and SE to QPN 0xabcdf on SRQ 0x77, consuming SRQ WQE 5, on the CQ's second
+/// lap.
 #[test]
 fn tv3_responder_cqe_bytes() {
     type D = Device<2, 2, 1, 2>;

@@ -1116,7 +1116,7 @@ fn init_rejects_bad_descriptions() {
     );
 }
 
-/// The driver's size limits, from the 512-byte WQE (reference §1.1): eight WQEBBs, and
+/// The driver's size limits, from the 512-byte WQE (docs/spec/mlx5.md#send-wqe): eight WQEBBs, and
 /// the inline bytes left after ctrl + raddr (+ one data segment for an inline head) and
 /// the inline header.
 #[test]

@@ -1,5 +1,5 @@
 //! SRQ posting on plain heap buffers, checked against a model of how the HCA consumes
-//! an SRQ (reference §3.4): follow `next_wqe_index` at consume time, up to the doorbell
+//! an SRQ (docs/spec/mlx5.md#srq): follow `next_wqe_index` at consume time, up to the doorbell
 //! counter.
 
 mod common;

@@ -1,5 +1,5 @@
 //! A live delegationrpc region in `/dev/shm`, read back as plain bytes from the file:
-//! every field sits at the offset seed 000 §2.1 gives it.
+//! every field sits at the offset docs/spec/deleg.md#layout gives it.
 
 use copyrpc_core::deleg::{Config, DelegRegion, MAGIC};
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};

@@ -1,10 +1,10 @@
 //! The daemon loop: one per shard. Every daemon serves its shard through its ipc server
 //! and its Flux node; daemon#0 of `delegation` also owns the delegation ring and the
 //! transport to every other rank, and with `meta` each daemon owns the transport to the
-//! ranks `r % K == id` (seed 000 §1.3–1.4).
+//! ranks `r % K == id` (docs/spec/benchkv.md#threads, docs/spec/benchkv.md#backends).
 //!
-//! One turn runs the seed's phases in the seed's order (§5, §6), each only if the daemon
-//! has that part:
+//! One turn runs the phases of docs/spec/benchkv.md#daemon-loop in that order, each only if
+//! the daemon has that part:
 //!
 //! 1. transport: `poll` (answers to our calls: credit comes back first), retry what was
 //!    parked, then `recv` requests of other ranks — served here, or forwarded over Flux
@@ -14,13 +14,13 @@
 //! 4. Flux: answers from other daemons go back where their request came from; requests
 //!    from other daemons are served here (or, meta, sent to their rank).
 //!
-//! Back-pressure: a Flux queue that is full, or a transport call or reply refused for
-//! room, is *parked* in FIFO order and retried on later turns while the loop keeps
-//! polling; nothing is dropped, and the daemon never spins inside a phase, so no poll
-//! runs nested inside another (the seed buffers nested answers; here there is nothing to
-//! buffer). While transport calls are parked the delegation ring is not drained, so
-//! clients feel the back-pressure as a full ring instead of the daemon queueing without
-//! bound. A turn that finds nothing yields the core.
+//! Back-pressure: a Flux queue that is full, or a transport call or reply refused for room,
+//! is *parked* in FIFO order and retried on later turns while the loop keeps polling;
+//! nothing is dropped, and the daemon never spins inside a phase, so no poll runs nested
+//! inside another (so there are no nested answers to buffer, unlike the first design:
+//! docs/spec/benchkv.md#back-pressure). While transport calls are parked the delegation
+//! ring is not drained, so clients feel the back-pressure as a full ring instead of the
+//! daemon queueing without bound. A turn that finds nothing yields the core.
 //!
 //! Two Flux lanes (two meshes, each with its own in-flight bound and parked queue):
 //! [`Lane::Holder`] carries a request toward the daemon that holds its rank's endpoint
@@ -41,13 +41,27 @@ use copyrpc_core::flux::{FluxError, Node};
 use copyrpc_host::shm::deleg::DelegServer;
 use copyrpc_host::shm::ipc::IpcServer;
 
-use crate::cli::{Fault, FAULT_EVERY};
-use crate::config::Backend;
 use crate::metrics::DaemonMetrics;
 use crate::msg::{owner_of, DelegatePayload, Request, Response, Status, OP_GET};
-use crate::pending::{Origin, Pending};
-use crate::remote::{endpoint_daemon, Remote, SendError};
+use crate::remote::{Remote, SendError};
+use crate::route::{endpoint_daemon, Backend};
 use crate::store::{value_for, Store};
+use pending::{Origin, Pending};
+
+mod pending;
+
+/// What `--inject-fault` breaks: the first request each daemon serves, then one per
+/// [`FAULT_EVERY`] (from the first, so a short run on a loaded machine still breaks one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectFault {
+    /// Answer a GET with another key's value.
+    CorruptGet,
+    /// Never answer a request (the drain must come up short).
+    DropRequest,
+}
+
+/// Requests served between two injected faults.
+pub const FAULT_EVERY: u64 = 1000;
 
 /// Loops between two samples of the outstanding count in a threaded run (the virtual
 /// world samples every loop: its runs have few, and sampling costs no virtual time).
@@ -66,12 +80,12 @@ pub struct Parts<R> {
     pub backend: Backend,
     /// Requests taken per source per turn (`--take-per-turn`).
     pub take_per_turn: usize,
-    /// Seed 001's poll budget (`--poll-budget`): after the transport poll that drains
-    /// the completion queue, up to this many extra polls that find nothing before the
-    /// rest of the loop runs, to let completions accumulate (at most
-    /// [`EXTRA_POLL_CAP`] × this many extra polls in all). 0: none.
+    /// The poll budget (`--poll-budget`, docs/spec/poll-budget.md#poll-budget): after the
+    /// transport poll that drains the completion queue, up to this many extra polls that
+    /// find nothing before the rest of the loop runs, to let completions accumulate (at
+    /// most [`EXTRA_POLL_CAP`] × this many extra polls in all). 0: none.
     pub poll_budget: u32,
-    /// Steer the poll budget with seed 001's controller and these parameters
+    /// Steer the poll budget with the self-identifying controller and these parameters
     /// (`--poll-budget adaptive|adaptive-seed`), starting from `poll_budget`.
     pub adaptive: Option<BudgetParams>,
     /// Collect the loop metrics.
@@ -82,7 +96,7 @@ pub struct Parts<R> {
     /// yielding the core.
     pub spin_when_idle: bool,
     /// Break answers on purpose (`--inject-fault`).
-    pub fault: Option<Fault>,
+    pub fault: Option<InjectFault>,
     /// The shard.
     pub store: Store,
     /// The shard's ipc server.
@@ -107,14 +121,14 @@ pub enum Lane {
 
 /// A loop's step A makes at most this many times its budget in extra polls, found
 /// something or not: completions arriving on every poll would otherwise hold the loop
-/// there and starve the clients (seed 001 bounds only the empty ones).
+/// there and starve the clients (the spec bounds only the empty ones).
 pub const EXTRA_POLL_CAP: u32 = 4;
 
-/// Step A of seed 001's loop under a poll budget: the first poll drains the completion
-/// queue; then up to `budget` more polls that find nothing, to let completions
-/// accumulate, before the loop moves on. A poll that finds something does not use the
-/// budget (completions arriving is what the wait is for), but every extra poll counts
-/// toward [`EXTRA_POLL_CAP`].
+/// Step A of the loop under a poll budget (docs/spec/poll-budget.md#poll-budget): the first
+/// poll drains the completion queue; then up to `budget` more polls that find nothing, to
+/// let completions accumulate, before the loop moves on. A poll that finds something does
+/// not use the budget (completions arriving is what the wait is for), but every extra poll
+/// counts toward [`EXTRA_POLL_CAP`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct StepA {
     /// Polls made, the draining one included.
@@ -164,7 +178,7 @@ pub struct Daemon<'m, 's, R: Remote> {
     step_a: StepA,
     /// The poll budget in force (the controller's, when adaptive).
     budget: u32,
-    /// Seed 001's controller (`--poll-budget adaptive`).
+    /// The adaptive controller (`--poll-budget adaptive`).
     ctl: Option<Controller>,
     /// The time of the current turn, ns (as the caller of `turn_at` measures it).
     now_ns: u64,
@@ -264,7 +278,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
     }
 
     /// One call of the loop; returns how much work it found. Normally a whole loop
-    /// (every phase once); while seed 001's poll budget holds the loop in step A, only a
+    /// (every phase once); while the poll budget holds the loop in step A, only a
     /// transport poll (and 0 when it found nothing). [`DaemonMetrics::loops`] counts
     /// whole loops.
     #[cfg(test)]
@@ -272,8 +286,11 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         self.turn_at(self.now_ns)
     }
 
-    /// [`turn`](Self::turn) at `now_ns` (any origin, not decreasing), the time the
-    /// adaptive poll budget measures loops and round trips by; unused otherwise.
+    /// One call of the loop at `now_ns` (any origin, not decreasing), the time the
+    /// adaptive poll budget measures loops and round trips by; returns how much work it
+    /// found. Normally a whole loop (every phase once); while the poll budget
+    /// (docs/spec/poll-budget.md#poll-budget) holds the loop in step A, only a transport poll (and 0 when it found nothing).
+    /// [`DaemonMetrics::loops`] counts whole loops.
     pub fn turn_at(&mut self, now_ns: u64) -> usize {
         self.now_ns = now_ns;
         let Some(remote) = self.p.remote.as_mut() else {
@@ -477,7 +494,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
     fn serve(&mut self, req: &Request) -> Response {
         self.m.served += 1;
         let mut resp = self.p.store.handle(req);
-        if self.p.fault == Some(Fault::CorruptGet)
+        if self.p.fault == Some(InjectFault::CorruptGet)
             && req.op == OP_GET
             && (self.m.served - 1).is_multiple_of(FAULT_EVERY)
         {
@@ -489,7 +506,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
 
     /// True when `--inject-fault drop-request` says to lose this request.
     fn drop_this(&self) -> bool {
-        self.p.fault == Some(Fault::DropRequest) && self.m.served.is_multiple_of(FAULT_EVERY)
+        self.p.fault == Some(InjectFault::DropRequest) && self.m.served.is_multiple_of(FAULT_EVERY)
     }
 
     /// Sends request `idx` one hop toward where it is served.

@@ -61,8 +61,9 @@ fn drive_ranks(backend: Backend, ranks: u64, qd: u32, requests: u64) -> [DaemonM
     drive_with_budget(backend, ranks, qd, requests, 0)
 }
 
-/// [`drive_ranks`] with seed 001's poll budget on every daemon. With a budget, also
-/// checks on idle daemon#0 that the extra polls are turns but not loops.
+/// [`drive_ranks`] with a poll budget (docs/spec/poll-budget.md#poll-budget) on every
+/// daemon. With a budget, also checks on idle daemon#0 that the extra polls are turns but
+/// not loops.
 fn drive_with_budget(
     backend: Backend,
     ranks: u64,
@@ -112,7 +113,7 @@ fn drive_with_budget(
         .enumerate()
         .map(|(d, (ipc, [holder_slab, owner_slab]))| {
             let holds =
-                (1..ranks as u32).any(|r| crate::remote::endpoint_daemon(backend, r, K) == d);
+                (1..ranks as u32).any(|r| crate::route::endpoint_daemon(backend, r, K) == d);
             let parts = Parts {
                 id: d,
                 daemons: K,
@@ -276,7 +277,7 @@ fn step_a_drains_then_makes_budget_empty_polls() {
 
 #[test]
 fn step_a_polls_that_find_completions_do_not_use_the_budget() {
-    // Seed 001: the extra polls let completions accumulate; only empty ones count.
+    // The extra polls let completions accumulate; only empty ones count.
     assert_eq!(step_a_run(2, &[5, 3, 0, 1, 0, 9]), (5, 9));
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use copyrpc_core::copyrpc::{Error, RecvHandle};
 use copyrpc_host::exchange::Collectives;
 use copyrpc_host::fabric::Fabric;
+use copyrpc_host::placement;
 use copyrpc_host::rpc::{sizing, PeerRecord, RpcConfig, RpcNode};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -130,9 +131,11 @@ node_classes! {
     Upto16k: ring <= 16 << 10, calls 4096;
     /// Up to 256 KiB (8 Ki requests an endpoint, 16 Ki calls).
     Upto256k: ring <= 256 << 10, calls 16_384;
-    /// Up to 1 MiB (32 Ki requests, 64 Ki calls): seed 002's default ring.
+    /// Up to 1 MiB (32 Ki requests, 64 Ki calls): the first design's default ring
+    /// (docs/spec/copyrpc.md#defaults).
     Upto1m: ring <= 1 << 20, calls 65_536;
-    /// Up to 4 MiB (128 Ki requests, 64 Ki calls): seed 001's ring.
+    /// Up to 4 MiB (128 Ki requests, 64 Ki calls): the ring of the bistability runs
+    /// (docs/spec/poll-budget.md#bistability).
     Upto4m: ring <= 4 << 20, calls 65_536;
 }
 
@@ -265,14 +268,13 @@ impl CopyrpcRemote {
 /// [`EPS`] remote ranks in `peers_of[daemon]` (none: `None`), all on one fabric,
 /// brought up with one all-to-all of endpoint records and a barrier.
 pub fn connect_all(
-    fabric: Fabric,
+    fabric: Arc<Fabric>,
     x: &impl Collectives,
     peers_of: &[Vec<usize>],
-    ring: RingSize,
+    rpc: &RpcConfig,
 ) -> Result<Vec<Option<CopyrpcRemote>>, String> {
     let (rank, ranks) = (x.rank(), x.size());
-    let fabric = Arc::new(fabric);
-    let nodes = build_nodes(|_| Arc::clone(&fabric), rank, ranks, peers_of, ring)?;
+    let nodes = build_nodes(|_| Arc::clone(&fabric), rank, ranks, peers_of, rpc)?;
     let table = records(&nodes, ranks)?;
     let got = x.all_to_all(&table).map_err(|e| e.to_string())?;
     let remotes = finish(nodes, &got)?;
@@ -295,9 +297,8 @@ pub fn build_nodes(
     rank: usize,
     ranks: usize,
     peers_of: &[Vec<usize>],
-    ring: RingSize,
+    cfg: &RpcConfig,
 ) -> Result<Vec<DaemonNodes>, String> {
-    let cfg = RpcConfig::for_ring(ring.bytes());
     // Each context is built in place on the heap, so this thread's stack size does not
     // matter.
     let mut out = Vec::with_capacity(peers_of.len());
@@ -306,7 +307,7 @@ pub fn build_nodes(
         if !peers.is_empty() {
             let f = fabric_of(d);
             for chunk in peers.chunks(EPS) {
-                let node = build_on_big_stack(Arc::clone(&f), rank, ranks, chunk, &cfg)?;
+                let node = build_on_big_stack(Arc::clone(&f), rank, ranks, chunk, cfg)?;
                 nodes.push((node, chunk.to_vec()));
             }
         }
@@ -319,6 +320,11 @@ pub fn build_nodes(
 /// the core builds each endpoint (its table inline, 40 B × ring / 32: 5 MiB for 4 MiB
 /// rings) on the caller's stack before moving it into the context, and a debug build
 /// copies it more than once, which overflows an 8 MiB main thread.
+///
+/// That thread creates and first touches the context's queues, rings and tables, so on
+/// a NIC it runs on the NIC's NUMA node (`copyrpc_host::placement::run_on_node`: its
+/// CPUs, its memory as preferred node) and they land there. Where it cannot be bound
+/// (a kernel refusing `set_mempolicy`), the rank says so and builds unbound.
 fn build_on_big_stack(
     fabric: Arc<Fabric>,
     rank: usize,
@@ -327,15 +333,28 @@ fn build_on_big_stack(
     cfg: &RpcConfig,
 ) -> Result<Node, String> {
     let stack = 16 * 40 * (cfg.ring_bytes / 32) + (8 << 20);
-    std::thread::scope(|s| {
-        std::thread::Builder::new()
-            .name("copyrpc-setup".into())
-            .stack_size(stack)
-            .spawn_scoped(s, || Node::build(fabric, rank, ranks, peers, cfg))
-            .map_err(|e| format!("a thread to build a copyrpc context: {e}"))?
-            .join()
-            .map_err(|_| "building a copyrpc context panicked".to_string())?
-    })
+    let node = match &*fabric {
+        Fabric::Verbs(d) => d.numa_node(),
+        _ => None,
+    };
+    let build = |node| {
+        let fabric = Arc::clone(&fabric);
+        placement::run_on_node(node, "copyrpc-setup", stack, || {
+            Node::build(fabric, rank, ranks, peers, cfg)
+        })
+    };
+    match build(node) {
+        Ok(built) => built,
+        Err(copyrpc_host::error::Error::Placement { node, what, source }) => {
+            eprintln!(
+                "benchkv: rank {rank}: the copyrpc set-up could not be placed on the NIC's \
+                 NUMA node {node} ({what}: {source}); its rings and queues may land on \
+                 another node"
+            );
+            build(None).map_err(|e| format!("building a copyrpc context: {e}"))?
+        }
+        Err(e) => Err(format!("building a copyrpc context: {e}")),
+    }
 }
 
 /// This rank's endpoint records, indexed by the peer rank they are for (what the

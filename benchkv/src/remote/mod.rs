@@ -2,8 +2,8 @@
 //! answer back, and serves the requests other ranks send it.
 //!
 //! Daemons see only [`Remote`]. The daemon that holds rank `r`'s endpoint
-//! ([`endpoint_daemon`]: daemon#0 for every remote rank with `delegation`, daemon
-//! `r % K` with `meta`, seed 000 §1.4) calls it in its loop:
+//! ([`crate::route::endpoint_daemon`]: daemon#0 for every remote rank with `delegation`, daemon
+//! `r % K` with `meta`, docs/spec/benchkv.md#backends) calls it in its loop:
 //!
 //! - phase 1 ([`crate::daemon`]): [`Remote::poll`] (flush + completions: answers to our
 //!   calls come back with the token we gave), then [`Remote::recv`] for requests from
@@ -14,24 +14,22 @@
 //! A call or reply refused for room ([`SendError::Busy`]: copyrpc's `RingFull`,
 //! `InsufficientCredit`, `TooManyCalls`, `SqFull`) is parked by the daemon and retried
 //! after its next `poll`; nothing is dropped and the daemon never blocks inside a phase,
-//! so there is no nested poll (the seed's `nested_resp_buf` exists only because its
-//! retry loop polls inside a reply).
+//! so there is no nested poll (the first design's `nested_resp_buf` exists only because
+//! its retry loop polls inside a reply: docs/spec/benchkv.md#back-pressure).
 //!
 //! Implementations: [`Loopback`] (in-process, for tests and `--loopback-ranks`) and
 //! [`CopyrpcRemote`] (a copyrpc context per daemon over the fabric's queues, endpoints
-//! exchanged over MPI), which [`connect`] builds whenever there is more than one MPI rank.
+//! exchanged over MPI, or by the virtual world on one thread), which the runners build
+//! (`crate::rank::transport` for the threaded one).
 
 mod copyrpc;
 mod loopback;
 
-pub use self::copyrpc::{build_nodes, finish, records, CopyrpcIncoming, CopyrpcRemote, RingSize};
+pub use self::copyrpc::{
+    build_nodes, connect_all, finish, records, CopyrpcIncoming, CopyrpcRemote, RingSize, EPS,
+};
 pub use loopback::{Loopback, LoopbackIncoming};
 
-use copyrpc_host::exchange::Collectives;
-use copyrpc_host::fabric::{self, FabricOptions};
-
-use crate::cluster::Cluster;
-use crate::config::{Backend, Config};
 use crate::msg::{Request, Response};
 
 /// Why a transport did not take a call or reply.
@@ -135,82 +133,5 @@ impl Remote for AnyRemote {
                 SendError::Failed("a request answered through another transport".into()),
             )),
         }
-    }
-}
-
-/// What a rank with `peers` peers registers, an estimate: both rings of every endpoint,
-/// its SQ (128 KiB) and its share of the send CQ (sized for a flush of every SQ: 128
-/// KiB), and the context's other queues (16 MiB).
-pub fn pinned_bytes(cfg: &Config, peers: u32) -> u64 {
-    u64::from(peers) * (2 * cfg.copyrpc_ring.bytes() as u64 + (320 << 10)) + (16 << 20)
-}
-
-/// The daemon that holds rank `rank`'s endpoint (seed 000 §1.4).
-pub fn endpoint_daemon(backend: Backend, rank: u32, daemons: usize) -> usize {
-    match backend {
-        Backend::Delegation => 0,
-        Backend::Meta => rank as usize % daemons,
-    }
-}
-
-/// Builds each daemon's transport (index = daemon id; `None` for a daemon that holds no
-/// remote rank), on the main thread before the daemons start; the daemons take them.
-///
-/// Where the copyrpc wiring goes: with `cluster.size() > 1`, open the fabric
-/// (`cfg.fabric`, `cfg.device`), build one copyrpc context per daemon that holds an
-/// endpoint (the peers `r` with `endpoint_daemon(cfg.backend, r, cfg.daemons) == d`),
-/// exchange their records over `cluster` (it implements the host's `Collectives`: seed
-/// §9 steps 6 and 8) and return `AnyRemote::Copyrpc(..)` values. Every rank calls this
-/// at the same point, so collectives inside it line up.
-pub fn connect(cfg: &Config, cluster: &Cluster) -> Result<Vec<Option<AnyRemote>>, String> {
-    let (mpi_size, my_rank) = (cluster.size() as u32, cluster.rank() as u32);
-    let ranks = cfg.ranks(mpi_size);
-    let peers_of: Vec<Vec<usize>> = (0..cfg.daemons)
-        .map(|d| {
-            (0..ranks)
-                .filter(|&r| r != my_rank && endpoint_daemon(cfg.backend, r, cfg.daemons) == d)
-                .map(|r| r as usize)
-                .collect()
-        })
-        .collect();
-    if mpi_size > 1 {
-        // Seed §9 steps 6 and 8: the fabric, a context per daemon that holds endpoints,
-        // and the endpoint exchange over MPI.
-        let mut opts = FabricOptions::default();
-        opts.verbs.device = cfg.device.clone();
-        opts.verbs.port = cfg.port;
-        opts.verbs.gid_index = cfg.gid_index;
-        // RLIMIT_MEMLOCK is checked against this at open.
-        opts.verbs.pinned_bytes = pinned_bytes(cfg, ranks.saturating_sub(1));
-        // The sim fabric carves the same objects from one region (virtual size; only
-        // carved pieces claim /dev/shm): at least its default, and room for what this
-        // rank pins.
-        let pinned = usize::try_from(opts.verbs.pinned_bytes).unwrap_or(usize::MAX);
-        opts.sim.region_bytes = opts.sim.region_bytes.max(pinned.saturating_add(64 << 20));
-        let (fabric, _) =
-            fabric::open(cfg.fabric, &opts).map_err(|e| format!("--fabric {}: {e}", cfg.fabric))?;
-        let remotes = self::copyrpc::connect_all(fabric, cluster, &peers_of, cfg.copyrpc_ring)?;
-        return Ok(remotes
-            .into_iter()
-            .map(|r| r.map(|c| AnyRemote::Copyrpc(Box::new(c))))
-            .collect());
-    }
-    Ok(peers_of
-        .iter()
-        .map(|peers| {
-            (!peers.is_empty()).then(|| AnyRemote::Loopback(Loopback::new(cfg.ring_size as usize)))
-        })
-        .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoints_spread_by_backend() {
-        assert_eq!(endpoint_daemon(Backend::Delegation, 5, 3), 0);
-        assert_eq!(endpoint_daemon(Backend::Meta, 5, 3), 2);
-        assert_eq!(endpoint_daemon(Backend::Meta, 3, 3), 0);
     }
 }

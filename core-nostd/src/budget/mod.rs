@@ -1,4 +1,5 @@
-//! Seed 001's adaptive poll budget: how many extra empty polls a daemon loop makes
+//! The adaptive poll budget (docs/spec/poll-budget.md#controller, "the spec" below):
+//! how many extra empty polls a daemon loop makes
 //! before moving on, so that completions accumulate into batches when the loop runs
 //! much faster than a round trip, and none is wasted when it does not.
 //!
@@ -15,53 +16,53 @@
 //! - **collapse recovery**: a batch EWMA below 1 with an empty ratio above 0.9 raises `u`
 //!   by `2 × step_up` at once.
 //!
-//! It starts with a **warm-up** that identifies the plant (seed 001's self-
-//! identification): `warmup` loops at `u = 0` (batch `B0`, and `R0` = RTT / loop time:
-//! how many loops fit in a round trip), then `warmup` loops at `u = u_probe` (`B1`).
-//! From them: `step_up = clamp(round(2 / max(dB/du, eps)), 1, 8)`, `step_down = max(2
-//! step_up, 2)`, `u_max = clamp(round(2.5 R0), 8, 64)`. (The seed also measures the
-//! empty ratios `E0`, `E1` and `dE/du`; none of its gains uses them, so they are not
-//! kept.)
+//! It starts with a **warm-up** that identifies the plant (the spec's self-identification,
+//! docs/spec/poll-budget.md#identification): `warmup` loops at `u = 0` (batch `B0`, and
+//! `R0` = RTT / loop time: how many loops fit in a round trip), then `warmup` loops at `u =
+//! u_probe` (`B1`). From them: `step_up = clamp(round(2 / max(dB/du, eps)), 1, 8)`,
+//! `step_down = max(2 step_up, 2)`, `u_max = clamp(round(2.5 R0), 8, 64)`. (The spec also
+//! measures the empty ratios `E0`, `E1` and `dE/du`; none of its gains uses them, so they
+//! are not kept.)
 //!
-//! # Where this departs from the seed's pseudo-code, and why
+//! # Where this departs from the spec's pseudo-code, and why
 //!
 //! - **No floats**: every EWMA is fixed point (value × 2^16 in a `u64`), the smoothing
-//!   factors are powers of two (1/16 for batch, empty ratio and loop time, the seed's
-//!   0.05; 1/64 for the RTT, the seed's 0.02), so an update is shifts and adds.
+//!   factors are powers of two (1/16 for batch, empty ratio and loop time, the spec's
+//!   0.05; 1/64 for the RTT, the spec's 0.02), so an update is shifts and adds.
 //! - **No clock**: time comes in with each update; a time that stands still or goes
 //!   backwards counts as a loop of length 0, never as a huge one (no wrap-around).
 //!   Inputs are clamped (loop and RTT at 1 s, completions at 2^20) so nothing overflows.
-//! - **Division by a zero EWMA**: `rho` divides by `max(RTT, 500 ns)` (the seed's
+//! - **Division by a zero EWMA**: `rho` divides by `max(RTT, 500 ns)` (the spec's
 //!   `max(0.5)` µs); before any RTT sample the RTT EWMA is seeded with the first sample,
 //!   and without one `rho` is taken as 1 (neither low nor high), so an endpoint with no
 //!   calls does not push `u` either way. `dB/du` is floored at `eps = 1/16`.
 //! - **The probe ends**: each warm-up phase is counted in loops, not time, so it ends
-//!   after `2 × warmup` updates whatever the inputs. `R0` is the seed's unnamed
+//!   after `2 × warmup` updates whatever the inputs. `R0` is the spec's unnamed
 //!   "R0"; read as loops per round trip (RTT / loop time at `u = 0`): `2.5 R0` extra polls
 //!   then wait about two and a half round trips, which is what `u_max` bounds.
 //! - **Oscillation**: hysteresis counters reset on the other condition, a hold after
-//!   every move, and `step_down ≥ 2 step_up` is asymmetric as in the seed, so a plant at
+//!   every move, and `step_down ≥ 2 step_up` is asymmetric as in the spec, so a plant at
 //!   the boundary settles instead of ringing; `u` never leaves `[0, u_max]`.
-//! - Collapse recovery only runs outside a hold (the seed's `continue` skips it during a
+//! - Collapse recovery only runs outside a hold (the spec's `continue` skips it during a
 //!   hold too), so it raises `u` at most once per `hold_min` loops.
 //!
 //! # Steering on the batch ([`Params::ADAPTED`], what benchkv runs)
 //!
-//! [`Params::SEED`] is the seed as written. On the virtual cluster (docs/PERFORMANCE.md,
+//! [`Params::SEED`] is the spec as written. On the virtual cluster (docs/PERFORMANCE.md,
 //! "Adaptive poll budget") it fell short of the best fixed budget by 14–36 % at NP = 8,
 //! 16 and 32, so benchkv runs it with four departures, each switched by a field:
 //!
 //! - **`use_rho: false`**: the RTT a daemon can measure runs from a call's send to its
 //!   answer, queueing included, and with 1 472 calls in flight per rank that is
 //!   hundreds of µs to ms: `rho` was 0.002–0.07 at every node count, far under the
-//!   seed's 0.8, so the seed's low condition held in the high state too and raised `u`
-//!   where it only costs. (The seed's own high state, loops of 4.3 µs against a 6 µs
-//!   RTT, is `rho` = 0.7: low as well.) Steering uses the CQE batch instead, seed 001's
+//!   spec's 0.8, so the spec's low condition held in the high state too and raised `u`
+//!   where it only costs. (The spec's own high state, loops of 4.3 µs against a 6 µs
+//!   RTT, is `rho` = 0.7: low as well.) Steering uses the CQE batch instead, the spec's
 //!   own state variable: low below a batch of 1 (`b_low`; the low equilibrium is
-//!   "B ≈ 0–1") or above the seed's empty ratio, high above a batch of 4 (`b_high`) with
-//!   the seed's low empty ratio. `rho` is still computed and reported.
+//!   "B ≈ 0–1") or above the spec's empty ratio, high above a batch of 4 (`b_high`) with
+//!   the spec's low empty ratio. `rho` is still computed and reported.
 //! - **`warmup: 16`**: 64 loops a phase took 3 ms of a 5 ms run at `u_probe` = 8 there
-//!   (loops of 10–40 µs, against the seed's 0.7–4.3 µs).
+//!   (loops of 10–40 µs, against the spec's 0.7–4.3 µs).
 //! - **`start_at_step`**: steering starts from `step_up`, not 0. Handing over at 0 let
 //!   NP = 8 collapse right after the warm-up, and from a collapse a small budget does not
 //!   bring it back (the QPs are full of one-message packets: 2 never recovered, 8 took
@@ -89,7 +90,7 @@ const MAX_CQES: u32 = 1 << 20;
 /// Back-off stops at this many times `high_need`.
 const MAX_BACKOFF: u32 = 64;
 
-/// The controller's tuning; [`Params::SEED`] is seed 001's.
+/// The controller's tuning; [`Params::SEED`] is the spec's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Params {
     /// `rho` below this (× 2^16) is low.
@@ -110,7 +111,7 @@ pub struct Params {
     pub u_probe: u32,
     /// Loops of each warm-up phase.
     pub warmup: u32,
-    /// Steer on `rho` (the seed). Without it, low is a CQE-batch EWMA below `b_low` or an
+    /// Steer on `rho` (the spec). Without it, low is a CQE-batch EWMA below `b_low` or an
     /// empty ratio above `e_high`, and high a batch above `b_high` with an empty ratio
     /// below `e_low`.
     pub use_rho: bool,
@@ -125,8 +126,8 @@ pub struct Params {
 }
 
 impl Params {
-    /// Seed 001: rho in 0.8..1.2, empty ratio 0.40..0.75, 64 / 128 loops, hold 32,
-    /// probe u = 8; warm-up phases of 64 loops (the seed says "briefly").
+    /// The spec: rho in 0.8..1.2, empty ratio 0.40..0.75, 64 / 128 loops, hold 32,
+    /// probe u = 8; warm-up phases of 64 loops (the spec says "briefly").
     pub const SEED: Self = Self {
         rho_low: (ONE * 8 / 10) as u32,
         rho_high: (ONE * 12 / 10) as u32,
@@ -144,10 +145,10 @@ impl Params {
         start_at_step: false,
     };
 
-    /// What benchkv runs: the seed's controller with the departures the virtual cluster
+    /// What benchkv runs: the spec's controller with the departures the virtual cluster
     /// called for (module docs, "Steering on the batch"): warm-up phases of 16 loops,
-    /// low below a batch of 1 (or above the seed's empty ratio), high above a batch of 4
-    /// with the seed's empty ratio, steering from `step_up`, back-off on step downs.
+    /// low below a batch of 1 (or above the spec's empty ratio), high above a batch of 4
+    /// with the spec's empty ratio, steering from `step_up`, back-off on step downs.
     pub const ADAPTED: Self = Self {
         warmup: 16,
         use_rho: false,
@@ -217,7 +218,7 @@ pub struct Controller {
     phase: Phase,
     /// Loops left in the current warm-up phase.
     left: u32,
-    /// Warm-up sums: completions, loop ns, loops, loops with a duration. (The seed also
+    /// Warm-up sums: completions, loop ns, loops, loops with a duration. (The spec also
     /// measures the empty ratio at both points, but none of its gains uses it.)
     sums: [u64; 4],
     b0: u64,
@@ -390,7 +391,7 @@ impl Controller {
             return;
         }
         let s = &self.s;
-        // The steered level and its band: rho (the seed) or the CQE batch.
+        // The steered level and its band: rho (the spec) or the CQE batch.
         let (x, lo, hi) = if p.use_rho {
             (s.rho, p.rho_low, p.rho_high)
         } else {

@@ -294,7 +294,7 @@ fn batch_steering(step_up: u32, u: u32, u_max: u32) -> Controller {
 #[test]
 fn batch_steering_steps_up_below_a_batch_of_one_whatever_rho_says() {
     let mut c = batch_steering(2, 4, 20);
-    // Loop 10 µs, RTT 1 µs: rho = 10, high for the seed; half a completion per loop
+    // Loop 10 µs, RTT 1 µs: rho = 10, high for the spec; half a completion per loop
     // and half the loops empty (under e_high): low only by the batch.
     let mut pl = Plant::new(10_000, 1000);
     // 0, 1, 0, 1, ...: a batch EWMA near 0.5 and an empty ratio near 0.5.
@@ -314,7 +314,7 @@ fn batch_steering_steps_up_below_a_batch_of_one_whatever_rho_says() {
 #[test]
 fn batch_steering_steps_down_above_a_batch_of_four_whatever_rho_says() {
     let mut c = batch_steering(1, 8, 20);
-    // Loop 1 µs, RTT 1 ms: rho = 0.001, low for the seed; batches of 8, never empty.
+    // Loop 1 µs, RTT 1 ms: rho = 0.001, low for the spec; batches of 8, never empty.
     let mut pl = Plant::new(1000, 1_000_000);
     let u = run(&mut c, &mut pl, 200, |_| 8);
     let s = c.snapshot();
@@ -378,7 +378,7 @@ fn without_back_off_an_undone_step_down_leaves_the_need_alone() {
     let mut c = steering(1, 20);
     c.s.u = 4;
     let mut pl = Plant::new(10_000, 1000);
-    // The seed's steering on rho = 10 (high) while u >= 4, every loop empty below
+    // The spec's steering on rho = 10 (high) while u >= 4, every loop empty below
     // (low): down, up, down, ... and the need stays at high_need.
     for _ in 0..400 {
         let u = c.budget();

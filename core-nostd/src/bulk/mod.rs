@@ -1,4 +1,4 @@
-//! Bulk transfers: seed 003's four RPC patterns on copyrpc messages plus one-sided
+//! Bulk transfers: the four RPC patterns of docs/spec/bulk.md on copyrpc messages plus one-sided
 //! operations on registered buffers, with completion ownership from [`crate::ops`].
 //!
 //! ```text
@@ -44,7 +44,7 @@ mod tests;
 pub use client::{Client, MAX_EXTRA, TOKEN_MARK};
 pub use link::{Link, LinkPoster, LINK_DEPTH};
 pub use mover::{Dir, Mover, MoverStats, OneSided, PostRefused};
-pub use region::{Local, Region, Regions};
+pub use region::{Local, Regions, RegisteredRange};
 pub use server::{ReqId, Server, ServerStats};
 pub use wire::{Desc, Pattern, Reply, Request, Status, DESC_SIZE, REPLY_SIZE, REQUEST_SIZE};
 

@@ -8,7 +8,7 @@ use mlx5_raw::{Remote, Sge};
 use super::region::Local;
 use super::wire::Desc;
 use super::BulkError;
-use crate::ops::{Completion, OpError, OpHandle, OpTable, SlotPool, SlotTable, WrId};
+use crate::ops::{OpError, OpHandle, OpTable, SlotCompletion, SlotPool, SlotTable, WrId};
 
 /// Which way a transfer moves bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,13 +226,13 @@ impl<const N: usize, const S: usize> Mover<N, S> {
             self.stats.failed += 1;
         }
         let slot = match self.words.complete(wr, ok) {
-            Completion::Stale => {
+            SlotCompletion::Stale => {
                 self.stats.stale += 1;
                 return;
             }
             // One operation per lease: the first completion is the last.
-            Completion::More => return,
-            Completion::Last { slot, .. } => slot,
+            SlotCompletion::More => return,
+            SlotCompletion::Last { slot, .. } => slot,
         };
         let Some((op, failed)) = self.pool.reclaim(&self.words, slot) else {
             return;

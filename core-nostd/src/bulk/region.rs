@@ -6,7 +6,7 @@ use super::BulkError;
 
 /// One registered region: the device's virtual address range and its keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Region {
+pub struct RegisteredRange {
     /// First virtual address.
     pub va: u64,
     /// Bytes.
@@ -31,7 +31,7 @@ pub struct Local {
 /// Up to `R` regions registered by this side.
 #[derive(Debug, Clone, Copy)]
 pub struct Regions<const R: usize> {
-    regions: [Option<Region>; R],
+    regions: [Option<RegisteredRange>; R],
 }
 
 impl<const R: usize> Default for Regions<R> {
@@ -47,7 +47,7 @@ impl<const R: usize> Regions<R> {
     }
 
     /// Records a registered region; `Err` if `R` are recorded already.
-    pub fn add(&mut self, r: Region) -> Result<(), BulkError> {
+    pub fn add(&mut self, r: RegisteredRange) -> Result<(), BulkError> {
         let free = self
             .regions
             .iter_mut()
@@ -66,7 +66,7 @@ impl<const R: usize> Regions<R> {
         }
     }
 
-    fn inside(r: &Region, addr: u64, len: u64) -> Result<(), BulkError> {
+    fn inside(r: &RegisteredRange, addr: u64, len: u64) -> Result<(), BulkError> {
         if len == 0 {
             return Err(BulkError::ZeroLength);
         }

@@ -79,7 +79,7 @@ fn malformed_requests_do_not_parse() {
 
 fn regions() -> Regions<2> {
     let mut r = Regions::new();
-    r.add(Region {
+    r.add(RegisteredRange {
         va: 0x1000,
         len: 0x1000,
         lkey: 11,
@@ -301,7 +301,7 @@ fn every_reply_status_round_trips_and_an_unknown_one_does_not_parse() {
 #[test]
 fn a_removed_region_describes_nothing_and_leaves_the_others() {
     let mut r = regions();
-    r.add(Region {
+    r.add(RegisteredRange {
         va: 0x4000,
         len: 0x100,
         lkey: 21,
@@ -316,7 +316,7 @@ fn a_removed_region_describes_nothing_and_leaves_the_others() {
         "another region went too"
     );
     // Its entry is free again.
-    r.add(Region {
+    r.add(RegisteredRange {
         va: 0x8000,
         len: 0x100,
         lkey: 31,

@@ -54,7 +54,7 @@ impl Desc {
     }
 }
 
-/// Seed 003's four RPC patterns.
+/// The four RPC patterns (docs/spec/bulk.md#patterns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Pattern {

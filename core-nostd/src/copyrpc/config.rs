@@ -6,7 +6,7 @@ use mlx5_raw::SqConfig;
 /// Per-endpoint settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EndpointConfig {
-    /// Cap on the response reservation `R` (seed 002 default: ring size / 4).
+    /// Cap on the response reservation `R` (default: ring size / 4, docs/spec/credit.md#grant).
     pub max_resp_reservation: u64,
     /// Response allowance of [`Context::call`](super::Context::call), in payload bytes.
     pub default_response_allowance: u32,
@@ -15,7 +15,7 @@ pub struct EndpointConfig {
     pub max_inline: u32,
     /// Larger batches send this many leading bytes inline and the rest by one SGE.
     pub inline_head: u32,
-    /// Every this many WQEs asks for a completion (seed: 64).
+    /// Every this many WQEs asks for a completion (default 64, docs/spec/copyrpc.md#wqes).
     pub signal_interval: u32,
     /// While calls are pending on the endpoint and nothing arrives or is sent, an RDMA
     /// READ of the peer's consumer position is posted every this many polls (up to a
@@ -26,10 +26,10 @@ pub struct EndpointConfig {
 }
 
 impl EndpointConfig {
-    /// Seed values for a ring of `ring_size` bytes (both sides' rings that size). The
-    /// default response allowance is the seed's 256 bytes, or less on a ring whose
-    /// credit cannot pay for 256 (1 KiB and below): a default no call can pay for would
-    /// refuse every `call` with `AllowanceTooLarge`.
+    /// The defaults (docs/spec/copyrpc.md#defaults) for a ring of `ring_size` bytes (both
+    /// sides' rings that size). The default response allowance is 256 bytes, or less on a
+    /// ring whose credit cannot pay for 256 (1 KiB and below): a default no call can pay
+    /// for would refuse every `call` with `AllowanceTooLarge`.
     pub const fn for_ring(ring_size: u64) -> Self {
         let cap = ring_size / 4;
         let payable = match credit::max_response_allowance(credit::max_peer_credit(cap, ring_size))
@@ -96,7 +96,7 @@ mod tests {
     #[test]
     fn the_smallest_send_queue_holds_four_batch_wqes_and_sixteen_blocks() {
         let mut cfg = EndpointConfig::for_ring(4096);
-        // Seed settings: a 256-byte batch WQE (4 blocks).
+        // Default settings: a 256-byte batch WQE (4 blocks).
         assert_eq!(cfg.min_sq_bbs(), 16);
         cfg.max_inline = 236;
         assert_eq!(cfg.min_sq_bbs(), 20);
@@ -104,7 +104,7 @@ mod tests {
         assert_eq!(cfg.min_sq_bbs(), 16);
     }
 
-    /// The default allowance is one a call can pay for on every ring size: the seed's
+    /// The default allowance is one a call can pay for on every ring size:
     /// 256 from 2 KiB up, the most the credit allows below (192 at 1 KiB, 64 at 512),
     /// 0 where not even an empty response can be paid for.
     #[test]

@@ -55,13 +55,13 @@ pub struct EndpointMem {
 /// size / 32).
 ///
 /// `repr(C)`. The pending-call table comes first: at offset 0 its entries are
-/// addressed from the context pointer itself (anywhere else each lookup pays 1 to 2
-/// instructions more for the table's base). What a poll that finds nothing to do reads
-/// follows from a cache-line boundary: the poll count, the next sweep and the recv CQ's
-/// poller position share one line; the send CQ's position and the dirty set's first word
-/// (endpoints 0..64) the next. A poll loop that runs other work between its polls then
-/// reloads two lines of the context per idle test, not four (docs/PERFORMANCE.md,
-/// "Latency path").
+/// addressed from the context pointer itself (anywhere else each lookup also pays for
+/// the table's base; docs/PERFORMANCE.md, "Latency path"). What a poll that finds
+/// nothing to do reads follows from a cache-line boundary: the poll count, the next
+/// sweep and the recv CQ's poller position share one line; the send CQ's position and
+/// the dirty set's first word (endpoints 0..64) the next. A poll loop that runs other
+/// work between its polls then reloads two lines of the context per idle test, not
+/// four (docs/PERFORMANCE.md, "Latency path").
 #[derive(Debug)]
 #[repr(C)]
 pub struct Context<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
@@ -576,6 +576,26 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
             return Err(Error::EndpointFailed);
         }
         Ok(e.d.max_response_allowance())
+    }
+
+    /// The largest request payload a call on a connected endpoint can ever send: its
+    /// message, metadata and twice the most reservation this side can come to hold
+    /// for the peer's replies (the endpoint's `max_resp_reservation`, or half the peer's
+    /// recv ring) fill the peer's recv ring. Every payload up to it goes through once
+    /// the peer has consumed what is in flight (retry after `RingFull`); a larger one
+    /// is refused at once with [`Error::PayloadTooLarge`], which no retry changes
+    /// (about half the ring with the default cap of a quarter: 2 004 B of a 4 KiB
+    /// ring). [`Error::NotConnected`] before `connect`, [`Error::EndpointFailed`] once
+    /// the endpoint has failed.
+    pub fn max_request_payload(&self, id: EndpointId) -> Result<u32, Error> {
+        let e = self.ep(id)?;
+        if e.d.is_created() {
+            return Err(Error::NotConnected);
+        }
+        if e.d.is_failed() {
+            return Err(Error::EndpointFailed);
+        }
+        Ok(e.d.max_request_payload())
     }
 
     /// Whether the endpoint has failed.

@@ -87,8 +87,8 @@ pub(crate) struct EpData<const REQS: usize> {
 
 /// An endpoint: its send queue and the rest. `repr(C)`, the data first, so that its
 /// hot fields start the endpoint's first line; the queue (two lines of its own) last.
-/// With the queue first, the compiler chose a branch-free update of the signaling
-/// counters, 3 instructions more per WQE.
+/// With the queue first, the compiler chose a costlier branch-free update of the
+/// signaling counters (docs/PERFORMANCE.md, "Latency path").
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Endpoint<const REQS: usize> {
@@ -229,7 +229,7 @@ impl<const REQS: usize> EpData<REQS> {
     /// A batch that arrived this poll has been processed (its metadata applied, its
     /// requests listed or answered): whether `Endpoint::flush` has anything to do now.
     /// Its decision, taken here on the same inputs instead of by a visit that would
-    /// mostly find nothing (~40 instructions per batch received, docs/PERFORMANCE.md,
+    /// mostly find nothing and still cost every received batch (docs/PERFORMANCE.md,
     /// "Latency path"): queued ranges or batches (a `poll_serve` reply), a credit batch
     /// or READ wanted, a batch left open. No probe can be due: the arrival just counted
     /// as a sign of life.
@@ -285,6 +285,11 @@ impl<const REQS: usize> EpData<REQS> {
     /// The largest response allowance a call can ever pay for.
     pub(crate) fn max_response_allowance(&self) -> Option<u32> {
         self.tx.max_response_allowance()
+    }
+
+    /// The largest request payload a call can ever send.
+    pub(crate) fn max_request_payload(&self) -> u32 {
+        self.tx.max_request_payload()
     }
 }
 

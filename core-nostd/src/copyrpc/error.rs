@@ -15,7 +15,11 @@ pub enum Error {
     /// The peer has not granted enough credit for the response allowance; poll and
     /// retry.
     InsufficientCredit,
-    /// The payload (or response allowance) can never fit the ring.
+    /// The payload is above
+    /// [`Context::max_request_payload`](super::Context::max_request_payload): beside
+    /// the room the credit rule keeps for the replies this side may owe, the peer's
+    /// ring can never take it, so the call is refused for good. Or the response
+    /// allowance can never fit the reply ring.
     PayloadTooLarge,
     /// The response allowance costs more credit than the peer can ever grant (its
     /// reservation cap, or half our recv ring): no poll can make room, so the call is
@@ -111,7 +115,9 @@ impl Error {
         match self {
             Self::RingFull => c"peer recv ring full",
             Self::InsufficientCredit => c"not enough credit from the peer",
-            Self::PayloadTooLarge => c"payload can never fit the ring",
+            Self::PayloadTooLarge => {
+                c"payload above max_request_payload, or allowance above the ring: can never fit"
+            }
             Self::AllowanceTooLarge => {
                 c"response allowance above the most credit the peer can ever grant"
             }

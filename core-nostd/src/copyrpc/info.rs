@@ -1,5 +1,5 @@
-//! What two endpoints exchange out of band before talking (seed 000 §3.8): nothing
-//! else is needed, no handshake message follows.
+//! What two endpoints exchange out of band before talking
+//! (docs/spec/wire.md#endpoint-info): nothing else is needed, no handshake message follows.
 
 /// One endpoint's connection information; the peer passes it to
 /// [`Context::connect`](super::Context::connect).

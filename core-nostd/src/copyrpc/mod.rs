@@ -1,5 +1,5 @@
-//! copyrpc: RPC over RDMA WRITE-with-immediate into per-connection rings (seed 002,
-//! seed 000 §3), on the raw mlx5 queues of [`mlx5_raw`].
+//! copyrpc: RPC over RDMA WRITE-with-immediate into per-connection rings
+//! (docs/spec/copyrpc.md), on the raw mlx5 queues of [`mlx5_raw`].
 //!
 //! A [`Context`] owns one SRQ (zero-length receive WQEs: data arrives by WRITE into the
 //! rings), one send CQ and one recv CQ shared by all its endpoints, a QPN → endpoint map,
@@ -28,7 +28,7 @@
 //! | `qpn_map` | QPN → endpoint, fixed capacity, no hashing |
 //! | `raw` | raw RDMA READ/WRITE with completion counting |
 //! | `mem` | [`Region`] and the checked access to registered memory |
-//! | `fifo`, `info`, `config`, `error`, `stats` | [`EndpointInfo`], [`EndpointConfig`], [`Error`], [`Stats`] |
+//! | `info`, `config`, `error`, `stats` | [`EndpointInfo`], [`EndpointConfig`], [`Error`], [`Stats`] |
 //!
 //! # Setting one up
 //!

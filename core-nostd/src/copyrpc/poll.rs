@@ -1,4 +1,5 @@
-//! `poll`: the one place completions are read and batches go out, in the seed's order.
+//! `poll`: the one place completions are read and batches go out, in the order of
+//! docs/spec/copyrpc.md#poll.
 
 use mlx5_raw::layout::{Completion, CqeBrief, CqeOpcode};
 
@@ -129,7 +130,7 @@ fn count_stray_response(stats: &mut Stats) {
 }
 
 impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS, CALLS, REQS> {
-    /// Makes progress, in the seed's order:
+    /// Makes progress, in the spec's order (docs/spec/copyrpc.md#poll):
     ///
     /// 1. recv CQ: each batch's metadata, then its messages; requests are queued for
     ///    [`recv`](Self::recv), responses go to `on_response` with their user data;

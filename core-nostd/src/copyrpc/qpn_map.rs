@@ -1,4 +1,4 @@
-//! QPN → endpoint index, fixed capacity, no hashing (seed 002 "FastMap").
+//! QPN → endpoint index, fixed capacity, no hashing (docs/spec/copyrpc.md#context).
 //!
 //! Slot `qpn % N`, then linear probing. A NIC hands out QPNs of one process
 //! sequentially, so with `N` at least the endpoint count every lookup hits on the first

@@ -1,5 +1,5 @@
-//! Raw RDMA READ and WRITE on an endpoint's QP, beside the RPC traffic (seed 000 §3.9),
-//! with completions counted per endpoint.
+//! Raw RDMA READ and WRITE on an endpoint's QP, beside the RPC traffic
+//! (docs/spec/copyrpc.md#raw-read-and-write), with completions counted per endpoint.
 #![allow(unsafe_code)]
 
 use mlx5_raw::{Remote, Sge};

@@ -1,4 +1,4 @@
-//! Credit-based flow control (seed 002 "フロー制御", seed 000 §3.4), as pure functions.
+//! Credit-based flow control (docs/spec/credit.md), as pure functions.
 //!
 //! Each side keeps, for its direction of writes into the peer's recv ring of size `C`:
 //!
@@ -19,9 +19,9 @@
 //! it wraps, the tail skipped to the lap end, which is less than what did not fit,
 //! itself at most `s + 32` (see [`crate::ring::SendRing::plan`]). So a reply covered by
 //! an allowance `a >= s + 32` needs at most `2a` bytes, and holding `2R` back keeps
-//! that much free for every reply we owe. Seed 002 attributes the factor to both sides
-//! holding reservations at once; seed 000 to metadata and wrap margin. The bound above
-//! is what makes it necessary.
+//! that much free for every reply we owe. The design notes attribute the factor to both
+//! sides holding reservations at once, or to metadata and wrap margin; the bound above
+//! is what makes it necessary (docs/spec/credit.md#why-2r).
 //!
 //! # Replies never need a space check
 //!
@@ -202,11 +202,11 @@ pub const fn reply_fits_allowance(reply_padded: u64, internal_allowance: u64) ->
 
 /// The `initial_credit` we advertise at connect: our reservation cap, aligned.
 ///
-/// Seed 002 writes `min(max_resp_reservation, ring_size / 4)`, seed 000's endpoint info
-/// says `max_resp_reservation`. The advertiser cannot know the peer's recv ring size,
-/// which bounds its own initial reservation, so it sends the cap and the peer clamps
-/// with its ring size ([`initial_peer_credit_balance`]). The balance then equals our
-/// initial reservation exactly, whatever the two ring sizes are.
+/// One design note advertises `min(max_resp_reservation, ring_size / 4)`, the other
+/// `max_resp_reservation` (docs/spec/credit.md#lifecycle). The advertiser cannot know the
+/// peer's recv ring size, which bounds its own initial reservation, so it sends the cap and
+/// the peer clamps with its ring size ([`initial_peer_credit_balance`]). The balance then
+/// equals our initial reservation exactly, whatever the two ring sizes are.
 #[inline]
 pub const fn initial_credit(max_resp_reservation: u64) -> u64 {
     align_down(max_resp_reservation)
@@ -260,21 +260,31 @@ pub const fn max_response_allowance(max_peer_credit: u64) -> Option<u32> {
     Some(min(bytes, u32::MAX as u64) as u32)
 }
 
-/// The largest request payload a sender can always write eventually, holding a
-/// reservation of up to `max_resp_reservation` towards a peer with a recv ring of
-/// `remote_ring_size`: once everything in flight is consumed, its worst-case advance
-/// ([`worst_case_advance`]) fits beside `2R`. Larger payloads may still fit when `R`
-/// is lower, but nothing guarantees that it ever is.
+/// The largest request payload a call can ever send, holding a reservation of up to
+/// `max_resp_reservation` towards a peer whose recv ring is `remote_ring_size` bytes:
+/// every payload up to it goes through once what is in flight is consumed, and a larger
+/// one is refused for good (`PayloadTooLarge`, not `RingFull`).
+///
+/// A request that does not fit before the lap end starts a fresh lap
+/// (`Tx::wrap_if_wanted`), so with nothing in flight it needs its metadata and message,
+/// `32 + padded`, beside `2R`. `R` never exceeds [`max_peer_credit`] of our cap and
+/// the peer's ring (the bound the peer computes for the same `R` from its side), and
+/// on an idle peer it stays where it is (only the replies to the peer's own calls lower
+/// it), so a payload that needs `R` lower than that may wait for ever: a 4 KiB ring with
+/// the default cap (`C / 4`) took 2 004 B and returned `RingFull` for 2 005 B on every
+/// retry. Hence `padded <= C - 32 - 2 R_max`, and within what one lap holds beside a
+/// batch's metadata ([`crate::ring::SendRing::plan`]).
 #[inline]
-pub const fn max_sure_request_payload(max_resp_reservation: u64, remote_ring_size: u64) -> u64 {
-    // 2(padded + 32) + 2R <= C  <=>  padded <= C/2 - R - 32; payload = padded - 12.
-    // R is at most the cap. The invariant bounds R too, by (C - 32) / 2 aligned down,
-    // but that bound needs no clamp here: at it, C/2 - R - 32 is at most 15, under one
-    // block, so the result is 0 with or without it.
-    let r = align_down(max_resp_reservation);
-    let padded =
-        align_down((remote_ring_size / 2).saturating_sub(r.saturating_add(FLOW_METADATA_SIZE)));
-    padded.saturating_sub(HEADER_SIZE)
+pub const fn max_request_payload(max_resp_reservation: u64, remote_ring_size: u64) -> u64 {
+    let r = max_peer_credit(max_resp_reservation, remote_ring_size);
+    let beside_r = remote_ring_size
+        .saturating_sub(FLOW_METADATA_SIZE)
+        .saturating_sub(r.saturating_mul(2));
+    // One lap holds a batch's metadata, the message and at least 32 B more (`plan`'s
+    // strict `<`); every R a connection can hold (at least 32 B) keeps within it, the
+    // clamp only matters for a cap below one block.
+    let in_a_lap = remote_ring_size.saturating_sub(2 * FLOW_METADATA_SIZE);
+    align_down(min(beside_r, in_a_lap)).saturating_sub(HEADER_SIZE)
 }
 
 #[cfg(test)]
@@ -387,27 +397,37 @@ mod tests {
             assert!(internal_allowance_for_blocks(allowance_blocks(ra)) <= max);
             assert!(internal_allowance_for_blocks(allowance_blocks(ra + 1)) > max);
         }
-        // 16 KiB ring, cap 4096: 2(padded + 32) + 2 * 4096 <= 16384 -> padded 4064.
-        assert_eq!(max_sure_request_payload(4096, 16 << 10), 4052);
-        assert!(worst_case_advance(padded(4052)) + 2 * 4096 <= 16 << 10);
-        assert!(worst_case_advance(padded(4053)) + 2 * 4096 > 16 << 10);
     }
 
     #[test]
-    fn the_sure_payload_needs_no_clamp_of_r_at_the_invariant() {
-        // The formula with R clamped to the invariant's bound, as it was written first.
-        let clamped = |cap: u64, c: u64| {
-            let r = align_down(cap).min(align_down(c.saturating_sub(FLOW_METADATA_SIZE) / 2));
-            align_down((c / 2).saturating_sub(r + FLOW_METADATA_SIZE)).saturating_sub(HEADER_SIZE)
-        };
-        let rings = (0..=20).flat_map(|s| [(1u64 << s) - 1, 1 << s, (1 << s) + 33]);
-        for c in rings {
-            for cap in (0..=c + 96).step_by(7).chain([u64::MAX / 2, u64::MAX]) {
-                assert_eq!(
-                    max_sure_request_payload(cap, c),
-                    clamped(cap, c),
-                    "cap {cap} C {c}"
-                );
+    fn request_payload_limit_golden() {
+        // 4 KiB ring, the default cap C / 4: 32 + padded + 2 * 1024 <= 4096 -> 2016.
+        assert_eq!(max_request_payload(1024, 4096), 2004);
+        assert_eq!(max_request_payload(4096, 16 << 10), 8148);
+        // A cap above half the ring: the invariant's bound, 2016, is R's most.
+        assert_eq!(max_request_payload(1 << 20, 4096), 20);
+        assert_eq!(max_request_payload(u64::MAX, 128), 20);
+        // A cap below one block: one lap's room beside the metadata and a marker.
+        assert_eq!(max_request_payload(0, 4096), 4020);
+        assert_eq!(max_request_payload(31, 128), 52);
+        assert_eq!(max_request_payload(100, 1 << 36), (1 << 36) - 32 - 192 - 12);
+    }
+
+    /// Exactly the largest payload whose message, metadata and twice the most `R` can
+    /// be fit the ring, and one lap can hold it: for every cap and payload around the
+    /// limit on small rings.
+    #[test]
+    fn the_request_limit_is_the_largest_payload_beside_the_most_r() {
+        for c in (7..=14).map(|s| 1u64 << s) {
+            for cap in (0..=c).step_by(5).chain([c / 4, c / 2, u64::MAX]) {
+                let r = max_peer_credit(cap, c);
+                let limit = max_request_payload(cap, c);
+                let fits = |p: u64| {
+                    FLOW_METADATA_SIZE + padded(p) + 2 * r <= c
+                        && padded(p) < c - FLOW_METADATA_SIZE
+                };
+                assert!(fits(limit), "cap {cap} C {c}: {limit}");
+                assert!(!fits(limit + 1), "cap {cap} C {c}: {limit} + 1");
             }
         }
     }

@@ -17,7 +17,11 @@ pub struct CreditState {
     /// Equals the peer's balance plus grants in transit plus the allowances of its
     /// requests we have not answered yet.
     resp_reservation: u64,
-    /// Policy cap on `R`.
+    /// `R_max`, the most `R` can ever be: the policy cap as far as `R` can reach it,
+    /// [`max_peer_credit`] of the configured cap and `C` (aligned down, and at most
+    /// `(C - 32) / 2` aligned down). Grants are the same as under the configured cap
+    /// (they are aligned and made with a batch's metadata in flight), and the call
+    /// rule ([`call_fits`](Self::call_fits)) holds calls to it.
     max_resp_reservation: u64,
     /// `C`: the peer's recv ring size.
     remote_ring_size: u64,
@@ -53,7 +57,7 @@ impl CreditState {
                 max_resp_reservation,
                 remote_recv_ring.get(),
             ),
-            max_resp_reservation,
+            max_resp_reservation: max_peer_credit(max_resp_reservation, remote_recv_ring.get()),
             remote_ring_size: remote_recv_ring.get(),
             max_peer_credit: max_peer_credit(remote_initial_credit, local_recv_ring.get()),
         }
@@ -71,7 +75,7 @@ impl CreditState {
         self.resp_reservation
     }
 
-    /// The policy cap on `R`.
+    /// `R_max`: the policy cap on `R`, as far as `R` can reach it.
     #[inline]
     pub const fn max_resp_reservation(&self) -> u64 {
         self.max_resp_reservation
@@ -114,25 +118,40 @@ impl CreditState {
         )
     }
 
-    /// The highest send-ring producer position a write may end at: with the peer's
-    /// consumer known at `consumer`, `has_room(producer - consumer, advance)` holds
-    /// exactly when `producer + advance <= call_limit(consumer)`.
+    /// The call rule: whether a call may move the producer by `advance` with
+    /// `in_flight` bytes unconsumed, `in_flight + advance + 2 R_max <= C`, where
+    /// `R_max` is the most `R` can ever be (see the field `max_resp_reservation`).
     ///
-    /// `has_room` asks `in_flight + advance + 2R <= C`; with `in_flight = producer -
-    /// consumer` that is `producer + advance <= consumer + C - 2R`. The limit only grows
-    /// with the consumer and falls only when `R` grows (a grant), so a copy taken earlier
-    /// stays a safe (lower) bound until the next grant: the caller can compare against a
-    /// cached limit and recompute only when the cache refuses.
+    /// A call is held to `R_max`, not to the `R` of the moment: whether it fits then
+    /// never depends on what the peer happens to hold. On an idle peer `R` stays where
+    /// it is, so a call that fitted only below it waited for ever (`RingFull` on every
+    /// retry); held to `R_max`, a message too large for the ring beside it never fits
+    /// and is refused for good ([`max_request_payload`](super::max_request_payload)),
+    /// and one within it always fits once what is in flight is consumed. `R <= R_max`,
+    /// so [`has_room`](Self::has_room) holds too, and with it the invariant.
+    #[inline]
+    pub const fn call_fits(&self, in_flight: u64, advance: u64) -> bool {
+        has_room(
+            in_flight,
+            advance,
+            self.max_resp_reservation,
+            self.remote_ring_size,
+        )
+    }
+
+    /// The highest send-ring producer position a call's write may end at: with the
+    /// peer's consumer known at `consumer`, [`call_fits`](Self::call_fits)`(producer -
+    /// consumer, advance)` holds exactly when `producer + advance <= call_limit(consumer)`.
+    ///
+    /// `call_fits` asks `in_flight + advance + 2 R_max <= C`; with `in_flight =
+    /// producer - consumer` that is `producer + advance <= consumer + C - 2 R_max`.
+    /// `R_max` is fixed at connect, so the limit moves only with the consumer, up: a copy taken
+    /// earlier stays a safe (lower) bound, and the caller can compare against a cached
+    /// limit and recompute only when the cache refuses.
     #[inline]
     pub const fn call_limit(&self, consumer: u64) -> u64 {
-        let Some(reserved) = self.resp_reservation.checked_mul(2) else {
-            return 0;
-        };
-        // 0 when 2R exceeds consumer + C: no advance fits (every advance is > 0, and
-        // `has_room` refuses too, because in_flight + advance + 2R > C).
-        consumer
-            .saturating_add(self.remote_ring_size)
-            .saturating_sub(reserved)
+        // 2 R_max <= C - 32, so neither overflows, nor is the limit ever 0.
+        consumer.saturating_add(self.remote_ring_size) - 2 * self.max_resp_reservation
     }
 
     /// Deducts the cost of a call that allows `response_allowance` response bytes.
@@ -325,27 +344,44 @@ mod tests {
     }
 
     #[test]
-    fn call_limit_admits_exactly_what_has_room_admits() {
-        for (cap, ring) in [(4096, 1024), (256, 4096), (64, 64 << 10)] {
+    fn call_limit_admits_exactly_what_the_call_rule_admits() {
+        for (cap, ring) in [(4096, 1024), (256, 4096), (64, 64 << 10), (1000, 4096)] {
             let mut s = CreditState::connect(cap, size(ring), size(ring), 0);
-            for grant_in_flight in [0, 32, ring / 2] {
+            // A grant goes out with a batch, so at least its metadata is in flight.
+            for grant_in_flight in [32, 64, ring / 2] {
                 s.grant_for_batch(grant_in_flight);
                 for consumer in [0, 96, 1 << 40] {
                     let limit = s.call_limit(consumer);
                     for in_flight in [0, 32, ring / 4, ring] {
                         let producer = consumer + in_flight;
                         for advance in [32, 64, ring / 2, ring, 2 * ring] {
+                            let fits = s.call_fits(in_flight, advance);
                             assert_eq!(
-                                s.has_room(in_flight, advance),
+                                fits,
                                 producer + advance <= limit,
                                 "cap {cap} ring {ring} consumer {consumer} \
                                  in_flight {in_flight} advance {advance}"
                             );
+                            assert!(!fits || s.has_room(in_flight, advance), "R <= R_max");
                         }
                     }
                 }
             }
         }
+    }
+
+    /// The call rule holds a call to the most `R` can be, not to `R` now: at connect
+    /// with a cap above `C / 4`, `R` is `C / 4`, and a call that fits beside it but
+    /// not beside the cap is refused (it would wait for ever once grants raise `R`).
+    #[test]
+    fn a_call_is_held_to_the_most_the_reservation_can_be() {
+        let s = CreditState::connect(1536, size(4096), size(4096), 1024);
+        assert_eq!(s.resp_reservation(), 1024);
+        assert!(s.has_room(0, 2048));
+        assert!(!s.call_fits(0, 2048));
+        assert!(s.call_fits(0, 4096 - 2 * 1536));
+        assert!(!s.call_fits(32, 4096 - 2 * 1536));
+        assert_eq!(s.call_limit(0), 1024);
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
         if !h.server_alive.load(Ordering::Relaxed) {
             return Err(ConnectError::ServerDisconnected);
         }
-        // Fresh ids first, as the seed does, but never past max_clients.
+        // Fresh ids first, as the first design does, but never past max_clients.
         claim_client_id(&h.next_client_id, region.cfg.max_clients, true, |id| {
             Self::try_take(region, id, owner)
         })
@@ -176,7 +176,7 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
     fn claim(&mut self) -> Result<u64, CallError> {
         let r = self.region;
         // Relaxed: fetch_add only hands out unique positions; the slot's claim word and
-        // `committed` carry every synchronisation (seed §2.2 step 3).
+        // `committed` carry every synchronisation (docs/spec/deleg.md#client-call, step 2).
         let pos = r.ctrl.head.fetch_add(1, Ordering::Relaxed);
         if pos < self.next_min_pos {
             // The RMW reads the latest `head`; below our own last claim it went back.
@@ -284,10 +284,10 @@ impl<'a, Req: Payload, Resp: Payload> Client<'a, Req, Resp> {
 
     /// Delivers every response that has arrived: `f(resp_slot, &resp)`. Returns how many.
     ///
-    /// Scans the pending slots (seed: all `resp_depth` slots; pending ones only here). An
-    /// in-order variant that stops at the first unanswered slot was measured and gave no
-    /// gain within this machine's noise (docs/PERFORMANCE.md), so answers that overtake
-    /// older calls are delivered at once.
+    /// Scans the pending slots (the first design scans all `resp_depth` slots; pending ones
+    /// only here). An in-order variant that stops at the first unanswered slot was measured
+    /// and gave no gain within this machine's noise (docs/PERFORMANCE.md), so answers that
+    /// overtake older calls are delivered at once.
     pub fn poll(&mut self, mut f: impl FnMut(u32, &Resp)) -> usize {
         if self.in_flight == 0 {
             return 0;
@@ -383,7 +383,7 @@ impl<Req: Payload, Resp: Payload> Reservation<'_, '_, Req, Resp> {
         }
         slot.write_body(client.id, resp_slot, req);
         // R1 (pairs with A1 in Server::poll/recv): publishes client_id, resp_slot_idx and
-        // the payload (seed §2.2 step 6).
+        // the payload (docs/spec/deleg.md#client-call, step 5).
         slot.committed.store(1, Ordering::Release);
         // Relaxed: client-private.
         r.resp_slot(client.id, resp_slot)

@@ -1,4 +1,5 @@
-//! The delegationrpc region: `#[repr(C)]` structs at the offsets of seed 000 §2.1, and
+//! The delegationrpc region: `#[repr(C)]` structs at the offsets of
+//! docs/spec/deleg.md#layout, and
 //! [`DelegRegion`], the set of references the protocol works over.
 //!
 //! Unsafe code here (module opt-out of the crate's `deny(unsafe_code)`): casting a raw
@@ -15,7 +16,7 @@ use crate::shm::init_region;
 use crate::shm::{ClientInfo, ClientState, Ids, LayoutError, Owner, Payload};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering, UnsafeCell};
 
-/// The seed's magic `0x444C_4752_5043_5631` (`"DLGRPCV1"` as a big-endian number).
+/// The magic `0x444C_4752_5043_5631` (`"DLGRPCV1"` as a big-endian number).
 pub const MAGIC: u64 = 0x444C_4752_5043_5631;
 /// Layout version in the header (2: owner tokens next to the owner ids, header @48 and
 /// client entry @+16, so a reused pid is not taken for the process that recorded it).
@@ -35,9 +36,10 @@ pub const MAX_CLIENTS: u32 = 1 << 16;
 /// Largest `ring_depth` / `resp_depth` a region may declare.
 pub const MAX_DEPTH: u32 = 1 << 20;
 
-/// Seed §2.1 header, 128 bytes at offset 0. Every field is an atomic so that a process
-/// attaching while the creator initialises reads a zero magic and refuses, rather than
-/// racing on plain fields; the creator stores `magic` last with `Release`.
+/// The header (docs/spec/deleg.md#layout), 128 bytes at offset 0. Every field is an atomic
+/// so that a process attaching while the creator initialises reads a zero magic and
+/// refuses, rather than racing on plain fields; the creator stores `magic` last with
+/// `Release`.
 #[repr(C)]
 #[derive(Debug)]
 pub struct Header {
@@ -70,7 +72,7 @@ pub struct Header {
     _pad56: [u8; 72],
 }
 
-/// Seed §2.1 ring control, 128 bytes at offset 128: `head` and `tail` on separate lines.
+/// The ring control, 128 bytes at offset 128: `head` and `tail` on separate lines.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct RingControl {
@@ -104,32 +106,32 @@ impl Claim {
     }
 }
 
-/// Seed §2.1 request slot: `committed` @+0, `client_id` @+4, `resp_slot_idx` @+8,
+/// A request slot: `committed` @+0, `client_id` @+4, `resp_slot_idx` @+8,
 /// payload @+16; size `align_up(16 + size_of::<Req>(), 64)`.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct ReqSlot<Req> {
-    /// @+0 0 = empty, 1 = committed (the seed's values).
+    /// @+0 0 = empty, 1 = committed.
     pub committed: AtomicU8,
     _pad1: [u8; 3],
     client_id: UnsafeCell<u32>,
     resp_slot_idx: UnsafeCell<u32>,
-    /// @+12 (addition, the seed's padding) the claim word, see `Claim`.
+    /// @+12 (addition, in the first layout's padding) the claim word, see `Claim`.
     pub claim: AtomicU32,
     payload: UnsafeCell<Req>,
 }
 
-/// Seed §2.1 response slot: `valid` @+0, payload @+8; size `align_up(8 + size_of::<Resp>(), 64)`.
+/// A response slot: `valid` @+0, payload @+8; size `align_up(8 + size_of::<Resp>(), 64)`.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct RespSlot<Resp> {
-    /// @+0 0 = no response, 1 = response present (the seed's values).
+    /// @+0 0 = no response, 1 = response present.
     pub valid: AtomicU8,
-    /// @+1 (addition, the seed's padding) 1 while the owning client has a call out on this
-    /// slot. Written and read only by that client.
+    /// @+1 (addition, in the first layout's padding) 1 while the owning client has a call
+    /// out on this slot. Written and read only by that client.
     pub pending: AtomicU8,
     _pad2: [u8; 2],
-    /// @+4 (addition, the seed's padding) calls answered on this slot (wrapping): a
+    /// @+4 (addition, in the first layout's padding) calls answered on this slot (wrapping): a
     /// request taken gets the next number in its reply token, and only that number is
     /// answered. Written (by the reply, on the line it writes anyway) and read only by
     /// the server, so that a second reply to a call, which `valid` alone cannot tell
@@ -216,12 +218,13 @@ const fn align_up(x: usize, a: usize) -> usize {
     (x + a - 1) & !(a - 1)
 }
 
-/// Bytes of one request slot for `Req` (seed: `align_up(16 + size_of::<Req>(), 64)`).
+/// Bytes of one request slot for `Req` (`align_up(16 + size_of::<Req>(), 64)`,
+/// docs/spec/deleg.md#layout).
 pub const fn req_slot_size<Req>() -> usize {
     align_up(16 + size_of::<Req>(), 64)
 }
 
-/// Bytes of one response slot for `Resp` (seed: `align_up(8 + size_of::<Resp>(), 64)`).
+/// Bytes of one response slot for `Resp` (`align_up(8 + size_of::<Resp>(), 64)`).
 pub const fn resp_slot_size<Resp>() -> usize {
     align_up(8 + size_of::<Resp>(), 64)
 }

@@ -1,5 +1,5 @@
 //! delegationrpc: an MPSC request ring plus per-client response slots in one shared
-//! region (seed 000 §2), over caller-supplied memory.
+//! region (docs/spec/deleg.md), over caller-supplied memory.
 //!
 //! Many clients (threads or processes) send requests to one server through one ring:
 //! a client claims a position with `fetch_add` on `head`, waits until the ring has room
@@ -7,7 +7,7 @@
 //! slots in position order, answers into the client's own response slot, and releases ring
 //! space by publishing `tail`.
 //!
-//! # Layout (seed 000 §2.1, unchanged; additions marked)
+//! # Layout (docs/spec/deleg.md#layout: the first layout unchanged, additions marked)
 //!
 //! ```text
 //! 0    header, 128 B      magic u64 "DLGRPCV1" @0, version u32 = 2 @8, max_clients @12,
@@ -33,9 +33,9 @@
 //!                         claim_pos u64 @+64 (own line: stored on every call)
 //! ```
 //!
-//! Nothing the seed defines moves: the additions use the seed's padding bytes or sit after
-//! its last part. Payloads are plain old data ([`Payload`](crate::shm::Payload)): any bytes a broken or hostile
-//! peer leaves in a slot still read as a valid value.
+//! Nothing the first layout defines moves: the additions use its padding bytes or sit after
+//! its last part. Payloads are plain old data ([`Payload`](crate::shm::Payload)): any bytes
+//! a broken or hostile peer leaves in a slot still read as a valid value.
 //!
 //! # Protocol
 //!
@@ -58,10 +58,10 @@
 //! [`Client::poll`] reads `valid` (Acquire) of its pending slots, copies the payload and
 //! clears `valid` and `pending`.
 //!
-//! # Holes and dead clients (beyond the seed)
+//! # Holes and dead clients (beyond the first design)
 //!
 //! A client that stops between step 2 and step 5 leaves a *hole*: the server must consume
-//! in order, so in the seed it waits forever. Here:
+//! in order, so in the first design it waits forever. Here:
 //!
 //! - **Hole timeout.** When the cursor meets a hole, the server first publishes `tail =
 //!   cursor` (so the claimer cannot be blocked by flow control), then remembers the time
@@ -118,8 +118,8 @@
 //!
 //! # Cache lines
 //!
-//! `head` and `tail` sit on separate 64 B lines as the seed lays them out (L9 asks for
-//! 128 B separation against the adjacent-line prefetcher; the seed's offsets win). Each
+//! `head` and `tail` sit on separate 64 B lines as the first layout has them (L9 asks for
+//! 128 B separation against the adjacent-line prefetcher; the layout's offsets win). Each
 //! client caches `tail` locally and reloads it only when the cached value says full.
 //! The server reads `head` only on one idle poll in 64 (never while requests keep
 //! coming), so the line every call `fetch_add`s stays with the clients: a server that

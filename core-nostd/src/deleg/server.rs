@@ -172,7 +172,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// row. Resolves a hole at the cursor as the module docs describe; `now` is the
     /// caller's clock (any monotonic unit matching `hole_timeout`). Also frees retired ids.
     ///
-    /// Unlike the seed, which snapshots `head` on every poll, `head` is read only when the
+    /// Unlike the first design, which snapshots `head` on every poll, `head` is read only when the
     /// cursor's slot is not committed (to tell "nothing sent" from a hole): a committed
     /// slot can only belong to the cursor's lap, because the next lap's claimer waits for
     /// `tail` to pass it. So while requests keep coming, the server never pulls the line
@@ -432,7 +432,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             return Err(ReplyError::Duplicate);
         }
         s.write_payload(resp);
-        // R3 (pairs with A3 in Client::poll): publishes the payload (seed §2.2 reply).
+        // R3 (pairs with A3 in Client::poll): publishes the payload (docs/spec/deleg.md#server).
         s.valid.store(1, Ordering::Release);
         // Relaxed: the server's own word; the call is answered.
         s.served.store(call, Ordering::Relaxed);

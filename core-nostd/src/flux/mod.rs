@@ -1,5 +1,5 @@
-//! Flux: an N-to-N request/response mesh between the threads of one process (seed 000
-//! §1.3, §4.3), over caller-supplied memory.
+//! Flux: an N-to-N request/response mesh between the threads of one process
+//! (docs/spec/ipc-flux.md#flux), over caller-supplied memory.
 //!
 //! Every ordered pair of nodes `(i, j)` has two SPSC rings ([`crate::shm::spsc`]): a
 //! request ring `i -> j` and a response ring `j -> i`. Node `i`:

@@ -5,7 +5,7 @@
 //! it holds the id's registration (epoch) exclusively.
 #![allow(unsafe_code)]
 
-use super::layout::IpcRegion;
+use super::layout::{ClientParts, IpcRegion};
 use super::{IpcCallError, IpcConnectError};
 use crate::shm::{
     claim_client_id, close, record_owner, ClientState, Msg, Owner, Payload, Slab, Token,
@@ -16,6 +16,8 @@ use crate::sync::Ordering;
 #[derive(Debug)]
 pub struct Client<'a, 's, Req: Payload, Resp: Payload, U> {
     region: IpcRegion<'a, Req, Resp>,
+    /// This id's row, rings and cells, looked up once.
+    parts: ClientParts<'a, Req, Resp>,
     id: u32,
     epoch: u32,
     slab: Slab<'s, U>,
@@ -49,7 +51,10 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
             ClientState::activate(&region.client_entry(id).state).map(|epoch| (id, epoch))
         })
         .ok_or(IpcConnectError::NoFreeClientId)?;
-        let e = region.client_entry(id);
+        let parts = region
+            .client(id)
+            .expect("claim_client_id hands out ids below max_clients");
+        let e = parts.entry;
         // R7 in `record_owner` (pairs with A7 in ClientEntry::info): a reader that sees the
         // id sees the token; until now the entry read owner 0, which liveness checks skip.
         record_owner(&e.owner, &e.owner_token, owner);
@@ -59,12 +64,13 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
         unsafe {
             // Start where the server's drain left the request ring, not where a previous
             // owner that died may have failed to record its position.
-            region.req_ctl[id as usize].adopt_producer();
+            parts.req.adopt_producer();
             // Drop responses published for the previous owner.
-            region.resp_ctl[id as usize].adopt_consumer(&region.resp_slots(id));
+            parts.resp.adopt_consumer(&parts.resp_slots());
         }
         Ok(Self {
             region,
+            parts,
             id,
             epoch,
             slab,
@@ -109,18 +115,15 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
         // one of our last `depth` requests has been answered, and the server pops in
         // order, so it read this slot before sending an answer we acquired (the
         // `push_known_free` contract).
-        unsafe {
-            self.region.req_ctl[self.id as usize]
-                .push_known_free(&self.region.req_slots(self.id), msg)
-        };
+        unsafe { self.parts.req.push_known_free(&self.parts.req_slots(), msg) };
         Ok(())
     }
 
     /// Delivers every response: `f(user_data, &resp)`. Returns how many.
     pub fn poll(&mut self, mut f: impl FnMut(U, &Resp)) -> usize {
         let mut n = 0;
-        let ctl = &self.region.resp_ctl[self.id as usize];
-        let slots = self.region.resp_slots(self.id);
+        let ctl = self.parts.resp;
+        let slots = self.parts.resp_slots();
         // SAFETY: only consumer of our response ring; payloads are `Payload` (valid for
         // any bytes), tokens are plain u64; the server fills it only with
         // `push_known_free` (the `pop_no_handback` contract).
@@ -147,7 +150,7 @@ impl<'a, 's, Req: Payload, Resp: Payload, U> Client<'a, 's, Req, Resp, U> {
         // R5 in `close` (pairs with A5 in Server::poll): our last request pushes are
         // visible to the server that sees Closing. A failed CAS means the server evicted us
         // already.
-        let _ = close(&self.region.clients[self.id as usize].state, self.epoch);
+        let _ = close(&self.parts.entry.state, self.epoch);
     }
 }
 

@@ -379,17 +379,53 @@ impl<'a, Req: Payload, Resp: Payload> IpcRegion<'a, Req, Resp> {
         &self.clients[id as usize]
     }
 
-    fn cells_of(&self, id: u32) -> &'a [Cell<Req, Resp>] {
+    /// Client `id`'s row, rings and cells, or `None` past the table.
+    pub(crate) fn client(&self, id: u32) -> Option<ClientParts<'a, Req, Resp>> {
+        let i = id as usize;
         let d = self.cfg.depth as usize;
-        &self.cells[id as usize * d..(id as usize + 1) * d]
+        Some(ClientParts {
+            entry: self.clients.get(i)?,
+            req: self.req_ctl.get(i)?,
+            resp: self.resp_ctl.get(i)?,
+            cells: self.cells.get(i * d..(i + 1) * d)?,
+        })
+    }
+}
+
+/// One client's parts of an ipc region, found once: each of them is a slice lookup with
+/// its bounds check, which a client (one id for its life) and a server answering the
+/// client it just served would otherwise repeat on every call.
+pub(crate) struct ClientParts<'a, Req, Resp> {
+    pub(crate) entry: &'a ClientEntry,
+    pub(crate) req: &'a RingCtl,
+    pub(crate) resp: &'a RingCtl,
+    pub(crate) cells: &'a [Cell<Req, Resp>],
+}
+
+impl<Req, Resp> Clone for ClientParts<'_, Req, Resp> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<Req, Resp> Copy for ClientParts<'_, Req, Resp> {}
+
+impl<Req, Resp> core::fmt::Debug for ClientParts<'_, Req, Resp> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ClientParts")
+            .field("depth", &self.cells.len())
+            .finish()
+    }
+}
+
+impl<'a, Req, Resp> ClientParts<'a, Req, Resp> {
+    /// The request ring's slots.
+    pub(crate) fn req_slots(&self) -> ReqSide<'a, Req, Resp> {
+        ReqSide(self.cells)
     }
 
-    pub(crate) fn req_slots(&self, id: u32) -> ReqSide<'a, Req, Resp> {
-        ReqSide(self.cells_of(id))
-    }
-
-    pub(crate) fn resp_slots(&self, id: u32) -> RespSide<'a, Req, Resp> {
-        RespSide(self.cells_of(id))
+    /// The response ring's slots.
+    pub(crate) fn resp_slots(&self) -> RespSide<'a, Req, Resp> {
+        RespSide(self.cells)
     }
 }
 

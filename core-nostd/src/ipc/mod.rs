@@ -1,5 +1,5 @@
-//! ipc: per-client SPSC request and response rings in one shared region (seed 000 §2.3,
-//! §4.4), over caller-supplied memory.
+//! ipc: per-client SPSC request and response rings in one shared region
+//! (docs/spec/ipc-flux.md#ipc), over caller-supplied memory.
 //!
 //! Each client id owns two rings of `depth` slots: requests (client → server) and
 //! responses (server → client). A client `call(req, user_data)` keeps `user_data` in its

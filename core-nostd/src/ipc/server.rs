@@ -4,7 +4,7 @@
 //! only consumer of every request ring and the only producer of every response ring.
 #![allow(unsafe_code)]
 
-use super::layout::IpcRegion;
+use super::layout::{ClientParts, IpcRegion};
 use super::IpcReplyError;
 use crate::shm::{evict, ClientInfo, ClientState, EvictError, Msg, Payload, ServerSalt};
 use crate::sync::Ordering;
@@ -57,6 +57,12 @@ pub struct Server<'a, Req: Payload, Resp: Payload> {
     /// Seals the epochs of this server's requests ([`ServerSalt`]): a request another
     /// server received is refused.
     salt: ServerSalt,
+    /// The parts of client `last` (the one `recv` looked at last, so the one it took a
+    /// request from, if any), so that taking that client's next request and answering it
+    /// skip the region lookups. Only references into the region, which are the same for
+    /// an id whoever holds it: never stale.
+    last: u32,
+    last_parts: ClientParts<'a, Req, Resp>,
 }
 
 impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
@@ -64,12 +70,37 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     pub fn new(region: IpcRegion<'a, Req, Resp>) -> Self {
         // Relaxed: a flag.
         region.header.server_alive.store(true, Ordering::Relaxed);
+        let last_parts = region
+            .client(0)
+            .expect("a validated region has at least one client id");
         Self {
             region,
             next: 0,
             scan_end: 0,
             salt: ServerSalt::next(),
+            last: 0,
+            last_parts,
         }
+    }
+
+    /// Client `id`'s parts: the cached ones if it is the client `recv` looked at last.
+    #[inline]
+    fn parts(&self, id: u32) -> Option<ClientParts<'a, Req, Resp>> {
+        if id == self.last {
+            Some(self.last_parts)
+        } else {
+            self.region.client(id)
+        }
+    }
+
+    /// As [`parts`](Self::parts), and caches them.
+    #[inline]
+    fn parts_cached(&mut self, id: u32) -> Option<ClientParts<'a, Req, Resp>> {
+        if id != self.last {
+            self.last_parts = self.region.client(id)?;
+            self.last = id;
+        }
+        Some(self.last_parts)
     }
 
     /// Scans every client: frees the ids of closed or evicted clients (dropping their
@@ -92,40 +123,40 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
             .min(max);
         let mut total = 0;
         for id in 0..self.scan_end {
-            let e = &self.region.clients[id as usize];
+            // Every id below `max_clients` has its parts.
+            let Some(c) = self.region.client(id) else {
+                break;
+            };
             // A5 (pairs with R5 in Client::do_close): a closing client's pushes are
             // visible before we discard them.
-            let (st, epoch) = ClientState::unpack(e.state.load(Ordering::Acquire));
+            let (st, epoch) = ClientState::unpack(c.entry.state.load(Ordering::Acquire));
             match st {
                 ClientState::Free => {}
                 ClientState::Active => {
-                    if !skip(id)
-                        && self.region.req_ctl[id as usize]
-                            .refresh_ready(&self.region.req_slots(id))
-                    {
+                    if !skip(id) && c.req.refresh_ready(&c.req_slots()) {
                         total += 1;
                     }
                 }
-                ClientState::Closing | ClientState::Dead => self.retire(id, epoch),
+                ClientState::Closing | ClientState::Dead => Self::retire(c, epoch),
             }
         }
         total
     }
 
-    fn retire(&mut self, id: u32, epoch: u32) {
+    fn retire(c: ClientParts<'a, Req, Resp>, epoch: u32) {
         // Requests of a client that left are dropped; replies to it are refused (epoch).
         // SAFETY: the server is the only consumer of every request ring; payloads are
         // `Payload` (valid for any bytes).
         unsafe {
-            self.region.req_ctl[id as usize].discard_all(&self.region.req_slots(id));
+            c.req.discard_all(&c.req_slots());
         }
         // The next owner starts with no request outstanding: the responses count on from
         // the requests taken (replies to this epoch are refused from here on).
-        let taken = self.region.req_ctl[id as usize].consumer_index();
+        let taken = c.req.consumer_index();
         // SAFETY: the server is the only producer of every response ring; the id's
         // client has left, and the next one adopts the ring after R4 below.
-        unsafe { self.region.resp_ctl[id as usize].restart_producer_at(taken) };
-        let e = &self.region.clients[id as usize];
+        unsafe { c.resp.restart_producer_at(taken) };
+        let e = c.entry;
         // Relaxed: published by R4 below; the next owner reads 0 until its R7.
         e.owner.store(0, Ordering::Relaxed);
         e.owner_token.store(0, Ordering::Relaxed);
@@ -139,29 +170,31 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// stays "busy" until a `recv` finds its ring empty.
     pub fn recv(&mut self) -> Option<IpcRequest<Req>> {
         let n = self.scan_end;
-        for k in 0..n {
-            let id = (self.next + k) % n;
-            let ctl = &self.region.req_ctl[id as usize];
-            if !ctl.hinted_ready() {
+        // `next < n` whenever `n > 0`: it is set below from this `n`, and `scan_end` never
+        // shrinks (it follows `next_client_id`).
+        let mut after = self.next;
+        for _ in 0..n {
+            let id = after;
+            after = if id + 1 < n { id + 1 } else { 0 };
+            let Some(c) = self.parts_cached(id) else {
+                continue;
+            };
+            if !c.req.hinted_ready() {
                 continue;
             }
             // SAFETY: the server is the only consumer of every request ring; payloads are
             // `Payload` (valid for any bytes); clients fill their rings only with
             // `push_known_free` (the `pop_no_handback` contract).
-            let Some(m) = (unsafe { ctl.pop_no_handback(&self.region.req_slots(id)) }) else {
+            let Some(m) = (unsafe { c.req.pop_no_handback(&c.req_slots()) }) else {
                 continue;
             };
             // Relaxed: the client registered before pushing (A1 in pop covers it); only
             // this thread moves an id to Free.
-            let (st, epoch) = ClientState::unpack(
-                self.region.clients[id as usize]
-                    .state
-                    .load(Ordering::Relaxed),
-            );
+            let (st, epoch) = ClientState::unpack(c.entry.state.load(Ordering::Relaxed));
             if st != ClientState::Active {
                 continue;
             }
-            self.next = (id + 1) % n;
+            self.next = after;
             return Some(IpcRequest {
                 client_id: id,
                 epoch: self.salt.seal(epoch),
@@ -179,22 +212,19 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
     /// ([`IpcReplyError::NothingOutstanding`]); a second reply while the same client has
     /// other requests outstanding cannot be told from theirs and takes the place of one.
     pub fn reply(&mut self, h: IpcRequest<Req>, resp: &Resp) -> Result<(), IpcReplyError> {
-        let id = h.client_id;
-        let entry = self
-            .region
-            .clients
-            .get(id as usize)
+        let c = self
+            .parts(h.client_id)
             .ok_or(IpcReplyError::UnknownClient)?;
         // Relaxed: only this thread frees ids, so the epoch cannot change under us.
-        let (st, epoch) = ClientState::unpack(entry.state.load(Ordering::Relaxed));
+        let (st, epoch) = ClientState::unpack(c.entry.state.load(Ordering::Relaxed));
         if st != ClientState::Active || epoch != self.salt.open(h.epoch) {
             return Err(IpcReplyError::ClientGone);
         }
         // Both positions are this thread's own (consumer of the requests, producer of
         // the responses), and `retire` lined them up for the epoch: their difference is
         // the requests taken and not yet answered.
-        let taken = self.region.req_ctl[id as usize].consumer_index();
-        let answered = self.region.resp_ctl[id as usize].producer_index();
+        let taken = c.req.consumer_index();
+        let answered = c.resp.producer_index();
         if taken == answered {
             return Err(IpcReplyError::NothingOutstanding);
         }
@@ -206,9 +236,7 @@ impl<'a, Req: Payload, Resp: Payload> Server<'a, Req, Resp> {
         // free by the client's in-flight bound (`push_known_free`, response ring): it sent
         // this request with fewer than `depth` calls unanswered. A client that breaks its
         // bound can only garble its own responses; the server reads nothing from them.
-        unsafe {
-            self.region.resp_ctl[id as usize].push_known_free(&self.region.resp_slots(id), msg)
-        };
+        unsafe { c.resp.push_known_free(&c.resp_slots(), msg) };
         Ok(())
     }
 

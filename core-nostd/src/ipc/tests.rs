@@ -515,3 +515,28 @@ fn a_request_answered_on_another_server_is_refused_there() {
     assert_eq!(c2.poll(|u, r| got.push((u, *r))), 1);
     assert_eq!(got, [(1, [10, 0]), (2, [20, 0])]);
 }
+
+/// The server keeps the ring parts of the client `recv` took from last: a reply to an
+/// earlier client, taken before `recv` moved on, still goes to that client's ring, and
+/// the cached client's own reply to its ring.
+#[test]
+fn a_reply_reaches_its_client_after_recv_moved_on_to_another() {
+    let mut mem = mem_for(&CFG);
+    let r = region(&mut mem, &CFG);
+    let mut server = Server::new(r);
+    let (mut sa, mut sb) = (slab::<u32>(4), slab::<u32>(4));
+    let mut a = Client::connect(r, 1, Slab::new(&mut sa)).unwrap();
+    let mut b = Client::connect(r, 2, Slab::new(&mut sb)).unwrap();
+    a.call(&[1, 0], 1).unwrap();
+    b.call(&[2, 0], 2).unwrap();
+    assert_eq!(server.poll(), 2);
+    let ha = server.recv().unwrap();
+    let hb = server.recv().unwrap();
+    assert_eq!((ha.client_id(), hb.client_id()), (a.id(), b.id()));
+    server.reply(ha, &[10, 0]).unwrap();
+    server.reply(hb, &[20, 0]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(a.poll(|u, r| got.push((u, *r))), 1);
+    assert_eq!(b.poll(|u, r| got.push((u, *r))), 1);
+    assert_eq!(got, [(1, [10, 0]), (2, [20, 0])]);
+}

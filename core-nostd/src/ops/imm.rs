@@ -1,6 +1,6 @@
-//! The imm-recv matching path: WRITE_WITH_IMM completions against callers asking for
-//! them, whichever comes first. It leases no slot (seed 004): the receives stay posted
-//! in a [`RecvWindow`].
+//! The imm-recv matching path: WRITE_WITH_IMM completions against callers asking for them,
+//! whichever comes first. It leases no slot (docs/spec/ownership.md#imm-recv-matching): the
+//! receives stay posted in a [`RecvWindow`].
 
 use super::fifo::Fifo;
 use super::op::{OpError, OpHandle, OpTable};

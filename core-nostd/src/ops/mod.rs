@@ -1,10 +1,10 @@
-//! Completion ownership for one-sided and immediate-carrying operations (seed 004),
-//! without allocation.
+//! Completion ownership for one-sided and immediate-carrying operations
+//! (docs/spec/ownership.md), without allocation.
 //!
-//! Seed 004 separates four things that an RDMA endpoint is tempted to keep in one
+//! The model separates four things that an RDMA endpoint is tempted to keep in one
 //! struct; here each is its own type with fixed capacity:
 //!
-//! | seed 004 layer | here | owns |
+//! | layer | here | owns |
 //! |---|---|---|
 //! | 1. future | [`OpHandle`] (and [`OpFuture`]) | nothing: an index plus the op's identity, checked on every use |
 //! | 2. op state | a cell of [`OpTable`] | identity ([`OpId`], never reused), status, result, immediate, waker |
@@ -51,5 +51,5 @@ mod tests;
 pub use fifo::Fifo;
 pub use imm::{ImmEvent, ImmMatch};
 pub use op::{OpError, OpFuture, OpHandle, OpId, OpTable};
-pub use slot::{Completion, Lease, SlotPool, SlotTable, WrId};
+pub use slot::{Lease, SlotCompletion, SlotPool, SlotTable, WrId};
 pub use window::RecvWindow;

@@ -1,4 +1,5 @@
-//! Operation state (seed 004 layer 2) in a fixed table, and the handle a caller polls.
+//! Operation state (layer 2 of docs/spec/ownership.md#layers) in a fixed table, and the
+//! handle a caller polls.
 
 use core::cell::Cell;
 use core::future::Future;

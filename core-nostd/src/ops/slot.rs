@@ -1,6 +1,6 @@
-//! Dispatch slots (seed 004 layer 3): leased from a free list, returned only after every
-//! work request of the lease completed, and named on the wire by a generation-tagged
-//! wr_id (layer 4).
+//! Dispatch slots (layer 3 of docs/spec/ownership.md#layers): leased from a free list,
+//! returned only after every work request of the lease completed, and named on the wire by
+//! a generation-tagged wr_id (layer 4).
 //!
 //! Each slot has one atomic word, `generation << 32 | FAILED | outstanding`. The owner
 //! thread arms it when it leases the slot and reads it when it reclaims the slot; a
@@ -60,7 +60,7 @@ impl Lease {
 
 /// What a completion did to its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Completion {
+pub enum SlotCompletion {
     /// Not for any live lease: an earlier tenant's, a duplicate, or garbage. Ignored.
     Stale,
     /// Counted; the lease has more outstanding.
@@ -96,25 +96,25 @@ impl<const S: usize> SlotTable<S> {
     }
 
     /// Counts one completion of `wr` (`ok` false for an error or flush).
-    pub fn complete(&self, wr: WrId, ok: bool) -> Completion {
+    pub fn complete(&self, wr: WrId, ok: bool) -> SlotCompletion {
         let Some(w) = self.words.get(wr.slot() as usize) else {
-            return Completion::Stale;
+            return SlotCompletion::Stale;
         };
         let mut cur = w.load(Ordering::Relaxed);
         loop {
             if (cur >> 32) as u32 != wr.generation() || cur & COUNT == 0 {
-                return Completion::Stale;
+                return SlotCompletion::Stale;
             }
             let new = (cur - 1) | if ok { 0 } else { FAILED };
             // R2 / A1: see the module docs.
             match w.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) if new & COUNT == 0 => {
-                    return Completion::Last {
+                    return SlotCompletion::Last {
                         slot: wr.slot(),
                         failed: new & FAILED != 0,
                     }
                 }
-                Ok(_) => return Completion::More,
+                Ok(_) => return SlotCompletion::More,
                 Err(seen) => cur = seen,
             }
         }

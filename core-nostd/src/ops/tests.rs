@@ -43,13 +43,13 @@ fn i2_a_slot_returns_only_after_every_work_request_of_its_lease_completed() {
     let l = pool.lease(&words, op, 3).unwrap();
     assert_eq!(pool.free_count(), 1);
     for sub in 0..2 {
-        assert_eq!(words.complete(l.wr_id(sub), true), Completion::More);
+        assert_eq!(words.complete(l.wr_id(sub), true), SlotCompletion::More);
         assert_eq!(pool.reclaim(&words, l.slot), None, "reclaimed while busy");
         assert_eq!(pool.free_count(), 1);
     }
     assert_eq!(
         words.complete(l.wr_id(2), false),
-        Completion::Last {
+        SlotCompletion::Last {
             slot: l.slot,
             failed: true
         }
@@ -86,16 +86,16 @@ fn i3_a_late_completion_of_an_earlier_lease_lands_nowhere() {
     words.complete(l1.wr_id(0), true);
     pool.reclaim(&words, l1.slot).unwrap();
     // Between leases the old id is stale.
-    assert_eq!(words.complete(l1.wr_id(0), false), Completion::Stale);
+    assert_eq!(words.complete(l1.wr_id(0), false), SlotCompletion::Stale);
     let second = t.start().unwrap();
     let l2 = pool.lease(&words, second, 1).unwrap();
     assert_eq!(l2.slot, l1.slot);
     // A duplicate / late CQE of the first lease: rejected, the second lease untouched.
-    assert_eq!(words.complete(l1.wr_id(0), false), Completion::Stale);
+    assert_eq!(words.complete(l1.wr_id(0), false), SlotCompletion::Stale);
     assert_eq!(pool.reclaim(&words, l2.slot), None);
     assert_eq!(
         words.complete(l2.wr_id(0), true),
-        Completion::Last {
+        SlotCompletion::Last {
             slot: l2.slot,
             failed: false
         },
@@ -103,8 +103,8 @@ fn i3_a_late_completion_of_an_earlier_lease_lands_nowhere() {
     );
     assert_eq!(pool.reclaim(&words, l2.slot), Some((second, false)));
     // Garbage ids (slot out of range, generation 0) are stale too.
-    assert_eq!(words.complete(WrId(u64::MAX), true), Completion::Stale);
-    assert_eq!(words.complete(WrId(0), true), Completion::Stale);
+    assert_eq!(words.complete(WrId(u64::MAX), true), SlotCompletion::Stale);
+    assert_eq!(words.complete(WrId(0), true), SlotCompletion::Stale);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn i4_a_retired_op_cell_reused_is_not_ended_by_its_old_slot() {
     let new = t.start().unwrap();
     assert_eq!(new.index(), old.index());
     assert_eq!(pool.free_count(), 0, "cancel_all must not return the slot");
-    let Completion::Last { slot, failed } = words.complete(l.wr_id(0), false) else {
+    let SlotCompletion::Last { slot, failed } = words.complete(l.wr_id(0), false) else {
         panic!("the outstanding request's completion was not counted")
     };
     assert!(failed);
@@ -274,7 +274,7 @@ fn cancel_all_fails_each_outstanding_op_once_in_every_state_and_keeps_slots_safe
     assert_eq!(pool.free_count(), 2);
     assert_eq!(pool.reclaim(&words, l1.slot), None);
     for wr in [l1.wr_id(1), l2.wr_id(0)] {
-        if let Completion::Last { slot, .. } = words.complete(wr, false) {
+        if let SlotCompletion::Last { slot, .. } = words.complete(wr, false) {
             let (tenant, failed) = pool.reclaim(&words, slot).unwrap();
             assert!(failed);
             assert!(!t.finish(tenant, Err(OpError::Failed)), "failed twice");
@@ -418,11 +418,11 @@ fn a_lease_reports_a_failure_however_many_of_its_requests_failed() {
         (wr.slot(), wr.generation(), wr.sub()),
         (l.slot, l.generation, 2)
     );
-    assert_eq!(words.complete(l.wr_id(0), false), Completion::More);
-    assert_eq!(words.complete(l.wr_id(1), false), Completion::More);
+    assert_eq!(words.complete(l.wr_id(0), false), SlotCompletion::More);
+    assert_eq!(words.complete(l.wr_id(1), false), SlotCompletion::More);
     assert_eq!(
         words.complete(l.wr_id(2), true),
-        Completion::Last {
+        SlotCompletion::Last {
             slot: l.slot,
             failed: true
         },

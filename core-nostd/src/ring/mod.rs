@@ -1,7 +1,7 @@
 //! Ring arithmetic over free-running virtual positions.
 //!
 //! Every position is a `u64` byte count since connect that only grows; the byte it names
-//! lives at `pos & (size - 1)` (seed 000 §3.2). Differences of positions are plain
+//! lives at `pos & (size - 1)` (docs/spec/wrap.md#positions). Differences of positions are plain
 //! subtractions, with no wrap-around cases. At 100 GB/s a `u64` lasts 5.8 years per
 //! connection, so overflow is treated as unreachable. Every position is a multiple of
 //! [`crate::wire::ALIGNMENT`].

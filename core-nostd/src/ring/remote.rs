@@ -4,12 +4,13 @@ use super::RingError;
 
 /// How far the peer is known to have consumed our writes into its recv ring.
 ///
-/// Two sources feed it: the `ring_credit_return` deltas piggybacked on the peer's
-/// batches (seed 000) and RDMA READs of the peer's absolute consumer position (the
-/// fallback of seed 002). Deltas summed since connect give the position of the peer's
-/// last notification. Each source is a lower bound of the true consumer, possibly stale
-/// relative to the other, so the position is the larger of the two. Adding a READ result
-/// to the delta sum instead would count bytes twice and let us overwrite unread data.
+/// Two sources feed it: the `ring_credit_return` deltas piggybacked on the peer's batches
+/// and RDMA READs of the peer's absolute consumer position (the fallback:
+/// docs/spec/wrap.md#consumer-tracking). Deltas summed since connect give the position of
+/// the peer's last notification. Each source is a lower bound of the true consumer,
+/// possibly stale relative to the other, so the position is the larger of the two. Adding a
+/// READ result to the delta sum instead would count bytes twice and let us overwrite unread
+/// data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RemoteConsumer {
     /// Start position plus every `ring_credit_return` received.

@@ -1,5 +1,5 @@
-//! The sender's side: batching and the proactive wrap (seed 000 §3.6, seed 002
-//! "バッチング", "リングラップ処理").
+//! The sender's side: batching and the proactive wrap (docs/spec/wrap.md#batching,
+//! docs/spec/wrap.md#wrap).
 
 use super::{is_aligned, RingError, RingSize};
 use crate::wire::{FLOW_METADATA_SIZE, WRAP_MESSAGE_COUNT};
@@ -176,7 +176,7 @@ impl SendRing {
     /// opening a batch (for a metadata-only flush).
     ///
     /// No wrap iff `offset(producer) + total < size`, where `total` adds 32 B when no
-    /// batch is open. The comparison is strict (seed 002): landing exactly on the lap
+    /// batch is open. The comparison is strict (docs/spec/wrap.md#wrap): landing exactly on the lap
     /// end counts as a wrap. Otherwise the producer would sit at offset 0 of the next
     /// lap with the batch still open, the next message would go to the ring start while
     /// its metadata sits at the ring end, and the batch would need two SGEs; and no

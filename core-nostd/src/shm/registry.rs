@@ -126,7 +126,7 @@ impl ClientState {
 
 /// Client-id assignment, shared by delegationrpc and ipc: reserves a never-used id if
 /// any is left (a CAS on `next_client_id`, never past `max`), offers it to `take` first
-/// when `fresh_first` (delegationrpc, as the seed does), then offers every id handed out
+/// when `fresh_first` (delegationrpc, as its first design does), then offers every id handed out
 /// so far, lowest first, until `take` accepts one.
 ///
 /// The scan repeats while the count grows: another client may have taken the id reserved

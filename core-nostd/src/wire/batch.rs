@@ -40,8 +40,8 @@ pub struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    /// The batch's flow metadata; read it before the messages (seed 002: credit
-    /// updates precede the messages they make room for).
+    /// The batch's flow metadata; read it before the messages (credit
+    /// updates precede the messages they make room for: docs/spec/wire.md#parsing).
     #[inline]
     pub const fn meta(&self) -> FlowMetaRepr {
         self.meta

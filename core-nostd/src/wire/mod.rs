@@ -18,9 +18,10 @@
 //!
 //! The immediate carries the batch's byte length divided by [`ALIGNMENT`] ([`Imm`]).
 //!
-//! Seed 002 calls the first metadata field `consumer_pos` (an absolute position); seed
-//! 000 §3.3 calls it `ring_credit_return`, the bytes of the sender's recv ring consumed
-//! since its previous notification. We follow seed 000: the field is a delta. Summed
+//! One design note calls the first metadata field `consumer_pos` (an absolute position);
+//! the other calls it `ring_credit_return`, the bytes of the sender's recv ring consumed
+//! since its previous notification. We follow the second: the field is a delta
+//! (docs/spec/wire.md#flow-metadata). Summed
 //! since connect it equals the absolute position, which is how
 //! [`crate::ring::RemoteConsumer`] reconciles it with an RDMA READ of the position.
 //!

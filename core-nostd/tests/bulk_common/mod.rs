@@ -8,7 +8,7 @@
 pub mod copyrpc_common;
 
 use copyrpc_common::{DmaBuf, Opts, Pair};
-use copyrpc_core::bulk::{Client, Desc, Link, Pattern, Region, Regions, Server};
+use copyrpc_core::bulk::{Client, Desc, Link, Pattern, Regions, RegisteredRange, Server};
 use copyrpc_core::ops::{OpError, OpHandle};
 use mlx5_raw::sim::{Access, MrKeys};
 
@@ -33,8 +33,8 @@ impl Area {
         Self { buf, keys }
     }
 
-    fn region(&self) -> Region {
-        Region {
+    fn region(&self) -> RegisteredRange {
+        RegisteredRange {
             va: self.keys.va,
             len: self.buf.len() as u64,
             lkey: self.keys.lkey,

@@ -1,7 +1,8 @@
-//! `mpirun -np 2 copyrpc-bulk [--fabric auto|sim|verbs] [--pattern put|get|both|all]
+//! `mpirun -np 2 copyrpc-bulk [--fabric auto|sim|verbs] [--device NAME] [--port N]
+//! [--gid-index auto|N] [--tclass N] [--sl N] [--pattern put|get|both|all]
 //! [--sizes 1K,1M,10M] [--iters N] [--chunk BYTES] [--depth N] [--deadline-s S]`
 //!
-//! Bulk transfers (seed 003's patterns, `copyrpc_core::bulk`) between rank 0 (the
+//! Bulk transfers (the patterns of docs/spec/bulk.md, `copyrpc_core::bulk`) between rank 0 (the
 //! client) and rank 1 (the server): for each pattern and size, `iters` calls, each
 //! checked (the server checks a PUT's bytes against the checksum the request carries;
 //! the client checks what a GET or BOTH wrote into its buffer), and one progress line
@@ -16,10 +17,13 @@ use std::time::{Duration, Instant};
 use copyrpc_core::bulk::{Client, Link, Pattern, Request, Server};
 use copyrpc_core::ops::OpError;
 use copyrpc_host::bulk::{BufferPool, PoolBuf};
-use copyrpc_host::fabric::{self, FabricKind, FabricOptions};
+use copyrpc_host::fabric::verbs::gid;
+use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos};
+use copyrpc_host::placement;
 use copyrpc_host::rpc::{RpcConfig, RpcNode};
 
 const USAGE: &str = "usage: mpirun -np 2 copyrpc-bulk [--fabric auto|sim|verbs] \
+     [--device NAME] [--port N] [--gid-index auto|N] [--tclass 0..=255] [--sl 0..=15] \
      [--pattern put|get|both|all] [--sizes 1K,1M,10M] [--iters N] [--chunk BYTES] \
      [--depth N] [--deadline-s S]";
 
@@ -31,6 +35,10 @@ const STOP: &[u8] = b"STOP";
 
 struct Args {
     kind: FabricKind,
+    /// `--device`, `--port`, `--gid-index` (the verbs fabric's).
+    verbs: copyrpc_host::fabric::verbs::VerbsOptions,
+    /// `--tclass`, `--sl`.
+    qos: Qos,
     patterns: Vec<Pattern>,
     sizes: Vec<usize>,
     iters: u32,
@@ -59,6 +67,8 @@ fn size(text: &str) -> Result<usize, String> {
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
     let mut a = Args {
         kind: FabricKind::Sim,
+        verbs: Default::default(),
+        qos: Qos::default(),
         patterns: vec![Pattern::Put, Pattern::Get, Pattern::Both],
         sizes: vec![1 << 10, 1 << 20, 10 << 20],
         iters: 3,
@@ -118,9 +128,58 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
                     .ok_or("--deadline-s: expected 1..=3600 seconds")?;
                 a.deadline = Duration::from_secs(s);
             }
+            "--device" => {
+                let d = value()?;
+                if d.is_empty() || d.contains('/') {
+                    return Err(format!(
+                        "--device {d:?}: expected an RDMA device name (ibv_devices)"
+                    ));
+                }
+                a.verbs.device = Some(d);
+            }
+            "--port" => {
+                a.verbs.port = value()?
+                    .parse()
+                    .ok()
+                    .filter(|&p| p >= 1)
+                    .ok_or("--port: expected 1..=255 (ibv_devinfo lists the ports)")?
+            }
+            "--gid-index" => {
+                let v = value()?;
+                a.verbs.gid_index = match v.as_str() {
+                    "auto" => None,
+                    n => Some(
+                        n.parse()
+                            .map_err(|_| "--gid-index: expected auto or 0..=255 (show_gids)")?,
+                    ),
+                }
+            }
+            "--tclass" => {
+                a.qos.traffic_class = value()?
+                    .parse()
+                    .map_err(|_| "--tclass: expected a traffic class 0..=255")?
+            }
+            "--sl" => {
+                a.qos.sl = value()?
+                    .parse()
+                    .ok()
+                    .filter(|&l| l <= Qos::MAX_SL)
+                    .ok_or("--sl: expected a service level 0..=15")?
+            }
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
+    }
+    if a.kind == FabricKind::Sim && a.verbs.device.is_some() {
+        return Err("--device names an RDMA device, which --fabric sim does not use".into());
+    }
+    if a.kind != FabricKind::Sim {
+        gid::check_flags(
+            &gid::sysfs_root(),
+            a.verbs.device.as_deref(),
+            a.verbs.port,
+            a.verbs.gid_index,
+        )?;
     }
     Ok(Some(a))
 }
@@ -372,9 +431,10 @@ fn server(node: &mut Node, a: &Args, max: usize) -> Result<String, String> {
 /// top of the RPC node's queues and rings: the region's default leaves room for those,
 /// and grows by the pools so that every size `--sizes` takes (up to 1 GiB) fits. The
 /// region is sparse; `/dev/shm` is claimed only as the pools are carved.
-fn fabric_options(max: usize) -> FabricOptions {
+fn fabric_options(a: &Args, max: usize) -> FabricOptions {
     let mut o = FabricOptions::default();
     o.sim.region_bytes += 2 * max.next_multiple_of(4096);
+    o.verbs = a.verbs.clone();
     o
 }
 
@@ -399,13 +459,31 @@ fn main() -> ExitCode {
     let result = if n != 2 {
         Err(format!("needs exactly 2 ranks (mpirun -np 2), got {n}"))
     } else {
-        fabric::open(a.kind, &fabric_options(max))
+        fabric::open(a.kind, &fabric_options(&a, max))
             .map_err(|e| e.to_string())
             .and_then(|(f, sel)| {
                 if r == 0 {
                     eprintln!("copyrpc-bulk: {}", sel.reason);
                 }
-                Node::establish(f, &x, &RpcConfig::default()).map_err(|e| e.to_string())
+                if let Fabric::Verbs(d) = &f {
+                    eprintln!("copyrpc-bulk: rank {r}/{n}: {}", d.describe());
+                    // This thread creates and first touches the rings and queues, and
+                    // polls them: on the NIC's node.
+                    if let Some(node) = d.numa_node() {
+                        match placement::bind_current_thread(node) {
+                            Ok(p) => eprintln!(
+                                "copyrpc-bulk: rank {r}/{n}: on NUMA node {node} (cpus {:?})",
+                                p.cpus
+                            ),
+                            Err(e) => eprintln!("copyrpc-bulk: rank {r}/{n}: not placed: {e}"),
+                        }
+                    }
+                }
+                let cfg = RpcConfig {
+                    qos: a.qos,
+                    ..RpcConfig::default()
+                };
+                Node::establish(f, &x, &cfg).map_err(|e| e.to_string())
             })
             .and_then(|mut node| {
                 let out = if r == 0 {

@@ -1,177 +1,223 @@
 //! `mpirun -np N copyrpc-echo [--fabric auto|sim|verbs] [--device NAME] [--port N]
-//! [--gid-index auto|N] [--calls N] [--max-payload B] [--rpc-ring auto|BYTES] [--deadline-s S]`
+//! [--gid-index auto|N] [--tclass N] [--sl N] [--calls N] [--max-payload B]
+//! [--window N] [--rpc-ring auto|BYTES] [--deadline-s S]`
 //!
 //! Every rank echoes with every other over copyrpc (see `copyrpc_host::rpc::echo`) and
 //! prints one line: `rank r/n: <counts>: ok`, or `rank r/n: FAIL <why>` and a non-zero exit.
 //! Run alone (no mpirun) it is a single rank with nobody to call, which still checks
 //! that the fabric and the context come up.
 //!
-//! Every flag is checked before MPI starts: a bad value is one line on stderr naming
-//! the flag and its valid range, and exit status 2.
+//! Every flag is checked before MPI starts: a bad value is an error on stderr naming the
+//! flag and its valid range, and exit status 2.
 
 mod common;
 
-use std::ops::RangeInclusive;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use copyrpc_host::exchange::{options, MpiExchange};
-use copyrpc_host::fabric::{self, FabricKind, FabricOptions};
+use copyrpc_host::fabric::verbs::gid;
+use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos};
+use copyrpc_host::placement;
 use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING};
 use copyrpc_host::rpc::{sizing, RpcConfig};
 
-const USAGE: &str = "usage: copyrpc-echo [--fabric auto|sim|verbs] [--device NAME] [--port N] \
-     [--gid-index auto|N] [--calls N] [--max-payload BYTES] [--rpc-ring auto|BYTES] \
-     [--deadline-s S]\n  --rpc-ring: each endpoint's ring per direction, a power of two from 4k to 256k, \
-     or auto (the default: the smallest ring at which the echo's 16 calls in flight per \
-     peer never wait for credit)";
+/// Every rank calls every other rank with checksummed payloads over copyrpc and checks
+/// every answer; `mpirun -np N copyrpc-echo` for N ranks.
+#[derive(Debug, Parser)]
+#[command(
+    name = "copyrpc-echo",
+    max_term_width = 100,
+    args_override_self = true,
+    // A value such as `-1` or `-16k` reaches the flag's parser, whose refusal names the
+    // flag, instead of reading as an unknown short option.
+    allow_hyphen_values = true
+)]
+struct Cli {
+    /// Where copyrpc's queues come from: `auto` (a ConnectX if present, else the software
+    /// device model), `verbs` (a ConnectX, an error without one) or `sim`.
+    #[arg(long, default_value = "auto", value_parser = parse_fabric, value_name = "auto|sim|verbs")]
+    fabric: FabricKind,
 
-/// What the command line asks for: a run, or the usage text.
-enum Parsed {
-    Run(FabricKind, Box<FabricOptions>, EchoConfig),
-    Help,
+    /// RDMA device for `verbs` / `auto` (`ibv_devices` lists them); default: the first
+    /// mlx5 device.
+    #[arg(long, value_parser = parse_device, value_name = "NAME")]
+    device: Option<String>,
+
+    /// The device's port (`ibv_devinfo` lists them).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..), value_name = "N")]
+    port: u8,
+
+    /// GID table index for RoCE (`show_gids`): `auto` picks the port's RoCE v2 entry
+    /// (its own netdev's, IPv4 first) and refuses a tie, naming the candidates.
+    #[arg(long, default_value = "auto", value_parser = parse_gid_index, value_name = "auto|N")]
+    gid_index: GidIndexArg,
+
+    /// Traffic class of the GRH, 0..=255 (RoCE: DSCP << 2 | ECN), as perftest's
+    /// `--tclass`; every rank must use the same.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    tclass: u8,
+
+    /// Service level, 0..=15 (RoCE: the VLAN priority), as perftest's `--sl`; every rank
+    /// must use the same.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=i64::from(Qos::MAX_SL)), value_name = "N")]
+    sl: u8,
+
+    /// Calls each rank makes to each other rank.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    calls: u32,
+
+    /// Largest payload in bytes (sizes cycle through the edge cases up to it); at most
+    /// what --rpc-ring carries. Default 1024.
+    #[arg(long, value_name = "BYTES")]
+    max_payload: Option<u64>,
+
+    /// Calls in flight per peer (1 measures one call's round trip).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=512), value_name = "N")]
+    window: u32,
+
+    /// Each endpoint's ring per direction, a power of two from 4k to 256k, or `auto`
+    /// (the smallest ring at which the window of calls in flight per peer never waits
+    /// for credit).
+    #[arg(long, default_value = "auto", value_parser = parse_rpc_ring, value_name = "auto|BYTES")]
+    rpc_ring: RingArg,
+
+    /// Give up (every rank saying where it stood) after this many seconds.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_DEADLINE.as_secs()), value_name = "S")]
+    deadline_s: u64,
 }
 
-/// `text` as a whole number in `range`; errors name `flag` and the range.
-fn number(flag: &str, text: &str, range: RangeInclusive<u64>, what: &str) -> Result<u64, String> {
-    let expected = format!(
-        "a whole number in {}..={}{what}",
-        range.start(),
-        range.end()
-    );
-    let n: u64 = text
-        .parse()
-        .map_err(|_| format!("{flag} {text:?}: expected {expected}"))?;
-    if !range.contains(&n) {
-        return Err(format!("{flag} {n} is out of range: expected {expected}"));
-    }
-    Ok(n)
+/// `--gid-index`: `None` for `auto`.
+#[derive(Clone, Copy, Debug)]
+struct GidIndexArg(Option<u8>);
+
+/// `--rpc-ring`: `None` for `auto`.
+#[derive(Clone, Copy, Debug)]
+struct RingArg(Option<usize>);
+
+fn parse_fabric(s: &str) -> Result<FabricKind, String> {
+    s.parse().map_err(|e| format!("{e}"))
 }
 
-fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
-    let mut kind = FabricKind::Auto;
-    let mut cfg = EchoConfig::default();
-    let mut opts = FabricOptions::default();
-    let mut args = args.into_iter();
-    // Checked after the loop: the payload limit depends on the ring.
-    let (mut ring, mut max_payload) = (None, None);
-    while let Some(a) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .ok_or(format!("{name} needs a value (try --help)"))
-        };
-        match a.as_str() {
-            "--fabric" => {
-                kind = value("--fabric")?
-                    .parse()
-                    .map_err(|e| format!("--fabric: {e}"))?
-            }
-            "--device" => {
-                let d = value("--device")?;
-                if d.is_empty() || d.contains('/') {
-                    return Err(format!(
-                        "--device {d:?}: expected an RDMA device name (ibv_devices)"
-                    ));
-                }
-                opts.verbs.device = Some(d);
-            }
-            "--port" => {
-                let n = number(
-                    "--port",
-                    &value("--port")?,
-                    1..=255,
-                    " (ibv_devinfo lists the ports)",
-                )?;
-                opts.verbs.port = n as u8;
-            }
-            "--gid-index" => {
-                let v = value("--gid-index")?;
-                opts.verbs.gid_index = if v == "auto" {
-                    None
-                } else {
-                    Some(number("--gid-index", &v, 0..=255, " or auto (show_gids)")? as u8)
-                };
-            }
-            "--calls" => {
-                let n = number("--calls", &value("--calls")?, 1..=u64::from(u32::MAX), "")?;
-                cfg.calls_per_peer = u32::try_from(n).map_err(|e| format!("--calls: {e}"))?;
-            }
-            "--max-payload" => {
-                // Its range depends on the ring: checked against it below, once both
-                // flags are read.
-                let v = value("--max-payload")?;
-                let n: u64 = v.trim().parse().map_err(|_| {
-                    format!(
-                        "--max-payload {v:?}: expected a whole number of bytes, at most what \
-                         --rpc-ring carries"
-                    )
-                })?;
-                max_payload = Some(usize::try_from(n).unwrap_or(usize::MAX));
-            }
-            "--rpc-ring" => {
-                let r = sizing::parse_ring(&value("--rpc-ring")?)
-                    .map_err(|e| format!("--rpc-ring {e}"))?;
-                if let Some(b) = r.filter(|&b| b > MAX_RING) {
-                    return Err(format!(
-                        "--rpc-ring {} KiB is above the echo's largest ring, {} KiB",
-                        b >> 10,
-                        MAX_RING >> 10
-                    ));
-                }
-                ring = Some(r);
-            }
-            "--deadline-s" => {
-                let n = number(
-                    "--deadline-s",
-                    &value("--deadline-s")?,
-                    1..=MAX_DEADLINE.as_secs(),
-                    " seconds",
-                )?;
-                cfg.deadline = Duration::from_secs(n);
-            }
-            "-h" | "--help" => return Ok(Parsed::Help),
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
-        }
+fn parse_device(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.contains('/') {
+        return Err("expected an RDMA device name (ibv_devices)".into());
     }
-    if let Some(p) = max_payload {
-        cfg.max_payload = p;
+    Ok(s.to_owned())
+}
+
+fn parse_gid_index(s: &str) -> Result<GidIndexArg, String> {
+    match s.trim() {
+        "auto" => Ok(GidIndexArg(None)),
+        n => n
+            .parse::<u8>()
+            .map(|i| GidIndexArg(Some(i)))
+            .map_err(|_| "expected auto or a whole number in 0..=255 (show_gids)".into()),
     }
-    match ring.flatten() {
+}
+
+fn parse_rpc_ring(s: &str) -> Result<RingArg, String> {
+    let r = sizing::parse_ring(s)?;
+    if let Some(b) = r.filter(|&b| b > MAX_RING) {
+        return Err(format!(
+            "{} KiB is above the echo's largest ring, {} KiB",
+            b >> 10,
+            MAX_RING >> 10
+        ));
+    }
+    Ok(RingArg(r))
+}
+
+/// A checked command line: what to open and what to run.
+struct Run {
+    kind: FabricKind,
+    opts: Box<FabricOptions>,
+    cfg: EchoConfig,
+}
+
+/// The command line, checked: each flag by clap, then the combinations. An `Err` is a
+/// clap error to `exit()` with: the help (status 0) or a refusal naming the flag
+/// (status 2).
+fn parse(args: impl IntoIterator<Item = String>) -> Result<Run, clap::Error> {
+    let cli = Cli::try_parse_from(std::iter::once("copyrpc-echo".to_owned()).chain(args))?;
+    let refuse = |msg: String| Cli::command().error(ErrorKind::ValueValidation, msg);
+    let mut cfg = EchoConfig {
+        calls_per_peer: cli.calls,
+        window: cli.window,
+        deadline: Duration::from_secs(cli.deadline_s),
+        ..EchoConfig::default()
+    };
+    if let Some(p) = cli.max_payload {
+        cfg.max_payload = usize::try_from(p).unwrap_or(usize::MAX);
+    }
+    match cli.rpc_ring.0 {
         None => cfg.auto_ring(),
         Some(b) => cfg.rpc = RpcConfig::for_ring(b),
     }
+    cfg.rpc.qos = Qos::new(cli.tclass, cli.sl).map_err(|e| refuse(e.to_string()))?;
     let limit = cfg.max_payload_limit();
     if cfg.max_payload > limit {
-        let given = if max_payload.is_some() {
+        let given = if cli.max_payload.is_some() {
             ""
         } else {
             " (the default)"
         };
-        return Err(format!(
+        return Err(refuse(format!(
             "--max-payload {}{given} does not fit --rpc-ring {} KiB: the largest payload and \
              response allowance that ring carries is {limit}; lower --max-payload or raise \
              --rpc-ring",
             cfg.max_payload,
             cfg.rpc.ring_bytes >> 10
-        ));
+        )));
     }
     // The flags are each in range; this catches any combination the library refuses.
-    cfg.validate().map_err(|e| format!("{e}"))?;
-    if kind == FabricKind::Sim && opts.verbs.device.is_some() {
-        return Err("--device names an RDMA device, which --fabric sim does not use".into());
+    cfg.validate().map_err(|e| refuse(format!("{e}")))?;
+    if cli.fabric == FabricKind::Sim && cli.device.is_some() {
+        return Err(refuse(
+            "--device names an RDMA device, which --fabric sim does not use".into(),
+        ));
     }
-    Ok(Parsed::Run(kind, Box::new(opts), cfg))
+    if cli.fabric != FabricKind::Sim {
+        gid::check_flags(
+            &gid::sysfs_root(),
+            cli.device.as_deref(),
+            cli.port,
+            cli.gid_index.0,
+        )
+        .map_err(refuse)?;
+    }
+    let mut opts = FabricOptions::default();
+    opts.verbs.device = cli.device;
+    opts.verbs.port = cli.port;
+    opts.verbs.gid_index = cli.gid_index.0;
+    Ok(Run {
+        kind: cli.fabric,
+        opts: Box::new(opts),
+        cfg,
+    })
 }
 
 /// The options every rank must share, with their values: ranks that disagree (an
 /// `mpirun A : B` gives ranks different command lines) would each wait for calls the
-/// other never makes, until the deadline.
-fn shared_options(kind: FabricKind, cfg: &EchoConfig) -> [(&'static str, String); 5] {
+/// other never makes, until the deadline, or connect with different QoS.
+fn shared_options(kind: FabricKind, cfg: &EchoConfig) -> [(&'static str, String); 8] {
+    let r = &cfg.rpc;
     [
         ("--fabric", format!("{kind}")),
         ("--calls", cfg.calls_per_peer.to_string()),
         ("--max-payload", cfg.max_payload.to_string()),
-        ("--rpc-ring", format!("{:?}", cfg.rpc)),
+        ("--window", cfg.window.to_string()),
+        (
+            "--rpc-ring",
+            format!(
+                "{} {} {} {} {:?}",
+                r.ring_bytes, r.srq_wqes, r.cqes, r.sq_wrs, r.endpoint
+            ),
+        ),
+        ("--tclass", r.qos.traffic_class.to_string()),
+        ("--sl", r.qos.sl.to_string()),
         ("--deadline-s", format!("{:?}", cfg.deadline)),
     ]
 }
@@ -187,16 +233,10 @@ fn check_shared(x: &MpiExchange, kind: FabricKind, cfg: &EchoConfig) -> Result<(
 }
 
 fn main() -> ExitCode {
-    let (kind, opts, cfg) = match parse(std::env::args().skip(1)) {
-        Ok(Parsed::Run(kind, opts, cfg)) => (kind, opts, cfg),
-        Ok(Parsed::Help) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(why) => {
-            eprintln!("copyrpc-echo: {why}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let Run { kind, opts, cfg } = match parse(std::env::args().skip(1)) {
+        Ok(run) => run,
+        // The help (exit 0) or a refusal naming the flag (exit 2), on stdout / stderr.
+        Err(e) => e.exit(),
     };
     let x = match common::init_mpi() {
         Ok(x) => x,
@@ -208,6 +248,20 @@ fn main() -> ExitCode {
         .and_then(|(f, sel)| {
             if r == 0 {
                 eprintln!("copyrpc-echo: {}", sel.reason);
+            }
+            if let Fabric::Verbs(d) = &f {
+                eprintln!("copyrpc-echo: rank {r}/{n}: {}", d.describe());
+                // This thread creates and first touches the rings and queues, and polls
+                // them: on the NIC's node.
+                if let Some(node) = d.numa_node() {
+                    match placement::bind_current_thread(node) {
+                        Ok(p) => eprintln!(
+                            "copyrpc-echo: rank {r}/{n}: on NUMA node {node} (cpus {:?})",
+                            p.cpus
+                        ),
+                        Err(e) => eprintln!("copyrpc-echo: rank {r}/{n}: not placed: {e}"),
+                    }
+                }
             }
             echo::run(&x, f, &cfg).map_err(|e| format!("{e}"))
         });

@@ -183,6 +183,51 @@ pub fn open_sim(opts: &FabricOptions) -> Result<Fabric> {
     Ok(Fabric::Sim(Box::new(sim::SimFabric::open(&opts.sim)?)))
 }
 
+/// The quality of service a connection asks the fabric for: perftest's `--tclass` and
+/// `--sl` (`ib_write_bw --tclass=<value> --sl=<sl>`). Both sides of a connection must
+/// use the same: the responder's ACKs and READ responses carry its own values, and on a
+/// fabric with a lossless class for RDMA a mismatch puts half the traffic in the lossy
+/// class. The sim fabric records it per QP ([`sim::SimFabric::qos_of`]) and sends
+/// nothing differently.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Qos {
+    /// GRH traffic class (`ah_attr.grh.traffic_class`): on RoCE v2 the IP header's DSCP
+    /// (upper 6 bits) and ECN (lower 2), e.g. 106 for DSCP 26. Used only with a GRH
+    /// (always on RoCE).
+    pub traffic_class: u8,
+    /// Service level (`ah_attr.sl`), 0..=15: on InfiniBand mapped to a virtual lane by
+    /// the subnet manager; on RoCE the 802.1p priority of VLAN-tagged frames (mlx5 keeps
+    /// its low 3 bits).
+    pub sl: u8,
+}
+
+impl Qos {
+    /// The largest service level (4 bits).
+    pub const MAX_SL: u8 = 15;
+
+    /// Both values; a service level above [`Qos::MAX_SL`] is refused naming `--sl`.
+    pub fn new(traffic_class: u8, sl: u8) -> Result<Self> {
+        if sl > Self::MAX_SL {
+            return Err(Error::RpcConfig {
+                reason: format!("--sl {sl} is out of range: a service level is 0..=15"),
+            });
+        }
+        Ok(Self { traffic_class, sl })
+    }
+
+    /// The first field in which `peer` differs from `self`, as the flag that sets it and
+    /// both values: `("--tclass", mine, theirs)`.
+    pub fn difference(&self, peer: &Qos) -> Option<(&'static str, u8, u8)> {
+        if self.traffic_class != peer.traffic_class {
+            Some(("--tclass", self.traffic_class, peer.traffic_class))
+        } else if self.sl != peer.sl {
+            Some(("--sl", self.sl, peer.sl))
+        } else {
+            None
+        }
+    }
+}
+
 /// A QP's address for the peer: what two ranks exchange before [`verbs::Qp::connect`].
 /// Fixed-size plain data (32 bytes), so it travels in an all-to-all as is.
 #[derive(

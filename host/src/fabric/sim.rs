@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use mlx5_raw::desc::{CqDesc, SqDesc, SrqDesc};
 use mlx5_raw::sim::{
@@ -36,7 +36,7 @@ use mlx5_raw::sim::{
     LinkDesc, Pd, Peer, QpAttr, SimError, SqMem, SrqMem,
 };
 
-use super::{MrEndpoint, QpEndpoint};
+use super::{MrEndpoint, Qos, QpEndpoint};
 
 use crate::error::{Error, Result};
 use crate::shm::ShmRegion;
@@ -135,7 +135,10 @@ pub struct SimFabric {
     pd: Pd,
     arena: Mutex<Arena>,
     peers: Mutex<HashMap<(u32, u32), Arc<ShmRegion>>>,
-    region: ShmRegion,
+    /// The QoS each connected QP was brought up with (what a NIC's address vector would
+    /// carry; the model sends nothing differently).
+    qos: Mutex<HashMap<u32, Qos>>,
+    region: Arc<ShmRegion>,
     pid: u32,
     instance: u32,
     opts: SimOptions,
@@ -286,7 +289,8 @@ impl SimFabric {
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let name = format!("/{REGION_PREFIX}{pid}-{instance}");
         // Sparse: the default 256 MiB costs /dev/shm only what `carve` hands out.
-        let region = ShmRegion::create_sparse(&name, opts.region_bytes)?;
+        let region = Arc::new(ShmRegion::create_sparse(&name, opts.region_bytes)?);
+        own_regions().insert(instance, Arc::downgrade(&region));
         // QPNs in 24 bits: 10 for the slot (SIM_MAX_QPS), 2 for the instance, 12 from the
         // pid (1..=4095, so never QP 0 or 1), which keeps a machine's devices apart in
         // traces (a CQE only ever names its own device's QPs, so this is not needed for
@@ -324,6 +328,7 @@ impl SimFabric {
             pd,
             arena: Mutex::new(Arena { next: 0 }),
             peers: Mutex::new(HashMap::new()),
+            qos: Mutex::new(HashMap::new()),
             region,
             pid,
             instance,
@@ -556,11 +561,41 @@ impl SimFabric {
             .map_err(|e| sim_err("connect", peer_region.name(), e))
     }
 
+    /// [`connect`](Self::connect), recording `qos` as the QP's (see [`qos_of`](Self::qos_of)).
+    pub fn connect_qos(&self, qp: &SimQp, remote: &QpEndpoint, qos: Qos) -> Result<()> {
+        self.connect(qp, remote)?;
+        self.qos
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(qp.qpn, qos);
+        Ok(())
+    }
+
+    /// The QoS the QP numbered `qpn` was connected with through
+    /// [`connect_qos`](Self::connect_qos); `None` before that.
+    pub fn qos_of(&self, qpn: u32) -> Option<Qos> {
+        self.qos
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)
+            .copied()
+    }
+
     fn peer_region(&self, pid: u32, instance: u32) -> Result<Arc<ShmRegion>> {
-        // A loopback connection (pid and instance our own) maps our region a second time.
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(r) = peers.get(&(pid, instance)) {
             return Ok(Arc::clone(r));
+        }
+        // A fabric of this process (a loopback connection, or another NIC of a virtual
+        // world): its own mapping, not a second one. A world of N NICs would otherwise
+        // map N² regions (past vm.max_map_count at 256 ranks) and count every link page
+        // twice in its resident set.
+        if pid == self.pid {
+            let own = own_regions().get(&instance).and_then(Weak::upgrade);
+            if let Some(r) = own {
+                peers.insert((pid, instance), Arc::clone(&r));
+                return Ok(r);
+            }
         }
         let name = format!("/{REGION_PREFIX}{pid}-{instance}");
         let r = Arc::new(ShmRegion::open(&name).map_err(|e| Error::SimPeer {
@@ -569,6 +604,19 @@ impl SimFabric {
         })?);
         peers.insert((pid, instance), Arc::clone(&r));
         Ok(r)
+    }
+}
+
+/// The regions of this process's fabrics, by instance, while each fabric lives.
+fn own_regions() -> MutexGuard<'static, HashMap<u32, Weak<ShmRegion>>> {
+    static OWN: LazyLock<Mutex<HashMap<u32, Weak<ShmRegion>>>> = LazyLock::new(Default::default);
+    OWN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for SimFabric {
+    fn drop(&mut self) {
+        // Peers that connected to it keep the mapping alive through their own `Arc`.
+        own_regions().remove(&self.instance);
     }
 }
 

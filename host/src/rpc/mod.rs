@@ -29,7 +29,7 @@ use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use crate::error::{Error, Result};
 use crate::exchange::Collectives;
-use crate::fabric::{sim, verbs, Fabric, QpEndpoint};
+use crate::fabric::{sim, verbs, Fabric, Qos, QpEndpoint};
 use wiring::{NodeFabric, Wired, Wiring};
 
 /// Bytes of an endpoint's control region (the exported consumer position and the READ
@@ -47,15 +47,18 @@ pub struct RpcConfig {
     /// flush of every send queue ([`RpcConfig::send_cq_entries`]).
     pub cqes: u32,
     /// Send WQEs per QP. The queue this makes ([`sq_wqebbs`](Self::sq_wqebbs)) must
-    /// hold [`EndpointConfig::min_sq_bbs`] blocks (16 with the seed's settings: four
+    /// hold [`EndpointConfig::min_sq_bbs`] blocks (16 with the default settings: four
     /// WQEs), or every endpoint is refused with `SqTooSmall`.
     pub sq_wrs: u32,
     /// Endpoint settings (reservation cap, inline threshold, signaling).
     pub endpoint: EndpointConfig,
+    /// Traffic class and service level of every connection (`--tclass`, `--sl`); both
+    /// sides must use the same ([`RpcNode::connect`] refuses a peer that does not).
+    pub qos: Qos,
 }
 
 impl RpcConfig {
-    /// The seed's settings for rings of `ring_bytes`.
+    /// The default settings (docs/spec/copyrpc.md#defaults) for rings of `ring_bytes`.
     pub const fn for_ring(ring_bytes: usize) -> Self {
         Self {
             ring_bytes,
@@ -63,6 +66,10 @@ impl RpcConfig {
             cqes: 4096,
             sq_wrs: 512,
             endpoint: EndpointConfig::for_ring(ring_bytes as u64),
+            qos: Qos {
+                traffic_class: 0,
+                sl: 0,
+            },
         }
     }
 }
@@ -107,8 +114,16 @@ pub struct PeerRecord {
     /// [`EndpointInfo::to_bytes`].
     pub info: [u8; EndpointInfo::BYTES],
     /// 1 when the record describes an endpoint (0 in a rank's slot for itself).
-    pub present: u64,
+    pub present: u32,
+    /// The sender's [`Qos::traffic_class`].
+    pub traffic_class: u8,
+    /// The sender's [`Qos::sl`].
+    pub sl: u8,
+    /// Zero.
+    pub reserved: [u8; 2],
 }
+
+const _: () = assert!(std::mem::size_of::<PeerRecord>() == 88);
 
 /// One rank's copyrpc context with an endpoint per peer rank. See the module docs.
 ///
@@ -127,6 +142,7 @@ pub struct RpcNode<U, const EPS: usize, const CALLS: usize, const REQS: usize> {
     wiring: Box<dyn Wiring>,
     fabric: Arc<Fabric>,
     rank: usize,
+    qos: Qos,
 }
 
 fn rpc_err(
@@ -262,6 +278,7 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
             wiring,
             fabric,
             rank,
+            qos: cfg.qos,
         })
     }
 
@@ -297,12 +314,18 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
                 qp,
                 info: info.to_bytes(),
                 present: 1,
+                traffic_class: self.qos.traffic_class,
+                sl: self.qos.sl,
+                reserved: [0; 2],
             };
         }
         Ok(())
     }
 
     /// Brings every endpoint up from what the peers sent (`received[p]` from rank `p`).
+    ///
+    /// A peer whose records carry another traffic class or service level is refused
+    /// before any QP is touched, naming the flag (`--tclass`, `--sl`) and both values.
     pub fn connect(&mut self, received: &[PeerRecord]) -> Result<()> {
         if received.len() != self.peers.len() {
             return Err(Error::RpcConfig {
@@ -314,14 +337,32 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> RpcNode<U, EPS,
             });
         }
         for (peer, (p, rec)) in self.peers.iter().zip(received).enumerate() {
-            let Some(id) = p else { continue };
+            if p.is_none() {
+                continue;
+            }
             if rec.present != 1 {
                 return Err(Error::RpcConfig {
                     reason: format!("rank {peer} sent no endpoint for rank {}", self.rank),
                 });
             }
+            let theirs = Qos {
+                traffic_class: rec.traffic_class,
+                sl: rec.sl,
+            };
+            if let Some((flag, mine, other)) = self.qos.difference(&theirs) {
+                return Err(Error::RpcConfig {
+                    reason: format!(
+                        "rank {peer} connects with {flag} {other}, rank {} with {flag} {mine}: \
+                         every rank needs the same {flag}",
+                        self.rank
+                    ),
+                });
+            }
+        }
+        for (peer, (p, rec)) in self.peers.iter().zip(received).enumerate() {
+            let Some(id) = p else { continue };
             let info = EndpointInfo::from_bytes(&rec.info);
-            self.wiring.connect(peer, &rec.qp)?;
+            self.wiring.connect(peer, &rec.qp, self.qos)?;
             self.ctx
                 .connect(*id, &info)
                 .map_err(rpc_err("connect", Some(peer)))?;

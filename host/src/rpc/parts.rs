@@ -10,7 +10,7 @@ use mlx5_raw::SqDesc;
 use super::wiring::{self, Wiring};
 use super::{split, RpcConfig, CONTROL_BYTES};
 use crate::error::{Error, Result};
-use crate::fabric::{sim, verbs, Fabric, QpEndpoint};
+use crate::fabric::{sim, verbs, Fabric, Qos, QpEndpoint};
 
 /// The shared queues of one context, and the QPs and regions of its endpoints. Dropping
 /// it destroys them: drop the context that uses them first.
@@ -96,7 +96,12 @@ impl NodeParts {
             .ok_or_else(|| Error::RpcConfig {
                 reason: format!("no endpoint of this node has qp {qpn:#x}"),
             })?;
-        self.wiring.connect(i, remote)
+        self.wiring.connect(i, remote, self.cfg.qos)
+    }
+
+    /// The traffic class and service level the next [`connect`](Self::connect)s use.
+    pub fn set_qos(&mut self, qos: Qos) {
+        self.cfg.qos = qos;
     }
 
     /// The fabric.
@@ -125,5 +130,28 @@ mod tests {
             matches!(&e, Error::RpcConfig { reason } if reason.contains("sized for 3")),
             "{e}"
         );
+    }
+
+    /// What `set_qos` sets is what the next connects bring the QPs up with (the C ABI's
+    /// `copyrpc_fabric_set_qos`).
+    #[test]
+    fn set_qos_reaches_the_qps_connected_after_it() {
+        let open = || Arc::new(open_sim(&FabricOptions::default()).unwrap());
+        let cfg = RpcConfig::for_ring(4096);
+        let (fa, fb) = (open(), open());
+        let mut a = NodeParts::new(Arc::clone(&fa), &cfg, 1).unwrap();
+        let mut b = NodeParts::new(Arc::clone(&fb), &cfg, 1).unwrap();
+        let (ea, eb) = (a.add_endpoint().unwrap(), b.add_endpoint().unwrap());
+        let qos = Qos::new(106, 3).unwrap();
+        a.set_qos(qos);
+        b.set_qos(qos);
+        a.connect(ea.address.qpn, &eb.address).unwrap();
+        b.connect(eb.address.qpn, &ea.address).unwrap();
+        for (f, qpn) in [(&fa, ea.address.qpn), (&fb, eb.address.qpn)] {
+            let Fabric::Sim(s) = &**f else {
+                unreachable!("a sim fabric")
+            };
+            assert_eq!(s.qos_of(qpn), Some(qos));
+        }
     }
 }

@@ -15,7 +15,7 @@ use mlx5_raw::SqDesc;
 
 use super::RpcConfig;
 use crate::error::Result;
-use crate::fabric::{sim, verbs, Fabric, QpEndpoint};
+use crate::fabric::{sim, verbs, Fabric, Qos, QpEndpoint};
 
 /// A registered region: where it starts and its keys.
 pub(crate) struct MrParts {
@@ -50,8 +50,8 @@ pub(crate) trait NodeFabric: Debug + Sized + 'static {
     fn mr_parts(mr: &Self::Mr) -> MrParts;
     /// What the peer needs to connect to `qp`.
     fn address(&self, qp: &Self::Qp) -> QpEndpoint;
-    /// Brings `qp` up towards the peer's address.
-    fn connect(&self, qp: &Self::Qp, remote: &QpEndpoint) -> Result<()>;
+    /// Brings `qp` up towards the peer's address, with `qos`.
+    fn connect(&self, qp: &Self::Qp, remote: &QpEndpoint, qos: Qos) -> Result<()>;
 }
 
 impl NodeFabric for sim::SimFabric {
@@ -109,8 +109,8 @@ impl NodeFabric for sim::SimFabric {
         sim::SimFabric::endpoint(self, qp)
     }
 
-    fn connect(&self, qp: &Self::Qp, remote: &QpEndpoint) -> Result<()> {
-        sim::SimFabric::connect(self, qp, remote)
+    fn connect(&self, qp: &Self::Qp, remote: &QpEndpoint, qos: Qos) -> Result<()> {
+        sim::SimFabric::connect_qos(self, qp, remote, qos)
     }
 }
 
@@ -190,8 +190,8 @@ impl NodeFabric for verbs::Device {
         qp.endpoint()
     }
 
-    fn connect(&self, qp: &Self::Qp, remote: &QpEndpoint) -> Result<()> {
-        qp.connect(remote, &verbs::ConnectOptions::default())
+    fn connect(&self, qp: &Self::Qp, remote: &QpEndpoint, qos: Qos) -> Result<()> {
+        qp.connect(remote, &verbs::ConnectOptions::with_qos(qos))
     }
 }
 
@@ -199,8 +199,8 @@ impl NodeFabric for verbs::Device {
 pub(crate) trait Wiring: Debug + Send {
     /// The address of the endpoint made for `peer` (`None`: no endpoint to it).
     fn address(&self, peer: usize) -> Option<QpEndpoint>;
-    /// Connects the endpoint made for `peer`.
-    fn connect(&self, peer: usize, remote: &QpEndpoint) -> Result<()>;
+    /// Connects the endpoint made for `peer`, with `qos`.
+    fn connect(&self, peer: usize, remote: &QpEndpoint, qos: Qos) -> Result<()>;
     /// Creates one more endpoint (QP and a region of `len` bytes, named `name`) on the
     /// shared queues, as entry `self.len()`; returns its send queue and region.
     fn add(&mut self, cfg: &RpcConfig, name: &str, len: usize) -> Result<(SqDesc, MrParts)>;
@@ -233,9 +233,9 @@ where
         Some(self.fabric().address(qp))
     }
 
-    fn connect(&self, peer: usize, remote: &QpEndpoint) -> Result<()> {
+    fn connect(&self, peer: usize, remote: &QpEndpoint, qos: Qos) -> Result<()> {
         match self.eps.get(peer).and_then(Option::as_ref) {
-            Some((qp, _)) => self.fabric().connect(qp, remote),
+            Some((qp, _)) => self.fabric().connect(qp, remote, qos),
             None => Ok(()),
         }
     }

@@ -13,7 +13,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use copyrpc_host::fabric::sim::{SimFabric, SimOptions, Stepping};
-use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, QpEndpoint};
+use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos, QpEndpoint};
 use copyrpc_host::rpc::{NodeParts, RpcConfig};
 use copyrpc_host::sim_engine::monotonic_ns;
 use copyrpc_linker::ctx::{
@@ -365,6 +365,40 @@ pub unsafe extern "C" fn copyrpc_fabric_endpoint(
         }
         Err(e) => system(format_args!("creating an endpoint: {e}")),
     })
+}
+
+/// Sets the traffic class and service level the fabric's next `copyrpc_fabric_connect`s
+/// bring QPs up with (perftest's `--tclass` and `--sl`; both 0 until set):
+/// `traffic_class` 0..=255 is the GRH's (on RoCE v2 the IP header's DSCP << 2 | ECN),
+/// `sl` 0..=15 the address vector's service level (on RoCE the VLAN priority). Both
+/// sides of a connection must use the same. Out of range: `COPYRPC_E_BAD_ARG`, nothing
+/// changed. Otherwise returns `COPYRPC_OK` or the refusals of `copyrpc_fabric_queues`.
+///
+/// # Safety
+///
+/// `f` is NULL or a handle of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_fabric_set_qos(
+    f: *mut copyrpc_fabric,
+    traffic_class: u32,
+    sl: u32,
+) -> i32 {
+    // SAFETY: forwarded.
+    let s = match unsafe { shell(f) } {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let (Ok(tc), Ok(sl)) = (u8::try_from(traffic_class), u8::try_from(sl)) else {
+        return COPYRPC_E_BAD_ARG;
+    };
+    match Qos::new(tc, sl) {
+        Ok(q) => {
+            // SAFETY: an open shell's.
+            unsafe { state(s.parts) }.parts.set_qos(q);
+            COPYRPC_OK
+        }
+        Err(_) => COPYRPC_E_BAD_ARG,
+    }
 }
 
 /// Connects endpoint `ep` of `ctx` (a context on this fabric) to its peer: builds the

@@ -19,7 +19,7 @@ type Msg = copyrpc_shm_msg;
 /// Bytes of the memory area an ipc server handle needs.
 pub const COPYRPC_IPC_SERVER_BYTES: usize = 256;
 /// Bytes of the memory area an ipc client handle needs.
-pub const COPYRPC_IPC_CLIENT_BYTES: usize = 320;
+pub const COPYRPC_IPC_CLIENT_BYTES: usize = 384;
 
 /// An ipc server handle (opaque, in the caller's memory).
 #[derive(Debug)]

@@ -25,7 +25,7 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 /// Runs every check; 0 when all pass, else the number of the first one that failed.
 #[unsafe(no_mangle)]
 pub extern "C" fn copyrpc_freestanding_selftest() -> u32 {
-    // 1-4: padding arithmetic (the seed's examples).
+    // 1-4: padding arithmetic (the examples of docs/spec/wire.md#padding).
     for (i, (len, padded)) in [(0, 32), (20, 32), (21, 64), (52, 64)]
         .into_iter()
         .enumerate()

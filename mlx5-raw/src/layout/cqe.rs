@@ -1,4 +1,4 @@
-//! Completion queue entries (`mlx5dv.h`, reference §4.2–4.6) and a decoder that never
+//! Completion queue entries (`mlx5dv.h`, docs/spec/mlx5.md#cqe64) and a decoder that never
 //! panics.
 //!
 //! [`decode`] turns any 64-byte block into a [`Completion`] value. The contract, in the
@@ -259,7 +259,7 @@ impl CqeOpcode {
     }
 }
 
-/// Error syndromes of REQ_ERR/RESP_ERR CQEs (`MLX5_CQE_SYNDROME_*`, reference §4.6).
+/// Error syndromes of REQ_ERR/RESP_ERR CQEs (`MLX5_CQE_SYNDROME_*`, docs/spec/mlx5.md#error-cqe).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Syndrome {
     /// 0x01: receive buffer too small / bad local length.
@@ -362,7 +362,7 @@ impl Syndrome {
     }
 }
 
-/// Where a responder CQE's payload is (`op_own[3:2]`, reference §3.6). Compressed
+/// Where a responder CQE's payload is (`op_own[3:2]`, docs/spec/mlx5.md#scatter-to-cqe). Compressed
 /// sessions (format 3) are a [`CqeDecodeError`], not a format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CqeFormat {

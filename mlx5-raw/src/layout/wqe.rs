@@ -1,4 +1,4 @@
-//! Send/receive WQE segments (`mlx5dv.h`, reference §1.2–1.8, §3.2).
+//! Send/receive WQE segments (`mlx5dv.h`, docs/spec/mlx5.md#send-wqe, docs/spec/mlx5.md#srq).
 //!
 //! Every struct here is `#[repr(C)]`, alignment 1 (all fields are bytes or
 //! `zerocopy::big_endian` integers), and pinned by size/offset asserts against the C
@@ -57,9 +57,9 @@ impl SendOpcode {
 
 bitflags::bitflags! {
     /// The ctrl segment's `fm_ce_se` byte: fence mode `[7:5]`, completion mode `[3:2]`,
-    /// solicited `[1]` (reference §1.3). Combine with `|`. A `bitflags` set over the
-    /// byte: the operations are the same `or`/`and` on a `u8` the hand-written type had
-    /// (instruction counts unchanged, docs/PERFORMANCE.md).
+    /// solicited `[1]` (docs/spec/mlx5.md#completion-and-fence-bits). Combine with `|`. A
+    /// `bitflags` set over the byte: the operations are the same `or`/`and` on a `u8` the
+    /// hand-written type had (docs/PERFORMANCE.md).
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     pub struct FmCeSe: u8 {
         /// CE = 2: always generate a CQE (`MLX5_WQE_CTRL_CQ_UPDATE`). "Signaled".

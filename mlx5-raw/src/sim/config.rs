@@ -49,7 +49,7 @@ pub struct MrKeys {
     pub va: u64,
 }
 
-/// How a QP in error reports the WQEs it flushes (reference §6).
+/// How a QP in error reports the WQEs it flushes (docs/spec/mlx5.md#qp-errors-and-flush).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum FlushMode {
     /// One WR_FLUSH_ERR CQE per outstanding WQE, signaled or not (what IBA requires and
@@ -114,8 +114,8 @@ pub struct QpAttr {
     /// Remote operations the QP accepts (`qp_access_flags`: REMOTE_WRITE, REMOTE_READ);
     /// a request it does not accept is NAKed "invalid request".
     pub access: Access,
-    /// `min_rnr_timer` (5-bit IBA encoding, reference §5): how long the peer waits after
-    /// this QP answers RNR.
+    /// `min_rnr_timer` (5-bit IBA encoding, docs/spec/mlx5.md#write-with-immediate): how
+    /// long the peer waits after this QP answers RNR.
     pub min_rnr_timer: u8,
     /// `rnr_retry` (0..=7; 7 = retry forever): RNR NAKs this QP's requester accepts per
     /// message before failing with RNR_RETRY_EXC_ERR.
@@ -177,8 +177,8 @@ pub struct SqMem {
     pub dbrec: *mut u32,
     /// A 4 KiB UAR page, or null. When given, the description's BlueFlame register is
     /// `uar + 0x800` with 256-byte buffers, so the driver exercises its BlueFlame path.
-    /// The model never reads it: it always executes WQEs from SQ memory (reference
-    /// §2.3, "model rule").
+    /// The model never reads it: it always executes WQEs from SQ memory
+    /// (docs/spec/mlx5.md#doorbell).
     pub uar: *mut u8,
 }
 
@@ -313,7 +313,8 @@ impl StepStats {
     }
 }
 
-/// The IBA `min_rnr_timer` encoding (5 bits) in ns (reference §5; 0 = 655.36 ms).
+/// The IBA `min_rnr_timer` encoding (5 bits) in ns (docs/spec/mlx5.md#write-with-immediate;
+/// 0 = 655.36 ms).
 pub const fn rnr_timer_ns(code: u8) -> u64 {
     const US: [u32; 32] = [
         655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,

@@ -124,7 +124,8 @@ impl SimCq {
         u32::from_be(self.dbrec.load_u32(0, Ordering::Acquire)) & CQ_CI_MASK
     }
 
-    /// Reference §4.7 / §8.5: overrun check, bytes 0..62, then `op_own` with Release.
+    /// docs/spec/mlx5.md#owner-bit, docs/spec/mlx5.md#device-model step 5: overrun check,
+    /// bytes 0..62, then `op_own` with Release.
     fn write(&mut self, cqe: &[u8; 64], ctx: &mut Ctx<'_>) {
         let ci = self.consumer_index();
         let used = self.pi.wrapping_sub(ci) & CQ_CI_MASK;
@@ -169,7 +170,7 @@ impl SimCq {
     }
 }
 
-/// A requester CQE (REQ, reference §4.5): `sop_drop_qpn = opcode << 24 | qpn`.
+/// A requester CQE (REQ, docs/spec/mlx5.md#cqe64): `sop_drop_qpn = opcode << 24 | qpn`.
 pub(crate) fn req_cqe(
     qpn: u32,
     send_opcode: u8,
@@ -201,7 +202,8 @@ pub(crate) struct RespCqe {
     pub solicited: bool,
 }
 
-/// A responder CQE (RESP_WR_IMM / RESP_SEND / RESP_SEND_IMM, reference §5).
+/// A responder CQE (RESP_WR_IMM / RESP_SEND / RESP_SEND_IMM,
+/// docs/spec/mlx5.md#write-with-immediate).
 pub(crate) fn resp_cqe(r: &RespCqe, now: u64) -> [u8; 64] {
     let mut c = Cqe64::ZEROED;
     c.flags_rqpn = U32::new(r.remote_qpn & QPN_MASK);
@@ -215,7 +217,7 @@ pub(crate) fn resp_cqe(r: &RespCqe, now: u64) -> [u8; 64] {
     zerocopy::transmute!(c)
 }
 
-/// An error CQE (reference §4.6): REQ_ERR with the send opcode, or RESP_ERR.
+/// An error CQE (docs/spec/mlx5.md#error-cqe): REQ_ERR with the send opcode, or RESP_ERR.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn err_cqe(
     requester: bool,

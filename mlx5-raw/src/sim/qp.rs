@@ -342,8 +342,9 @@ impl Qp {
         }
     }
 
-    /// Moves the QP to ERR: flushes every outstanding and rung WQE (reference §6), the
-    /// SRQ WQE of a SEND being received, and reports the event.
+    /// Moves the QP to ERR: flushes every outstanding and rung WQE
+    /// (docs/spec/mlx5.md#qp-errors-and-flush), the SRQ WQE of a SEND being received, and
+    /// reports the event.
     pub(crate) fn enter_err(&mut self, syndrome: Syndrome, cause: ErrCause, env: &mut Env<'_, '_>) {
         if self.state == QpState::Err {
             return;

@@ -169,7 +169,8 @@ fn write(qp: &mut Qp, hdr: &PktHdr, payload: &Raw, env: &mut Env<'_, '_>) {
     };
     let last = hdr.flags & flag::LAST != 0;
     let imm = hdr.flags & flag::IMM != 0;
-    // WRITE_IMM needs a receive WQE; the need is on the last packet (reference §5).
+    // WRITE_IMM needs a receive WQE; the need is on the last packet
+    // (docs/spec/mlx5.md#write-with-immediate).
     let srq = if last && imm {
         match srq_ready(qp, hdr, env) {
             Some(s) => Some(s),

@@ -1,4 +1,4 @@
-//! The SRQ consumer (reference §3.4): the device half of the free list.
+//! The SRQ consumer (docs/spec/mlx5.md#srq): the device half of the free list.
 
 use core::sync::atomic::Ordering;
 
@@ -79,9 +79,9 @@ impl SimSrq {
         posted.wrapping_sub(self.count)
     }
 
-    /// Consumes the WQE at the head, following its `next_wqe_index` read now (reference
-    /// §3.4). Call only when [`available`](Self::available) is nonzero. `Err` if the
-    /// list links outside the SRQ (a malformed receive WQE).
+    /// Consumes the WQE at the head, following its `next_wqe_index` read now
+    /// (docs/spec/mlx5.md#srq). Call only when [`available`](Self::available) is nonzero.
+    /// `Err` if the list links outside the SRQ (a malformed receive WQE).
     pub(crate) fn take(&mut self) -> Result<u16, ()> {
         let idx = self.head;
         if u32::from(idx) >= self.wqe_cnt {

@@ -120,7 +120,7 @@ fn link_queue_wraps_and_keeps_order() {
 
 #[test]
 fn parse_tv1_across_the_sq_end() {
-    // Reference §1.11 TV1 at counter 0x1234 of a 2-WQEBB SQ (slot 0).
+    // TV1 of docs/spec/mlx5.md#test-vectors at counter 0x1234 of a 2-WQEBB SQ (slot 0).
     let sq = Mem::new(128);
     let tv1: [u8; 48] = [
         0x00, 0x12, 0x34, 0x09, 0x0a, 0xbc, 0xde, 0x03, 0x00, 0x00, 0x00, 0x0a, 0xde, 0xad, 0xbe,

@@ -1,9 +1,10 @@
 //! The send-WQE parser: reads a WQE byte for byte from SQ memory, wrap-aware
-//! (reference §1.2–1.9, §2.5, §8.2).
+//! (docs/spec/mlx5.md#send-wqe, docs/spec/mlx5.md#device-side,
+//! docs/spec/mlx5.md#device-model).
 //!
 //! Byte `k` of the WQE starting at counter `pi` is at `sq + ((pi * 64 + k) mod (wqe_cnt *
-//! 64))` (reference §1.9); every read here goes through [`Raw::ring_read`], so no
-//! segment code tests for the end of the queue.
+//! 64))` (docs/spec/mlx5.md#wrap-inside-the-queue); every read here goes through
+//! [`Raw::ring_read`], so no segment code tests for the end of the queue.
 
 use zerocopy::FromBytes;
 
@@ -186,7 +187,8 @@ pub(crate) fn parse(
                 len: bc,
             }
         };
-        // Zero-length entries move no data (rdma-core never emits them; reference §9.5).
+        // Zero-length entries move no data (rdma-core never emits them;
+        // docs/spec/mlx5.md#data-segment).
         if seg.len() != 0 {
             w.segs[w.nseg] = seg;
             w.nseg += 1;

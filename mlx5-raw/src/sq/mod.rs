@@ -32,15 +32,14 @@
 //! }
 //! ```
 //!
-//! A WQE may span up to 8 WQEBBs (512 bytes, reference §1.1) and may run past the end of
-//! the ring. The common WQE (contiguous bytes, inline or an inline head and one data
-//! segment, before the ring end, with room free) is written by `post_contig` with
+//! A WQE may span up to 8 WQEBBs (512 bytes, docs/spec/mlx5.md#send-wqe) and may run past
+//! the end of the ring. The common WQE (contiguous bytes, inline or an inline head and one
+//! data segment, before the ring end, with room free) is written by `post_contig` with
 //! fixed-size stores into its one slice. Everything else goes to `post_general`, out of
-//! line, whose segment code writes through one cursor (`WqeCursor`) and never tests for
-//! the end of the queue: a WQE that fits before the end is written as one slice, and
-//! only one that straddles it goes through the wrap-aware ring writes. Both lay a WQE out
-//! the same way (`tests/sq.rs` compares every length at every ring position with a
-//! reference).
+//! line, whose segment code writes through one cursor (`WqeCursor`) and never tests for the
+//! end of the queue: a WQE that fits before the end is written as one slice, and only one
+//! that straddles it goes through the wrap-aware ring writes. Both lay a WQE out the same
+//! way (`tests/sq.rs` compares every length at every ring position with a reference).
 //!
 //! Completions: a requester CQE carries the `wqe_index` of the completed WQE's first BB;
 //! that WQE and everything before it are done ([`Sq::retire`]). The WQE's size is read
@@ -68,8 +67,8 @@ use cursor::{Span, WqeCursor, WqeDest, Wrapping};
 use types::Repr;
 pub use types::{Payload, PostError, Posted, Remote, RetireError, Sge, SqConfig, SqInitError};
 
-/// Largest WQE this driver builds, in bytes (reference §1.1: the kernel's SGE arithmetic
-/// and RDMA READ are limited to 512 B).
+/// Largest WQE this driver builds, in bytes (docs/spec/mlx5.md#send-wqe: the kernel's SGE
+/// arithmetic and RDMA READ are limited to 512 B).
 pub const MAX_WQE_BYTES: usize = 512;
 /// Largest WQE in WQEBBs.
 pub const MAX_WQE_BBS: u32 = (MAX_WQE_BYTES / SEND_WQE_BB) as u32;
@@ -81,8 +80,8 @@ pub const MAX_INLINE: u32 = (MAX_WQE_BYTES - 2 * SEND_WQE_DS - 4) as u32;
 pub const MAX_INLINE_HEAD: u32 = (MAX_WQE_BYTES - 3 * SEND_WQE_DS - 4) as u32;
 /// `x` rounded up to a multiple of `P`, a power of two, for a size far below
 /// `usize::MAX` (a WQE's): an add and a mask. `next_multiple_of` and `div_ceil` make a
-/// remainder test and a select of it, ~4 instructions more each time a WQE is sized
-/// (docs/PERFORMANCE.md, "Latency path").
+/// remainder test and a select of it each time a WQE is sized (docs/PERFORMANCE.md,
+/// "Latency path").
 #[inline(always)]
 const fn round_up<const P: usize>(x: usize) -> usize {
     const { assert!(P.is_power_of_two()) };
@@ -689,13 +688,13 @@ impl Sq {
         self.debug_check();
     }
 
-    /// The doorbell, as the checklist of rdma-core `post_send_db` (reference §2.3).
+    /// The doorbell, as the checklist of rdma-core `post_send_db` (docs/spec/mlx5.md#doorbell).
     /// `last` is the free-running position and DS of the batch's last WQE; `count` the
     /// number of WQEs in the batch.
     ///
     /// Steps 1–3 inline, the register (steps 4–7) out of line: a queue without a
     /// register (the device watches the record) then pays two stores and a test per
-    /// doorbell instead of the 16-instruction frame the BlueFlame copy needs
+    /// doorbell instead of the frame the BlueFlame copy needs
     /// (docs/PERFORMANCE.md, "Latency path").
     #[inline(always)]
     fn ring_doorbell(&mut self, last: (u64, u8), count: u32) {

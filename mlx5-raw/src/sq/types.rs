@@ -14,7 +14,7 @@ pub struct SqConfig {
 }
 
 impl SqConfig {
-    /// copyrpc's settings (seed 000 §3.5): fully inline up to 220 bytes (ctrl + raddr +
+    /// copyrpc's settings (docs/spec/copyrpc.md#wqes): fully inline up to 220 bytes (ctrl + raddr +
     /// inline = 256 B, one BlueFlame buffer), else 204 bytes inline + one SGE (also 256
     /// B); signal every 64 WQEs.
     pub const COPYRPC: Self = Self {

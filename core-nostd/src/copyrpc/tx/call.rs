@@ -13,9 +13,9 @@ impl Tx {
     ///
     /// Always inlined: see `Context::reply_with` and `Context::call_with_allowance`.
     /// So is a call that opens a batch ([`write_call_opening`](Self::write_call_opening)),
-    /// all but its wrapping case: out of line, it cost every call at one call in flight
-    /// ~57 instructions of frame, arguments and recomputed sizes, and inlined it costs
-    /// batch 16 nothing and batch 64 under 1 % (docs/PERFORMANCE.md, "Latency path").
+    /// all but its wrapping case: out of line, every call at one call in flight paid
+    /// for its frame, arguments and recomputed sizes, and inlined it costs the larger
+    /// batches almost nothing (docs/PERFORMANCE.md, "Latency path").
     #[inline(always)]
     pub(crate) fn write_call(
         &mut self,
@@ -28,7 +28,7 @@ impl Tx {
         if !self.ring.fits_open_batch(padded) {
             return self.write_call_opening(call_id, payload, padded, response_allowance);
         }
-        let paid = self.pay_for_call(padded, response_allowance)?;
+        let paid = self.pay_for_call(padded, padded, response_allowance)?;
         let size = self.ring.size();
         let pos = self.ring.append_to_open_batch(padded);
         let buf = self.mem.ring_bytes_mut(size, pos, padded as usize);
@@ -54,14 +54,15 @@ impl Tx {
         self.check_allowance(response_allowance)?;
         // A message that opens a batch can wrap, queueing up to two ranges.
         if self.ranges.len() + 2 > RANGES {
-            return Err(Error::RingFull);
+            return Err(self.refuse_ranges_full(padded, response_allowance));
         }
         // The common opening (every call at one call in flight): a new batch that does
         // not wrap. Tested once, as the append path tests `fits_open_batch`; `plan` and
-        // `reserve_message` would each test it again (~10 instructions a batch,
-        // docs/PERFORMANCE.md, "Latency path").
+        // `reserve_message` would each test it again (docs/PERFORMANCE.md, "Latency
+        // path").
         let (paid, pos) = if self.ring.fits_new_batch(padded) {
-            let paid = self.pay_for_call(FLOW_METADATA_SIZE + padded, response_allowance)?;
+            let paid =
+                self.pay_for_call(FLOW_METADATA_SIZE + padded, padded, response_allowance)?;
             (paid, self.ring.open_batch_with(padded))
         } else {
             self.pay_for_opening_general(padded, response_allowance)?
@@ -84,7 +85,7 @@ impl Tx {
         response_allowance: u32,
     ) -> Result<(CallCredit, u64), Error> {
         let plan = self.ring.plan(padded).map_err(|_| Error::PayloadTooLarge)?;
-        let paid = match self.pay_for_call(plan.advance, response_allowance) {
+        let paid = match self.pay_for_call(plan.advance, padded, response_allowance) {
             Err(Error::RingFull) if plan.wraps => {
                 // Changes nothing now (a refused call never does): the flush the
                 // refusal asks for decides (`wrap_if_wanted`). Ring sizes are below
@@ -105,20 +106,26 @@ impl Tx {
     }
 
     /// The checks a call passes before anything changes, and its payment: a response
-    /// allowance the peer's ring can carry, room for the producer to move by `advance`,
-    /// and the peer's credit for the allowance (deducted).
+    /// allowance the peer's ring can carry, room for the producer to move by `advance`
+    /// (for a message of `padded` bytes), and the peer's credit for the allowance
+    /// (deducted).
     #[inline(always)]
-    fn pay_for_call(&mut self, advance: u64, response_allowance: u32) -> Result<CallCredit, Error> {
+    fn pay_for_call(
+        &mut self,
+        advance: u64,
+        padded: u64,
+        response_allowance: u32,
+    ) -> Result<CallCredit, Error> {
         self.check_allowance(response_allowance)?;
         if !self.call_has_room(advance) {
-            return Err(self.refuse_ring_full(response_allowance));
+            return Err(self.refuse_ring_full(padded, response_allowance));
         }
         self.credit
             .try_reserve_for_call(response_allowance)
             .map_err(call_credit_refusal)
     }
 
-    /// `credit.has_room(in_flight, advance)`, tested against the cached limit first.
+    /// `credit.call_fits(in_flight, advance)`, tested against the cached limit first.
     #[inline]
     fn call_has_room(&mut self, advance: u64) -> bool {
         // A plain add, like every producer move: positions never come near 2^64 (the
@@ -127,11 +134,11 @@ impl Tx {
         if end > self.call_limit {
             self.refresh_call_limit();
             if end > self.call_limit {
-                debug_assert!(!self.credit.has_room(self.in_flight(), advance));
+                debug_assert!(!self.credit.call_fits(self.in_flight(), advance));
                 return false;
             }
         }
-        debug_assert!(self.credit.has_room(self.in_flight(), advance));
+        debug_assert!(self.credit.call_fits(self.in_flight(), advance));
         true
     }
 
@@ -151,7 +158,7 @@ impl Tx {
         let tail = self.ring.size().room_to_lap_end(self.ring.producer());
         if padded != 0
             && still_wraps
-            && self.credit.has_room(0, FLOW_METADATA_SIZE + padded)
+            && self.credit.call_fits(0, FLOW_METADATA_SIZE + padded)
             && self.credit.has_room(self.in_flight(), tail)
             && self.can_queue_wrap()
         {
@@ -161,17 +168,40 @@ impl Tx {
         }
     }
 
-    /// A call found no ring room: [`Error::RingFull`] (and a READ of the peer's
-    /// consumer at the next flush), unless its allowance can never be paid for, which
-    /// no room would change.
+    /// A call of a `padded`-byte message found no ring room: [`Error::RingFull`] (and a
+    /// READ of the peer's consumer at the next flush), unless no room could ever
+    /// admit it ([`permanent_refusal`](Self::permanent_refusal)).
     #[cold]
     #[inline(never)]
-    fn refuse_ring_full(&mut self, response_allowance: u32) -> Error {
-        if !self.credit.can_ever_pay(response_allowance) {
-            return Error::AllowanceTooLarge;
+    fn refuse_ring_full(&mut self, padded: u64, response_allowance: u32) -> Error {
+        if let Some(e) = self.permanent_refusal(padded, response_allowance) {
+            return e;
         }
         self.want_read = true;
         Error::RingFull
+    }
+
+    /// A call that opens a batch found the wrap ranges' queue full: [`Error::RingFull`]
+    /// (the send queue drains it), unless no room could ever admit it.
+    #[cold]
+    #[inline(never)]
+    fn refuse_ranges_full(&self, padded: u64, response_allowance: u32) -> Error {
+        self.permanent_refusal(padded, response_allowance)
+            .unwrap_or(Error::RingFull)
+    }
+
+    /// Why a call of a `padded`-byte message allowing `response_allowance` response
+    /// bytes can never be made, if it cannot: a message above the request limit
+    /// (`credit::max_request_payload`: the call rule never admits it, whatever is
+    /// consumed), or an allowance no credit can ever pay for.
+    fn permanent_refusal(&self, padded: u64, response_allowance: u32) -> Option<Error> {
+        if padded > padded_message_size(self.max_request_payload()) {
+            Some(Error::PayloadTooLarge)
+        } else if !self.credit.can_ever_pay(response_allowance) {
+            Some(Error::AllowanceTooLarge)
+        } else {
+            None
+        }
     }
 
     /// Why a call may not be made on this endpoint while every pending-call slot is
@@ -179,9 +209,8 @@ impl Tx {
     #[cold]
     #[inline(never)]
     pub(crate) fn refuse_no_slot(&self, payload_len: usize, response_allowance: u32) -> Error {
-        let fits = u32::try_from(payload_len)
-            .is_ok_and(|len| self.ring.plan(padded_message_size(len)).is_ok());
-        if !fits || self.check_allowance(response_allowance).is_err() {
+        let too_large = payload_len > self.max_request_payload() as usize;
+        if too_large || self.check_allowance(response_allowance).is_err() {
             Error::PayloadTooLarge
         } else if !self.credit.can_ever_pay(response_allowance) {
             Error::AllowanceTooLarge

@@ -10,7 +10,7 @@
 //! then, so no credit return or grant is ever computed for a WQE that is not posted.
 
 mod call;
-mod post;
+mod range;
 mod reply;
 
 use mlx5_raw::Remote;
@@ -43,9 +43,9 @@ pub(crate) struct Tx {
     /// The peer's consumer as we know it (piggybacked returns and READ results).
     consumer: RemoteConsumer,
     /// A lower bound of `credit.call_limit(consumer.position())`: where a call's write
-    /// may end. Refreshed when a grant lowers the exact limit (`post_range`) and when it
-    /// refuses a call; between those the exact limit only rises, so testing against
-    /// this copy never admits a call `has_room` would refuse.
+    /// may end. Refreshed when it refuses a call; the exact limit moves only with the
+    /// consumer, up, so testing against this copy never admits a call the call rule
+    /// (`CreditState::call_fits`) would refuse.
     call_limit: u64,
     /// Our recv ring's size: that of the peer's send ring, which carries our replies.
     reply_ring: RingSize,
@@ -240,6 +240,16 @@ impl Tx {
             return Err(Error::PayloadTooLarge);
         }
         Ok(())
+    }
+
+    /// The largest request payload a call can ever send (at most `u32::MAX`, the
+    /// header's length field).
+    pub(crate) fn max_request_payload(&self) -> u32 {
+        let limit = credit::max_request_payload(
+            self.credit.max_resp_reservation(),
+            self.credit.remote_ring_size(),
+        );
+        u32::try_from(limit).unwrap_or(u32::MAX)
     }
 
     /// The largest response allowance a call can ever pay for.

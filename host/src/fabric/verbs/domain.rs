@@ -1,14 +1,22 @@
 //! Thread domains: a UAR (doorbell page, BlueFlame registers) per posting thread.
 //!
 //! rdma-core's mlx5 provider gives the first QPs of a context BlueFlame registers of
-//! their own and, past those, registers shared between QPs (`mlx5_get_qp_uar`); two
-//! threads posting to QPs on one shared register must serialise their 64-byte writes
-//! (`mlx5_raw::SharedBf`, a lock every doorbell takes). A *thread domain*
-//! (`ibv_alloc_td`) promises the provider that one thread at a time posts to the QPs
-//! created in it, and mlx5 answers with a UAR of the domain's own
-//! (`mlx5_attach_dedicated_uar`): no register shared with another domain, no lock needed
-//! by the provider. A QP joins a domain by being created on a *parent domain*
+//! their own and, past those, registers shared between QPs (`mlx5_get_qp_uar` in
+//! providers/mlx5/verbs.c). With its defaults that is 4 dedicated registers
+//! (`MLX5_NUM_LOW_LAT_UUARS`, `get_num_low_lat_uuars` in mlx5.c): from the 5th QP on,
+//! registers are shared and locked (`need_lock`). Two threads posting to QPs on one
+//! shared register must serialise their 64-byte writes (`mlx5_raw::SharedBf`, a lock
+//! every doorbell takes). A *thread domain* (`ibv_alloc_td`) promises the provider that
+//! one thread at a time posts to the QPs created in it, and mlx5 answers with a
+//! BlueFlame register of the domain's own (`mlx5_alloc_td` →
+//! `mlx5_attach_dedicated_uar`), which every QP of the domain rings (`mlx5_create_qp`:
+//! `bf = mparent_domain->mtd->bf`): no register shared with another domain, no lock
+//! needed by the provider. Registers are handed out two to a UAR page in order (0x800,
+//! 0xa00: `mlx5_insert_dyn_uuars`), so two domains usually share a 4 KiB page, each
+//! with its own register. A QP joins a domain by being created on a *parent domain*
 //! (`ibv_alloc_parent_domain`), a PD that is the device's PD plus the thread domain.
+//! A device without BlueFlame gives every domain the context's shared non-cached UAR
+//! (`ctx->nc_uar`), where the `SharedBf` lock is what keeps doorbells whole.
 //!
 //! The host makes one [`ThreadDomain`] per copyrpc context, because a context is driven
 //! by one thread (`Context` is `!Sync`): every QP a thread posts to then rings its own

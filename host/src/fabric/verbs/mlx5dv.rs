@@ -1,11 +1,11 @@
-//! Hand-written bindings for the few parts of `<infiniband/mlx5dv.h>` (rdma-core 44) the
+//! Hand-written bindings for the few parts of `<infiniband/mlx5dv.h>` (rdma-core 44..) the
 //! verbs fabric uses: `mlx5dv_init_obj` with its `mlx5dv_obj` / `mlx5dv_qp` / `mlx5dv_cq`
 //! / `mlx5dv_srq` structs, and `mlx5dv_create_qp` with `mlx5dv_qp_init_attr`.
 //!
-//! rdma-sys has no mlx5dv, and bindgen lays `mlx5_wqe_ctrl_seg` out wrong (20 bytes
-//! instead of 16; see `shared/reference/toolchain.md` §3), so nothing here is generated.
-//! The structs carry the C field names so they read against the header, and
-//! `tests/verbs_mlx5dv_layout.rs` compiles a C program against the installed header and
+//! rdma-sys has no mlx5dv, and bindgen lays `mlx5_wqe_ctrl_seg` out wrong (20 bytes instead
+//! of 16: the header's `packed` with `aligned(4)` has no bindgen equivalent), so nothing
+//! here is generated. The structs carry the C field names so they read against the header,
+//! and `tests/verbs_mlx5dv_layout.rs` compiles a C program against the installed header and
 //! compares every size and offset. `build.rs` links `libmlx5`.
 
 #![allow(non_camel_case_types)]
@@ -142,8 +142,14 @@ obj_pair!(
     "`mlx5dv_obj.{rwq, dm, ah, pd}`, which we never ask for."
 );
 
-/// `struct mlx5dv_obj`. The members we do not use (`rwq`, `dm`, `ah`, `pd`) are kept as
-/// untyped pairs so the size and offsets match the header.
+/// `struct mlx5dv_obj`. The members we do not use (`rwq`, `dm`, `ah`, `pd`, `devx`) are
+/// kept as untyped pairs so the offsets match the header.
+///
+/// rdma-core 55 added the `devx` pair at the end (commit "mlx5: Extend mlx5dv_init_obj()
+/// API for devx object": 112 → 128 bytes on LP64). This struct has it, so it is the
+/// larger of the two: `mlx5dv_init_obj` (`_mlx5dv_init_obj` in providers/mlx5/mlx5.c)
+/// reads only the pairs whose `MLX5DV_OBJ_*` bit is asked for, so an older library never
+/// looks past byte 112 and a newer one finds every pair it knows inside this struct.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct mlx5dv_obj {
@@ -161,6 +167,8 @@ pub struct mlx5dv_obj {
     pub ah: mlx5dv_obj_unused,
     /// `pd` (unused).
     pub pd: mlx5dv_obj_unused,
+    /// `devx` (unused; rdma-core 55 and later).
+    pub devx: mlx5dv_obj_unused,
 }
 
 /// `struct mlx5dv_dc_init_attr` (DC transport only; zero for RC).
@@ -206,13 +214,14 @@ extern "C" {
     pub fn mlx5dv_is_supported(device: *mut ibv_device) -> bool;
 }
 
-// The sizes the header has on LP64 (toolchain.md §1 lists 96 / 48 / 48 / 112); the test
-// against the header checks every offset too.
+// The sizes the header has on LP64 (toolchain.md §1 lists 96 / 48 / 48 / 112 for
+// rdma-core 44; `mlx5dv_obj` is 128 from rdma-core 55, see above); the test against the
+// header checks every offset too.
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<mlx5dv_qp>() == 96);
     assert!(std::mem::size_of::<mlx5dv_cq>() == 48);
     assert!(std::mem::size_of::<mlx5dv_srq>() == 48);
-    assert!(std::mem::size_of::<mlx5dv_obj>() == 112);
+    assert!(std::mem::size_of::<mlx5dv_obj>() == 128);
     assert!(std::mem::size_of::<mlx5dv_qp_init_attr>() == 40);
 };

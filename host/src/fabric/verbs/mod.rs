@@ -21,6 +21,8 @@
 //! the object they came from lives.
 
 mod domain;
+pub mod gid;
+pub mod huge;
 mod queues;
 
 pub mod mlx5dv;
@@ -147,15 +149,18 @@ pub struct VerbsOptions {
     pub device: Option<String>,
     /// Port number, usually 1.
     pub port: u8,
-    /// GID table index for the GRH; `None` (the default) picks it: on RoCE the first
-    /// routable RoCE v2 entry of the port's table (as `show_gids` lists it; index 0 is the
-    /// RoCE v1 link-local entry, which a routed fabric drops), on InfiniBand 0 (used only
-    /// if the peer has no LID).
+    /// GID table index for the GRH; `None` (the default) picks it: on RoCE with
+    /// [`gid::choose`] (a RoCE v2 entry of the port's netdev, IPv4 first; several equally
+    /// good ones are refused, naming them), on InfiniBand 0 (used only if the peer has no
+    /// LID). Given, it must be a RoCE v2 entry of the table on RoCE ([`gid::check_index`]).
     pub gid_index: Option<u8>,
     /// Bytes this process will register (0: unknown). Checked against `RLIMIT_MEMLOCK`
     /// at open, so a limit too small for the run fails up front with the limit named,
     /// not as a bare ENOMEM from `ibv_reg_mr` halfway through set-up.
     pub pinned_bytes: u64,
+    /// Carve [`Device::alloc_mr`] regions from 2 MiB huge pages ([`huge`]), falling back
+    /// to 4 KiB pages when none are free ([`Device::huge_pages`] says why).
+    pub hugepages: bool,
 }
 
 impl Default for VerbsOptions {
@@ -165,6 +170,7 @@ impl Default for VerbsOptions {
             port: 1,
             gid_index: None,
             pinned_bytes: 0,
+            hugepages: false,
         }
     }
 }
@@ -200,6 +206,8 @@ struct Ctx {
     link_layer: u8,
     active_mtu: u32,
     gid: [u8; 16],
+    /// The netdev of the GID entry in use, when sysfs names it.
+    gid_netdev: Option<String>,
     max_qp_rd_atom: u8,
     max_qp_init_rd_atom: u8,
     /// One lock per BlueFlame register address of this context
@@ -207,6 +215,8 @@ struct Ctx {
     /// ones and mlx5dv does not say which, so every QP's doorbell takes its register's
     /// lock (uncontended for a register of its own: one compare-and-swap).
     bf_locks: std::sync::Mutex<std::collections::HashMap<usize, Arc<mlx5_raw::SharedBf>>>,
+    /// Where `alloc_mr` carves regions with `--hugepages`.
+    huge: Option<huge::HugeArena>,
 }
 
 impl Ctx {
@@ -331,6 +341,33 @@ impl Device {
         self.ctx.gid
     }
 
+    /// The GID table index in use (`--gid-index`, or what `auto` picked).
+    pub fn gid_index(&self) -> u8 {
+        self.ctx.gid_index
+    }
+
+    /// One line for the user: device, port, link layer and, on RoCE, the GID in use with
+    /// its netdev, e.g. `mlx5_0 port 1 (RoCE): GID index 3 ::ffff:10.0.0.1 (IPv4 10.0.0.1,
+    /// netdev eth0)`.
+    pub fn describe(&self) -> String {
+        let c = &self.ctx;
+        if !self.is_roce() {
+            return format!("{} port {} (InfiniBand, LID {:#x})", c.name, c.port, c.lid);
+        }
+        let ip = std::net::Ipv6Addr::from(c.gid);
+        let v4 = ip
+            .to_ipv4_mapped()
+            .map(|a| format!("IPv4 {a}, "))
+            .unwrap_or_default();
+        format!(
+            "{} port {} (RoCE): GID index {} {ip} ({v4}netdev {})",
+            c.name,
+            c.port,
+            c.gid_index,
+            c.gid_netdev.as_deref().unwrap_or("unknown")
+        )
+    }
+
     /// Whether the port is RoCE (Ethernet link layer; every QP uses a GRH).
     pub fn is_roce(&self) -> bool {
         self.ctx.link_layer == LINK_LAYER_ETHERNET
@@ -341,15 +378,30 @@ impl Device {
         crate::topology::nic_numa_node(&self.ctx.name)
     }
 
-    /// Allocates `len` bytes of zeroed, page-aligned memory (anonymous `mmap`) and
-    /// registers it. `region` names it in errors.
+    /// Allocates `len` bytes of zeroed, page-aligned memory and registers it: carved
+    /// from huge pages with [`VerbsOptions::hugepages`] while any are free, else an
+    /// anonymous `mmap` of its own. `region` names it in errors.
     pub fn alloc_mr(&self, region: &str, len: usize, access: Access) -> Result<Mr> {
+        if let Some(Ok((chunk, p))) = self.ctx.huge.as_ref().map(|h| h.carve(len)) {
+            // SAFETY: `p .. p + len` is a fresh region of `chunk`, carved for this Mr
+            // alone; the Mr keeps the chunk mapped (stored in it, dropped after
+            // deregistration).
+            let mut mr = unsafe { self.register(region, p, len, access)? };
+            mr.chunk = Some(chunk);
+            return Ok(mr);
+        }
         let buf = MmapBuf::new(region, len)?;
         // SAFETY: `buf` is `len` bytes we own; the Mr keeps it alive (it is stored in
         // the Mr, which deregisters before unmapping).
         let mut mr = unsafe { self.register(region, buf.ptr.as_ptr(), len, access)? };
         mr.buf = Some(buf);
         Ok(mr)
+    }
+
+    /// With [`VerbsOptions::hugepages`]: how many regions went on huge pages, and why
+    /// the others did not. `None` when huge pages were not asked for.
+    pub fn huge_pages(&self) -> Option<huge::HugeReport> {
+        self.ctx.huge.as_ref().map(huge::HugeArena::report)
     }
 
     /// Registers caller-owned memory (e.g. a `/dev/shm` region).
@@ -389,6 +441,7 @@ impl Device {
             len,
             region: region.to_owned(),
             buf: None,
+            chunk: None,
             _ctx: self.ctx.clone(),
         })
     }
@@ -460,16 +513,31 @@ impl Opening {
             limit,
         })?;
         let ethernet = pattr.link_layer == LINK_LAYER_ETHERNET;
-        let gid_index =
-            match (opts.gid_index, ethernet) {
-                (Some(i), _) => i,
-                (None, false) => 0,
-                (None, true) => crate::topology::roce_v2_gid_index(&self.name, opts.port)
-                    .ok_or_else(|| Error::VerbsNoRoceGid {
+        let table = gid::read_table(&gid::class_dir(&gid::sysfs_root()), &self.name, opts.port);
+        let (gid_index, gid_netdev) = match (opts.gid_index, ethernet, &table) {
+            (Some(i), _, Some(t)) => {
+                let e =
+                    gid::check_index(t, i, ethernet).map_err(|reason| Error::VerbsGidIndex {
                         device: self.name.clone(),
                         port: opts.port,
-                    })?,
-            };
+                        reason,
+                    })?;
+                (i, e.netdev)
+            }
+            // Sysfs does not list the port: ibv_query_gid below is the only check.
+            (Some(i), _, None) => (i, None),
+            (None, false, _) => (0, None),
+            (None, true, t) => {
+                let e = gid::choose(t.as_ref().unwrap_or(&gid::GidTable::default())).map_err(
+                    |why| Error::VerbsGidChoice {
+                        device: self.name.clone(),
+                        port: opts.port,
+                        why: why.to_string(),
+                    },
+                )?;
+                (e.index, e.netdev)
+            }
+        };
         let mut gid = ibv_gid { raw: [0; 16] };
         // SAFETY: open context, valid out-union.
         let rc = unsafe { ibv_query_gid(c, opts.port, c_int::from(gid_index), &mut gid) };
@@ -509,9 +577,11 @@ impl Opening {
             active_mtu: pattr.active_mtu,
             // SAFETY: every bit pattern of the union is a valid [u8; 16].
             gid: unsafe { gid.raw },
+            gid_netdev,
             max_qp_rd_atom: clamp(dattr.max_qp_rd_atom),
             max_qp_init_rd_atom: clamp(dattr.max_qp_init_rd_atom),
             bf_locks: std::sync::Mutex::default(),
+            huge: opts.hugepages.then(|| huge::HugeArena::new(true)),
         };
         // Ownership moved into `ctx`: disarm our drop.
         self.armed = false;
@@ -591,6 +661,8 @@ pub struct Mr {
     region: String,
     /// Dropped after `mr` is deregistered (in `Drop::drop`, before the fields).
     buf: Option<MmapBuf>,
+    /// The huge-page chunk the region was carved from, likewise.
+    chunk: Option<Arc<huge::Chunk>>,
     _ctx: Arc<Ctx>,
 }
 

@@ -228,6 +228,17 @@ pub struct ConnectOptions {
     pub hop_limit: u8,
 }
 
+impl ConnectOptions {
+    /// The defaults with `qos`'s traffic class and service level.
+    pub fn with_qos(qos: crate::fabric::Qos) -> Self {
+        Self {
+            sl: qos.sl,
+            traffic_class: qos.traffic_class,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for ConnectOptions {
     fn default() -> Self {
         Self {
@@ -282,11 +293,25 @@ impl Drop for Qp {
     }
 }
 
+/// What to pass `ibv_create_cq` for a CQ of `entries` entries (a power of two, or the
+/// next one up).
+///
+/// mlx5 allocates `align_queue_size(cqe + 1)` entries (`create_cq` in
+/// providers/mlx5/verbs.c: `ncqe = align_queue_size(cq_attr->cqe + 1)`), keeping one
+/// back from what verbs reports (`cq.cqe = ncqe - 1`), while `mlx5dv_init_obj` describes
+/// the whole buffer (`mlx5dv_get_cq` in mlx5.c: `cqe_cnt = cq.cqe + 1`), every entry of
+/// which `mlx5_raw::Cq` drives. Asking for `entries` would allocate twice that for a
+/// power of two; `entries - 1` allocates exactly it.
+pub(crate) fn cqe_request(entries: u32) -> c_int {
+    c_int::try_from(entries.saturating_sub(1)).unwrap_or(c_int::MAX)
+}
+
 impl Device {
-    /// Creates a CQ of at least `cqe` entries (rdma-core rounds up to a power of two).
+    /// Creates a CQ of at least `cqe` entries: `cqe` rounded up to a power of two, not
+    /// twice that ([`cqe_request`]).
     pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
         let ctx = &self.ctx;
-        let n = c_int::try_from(cqe).unwrap_or(c_int::MAX);
+        let n = cqe_request(cqe);
         // SAFETY: open context; no completion channel, vector 0.
         let cq = unsafe { ibv_create_cq(ctx.ctx.as_ptr(), n, ptr::null_mut(), ptr::null_mut(), 0) };
         let cq = NonNull::new(cq).ok_or_else(|| Error::VerbsCreateCq {
@@ -313,7 +338,8 @@ impl Device {
         obj.cq.out = &mut out;
         // SAFETY: one live CQ with a matching out-struct.
         unsafe { init_obj(ctx, &mut obj, mlx5dv::MLX5DV_OBJ_CQ, "cq")? };
-        if !out.cqe_cnt.is_power_of_two() || !matches!(out.cqe_size, 64 | 128) {
+        if !out.cqe_cnt.is_power_of_two() || out.cqe_cnt < cqe || !matches!(out.cqe_size, 64 | 128)
+        {
             return Err(layout_err(
                 ctx,
                 "cq",
@@ -501,6 +527,64 @@ impl Device {
     }
 }
 
+/// What the RTR transition needs to know of the local port.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalPort {
+    pub(crate) port: u8,
+    pub(crate) gid_index: u8,
+    /// RoCE: every address vector has a GRH.
+    pub(crate) ethernet: bool,
+    /// `ibv_port_attr.active_mtu` (an `ibv_mtu` code).
+    pub(crate) active_mtu: u32,
+    pub(crate) max_qp_rd_atom: u8,
+}
+
+/// The attributes and mask of the INIT → RTR transition towards `remote`: the path MTU
+/// (the least of both ports' and `opts.mtu`), the peer's QPN and PSN, and the address
+/// vector, which carries `opts.sl` always and, with a GRH (RoCE, a peer asking for one,
+/// or a peer without a LID), the GID index, hop limit and `opts.traffic_class`.
+pub(crate) fn rtr_attr(
+    local: &LocalPort,
+    remote: &QpEndpoint,
+    opts: &ConnectOptions,
+) -> (ibv_qp_attr, ibv_qp_attr_mask) {
+    type M = ibv_qp_attr_mask;
+    let local_mtu = PathMtu::from_code(local.active_mtu).unwrap_or(PathMtu::B1024);
+    let remote_mtu = PathMtu::from_code(u32::from(remote.mtu)).unwrap_or(local_mtu);
+    let mut mtu = local_mtu.min(remote_mtu);
+    if let Some(cap) = opts.mtu {
+        mtu = mtu.min(cap);
+    }
+    let grh = local.ethernet || remote.flags & QpEndpoint::FLAG_GRH != 0 || remote.lid == 0;
+    // SAFETY: all-zero is a valid ibv_qp_attr (integers, pointer-free unions).
+    let mut a: ibv_qp_attr = unsafe { mem::zeroed() };
+    a.qp_state = ibv_qp_state::IBV_QPS_RTR;
+    a.path_mtu = mtu as u32;
+    a.dest_qp_num = remote.qpn;
+    a.rq_psn = remote.psn & 0xff_ffff;
+    a.max_dest_rd_atomic = opts.max_rd_atomic.min(local.max_qp_rd_atom);
+    a.min_rnr_timer = opts.min_rnr_timer;
+    a.ah_attr.dlid = remote.lid;
+    a.ah_attr.sl = opts.sl;
+    a.ah_attr.src_path_bits = 0;
+    a.ah_attr.port_num = local.port;
+    if grh {
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.dgid = ibv_gid { raw: remote.gid };
+        a.ah_attr.grh.sgid_index = local.gid_index;
+        a.ah_attr.grh.hop_limit = opts.hop_limit;
+        a.ah_attr.grh.traffic_class = opts.traffic_class;
+    }
+    let mask = M::IBV_QP_STATE
+        | M::IBV_QP_AV
+        | M::IBV_QP_PATH_MTU
+        | M::IBV_QP_DEST_QPN
+        | M::IBV_QP_RQ_PSN
+        | M::IBV_QP_MAX_DEST_RD_ATOMIC
+        | M::IBV_QP_MIN_RNR_TIMER;
+    (a, mask)
+}
+
 /// A random 24-bit starting PSN (std's hasher keys are random per process).
 fn random_psn(qpn: u32) -> u32 {
     (std::collections::hash_map::RandomState::new().hash_one(qpn) as u32) & 0xff_ffff
@@ -590,45 +674,15 @@ impl Qp {
             "INIT",
         )?;
 
-        let local_mtu = PathMtu::from_code(ctx.active_mtu).unwrap_or(PathMtu::B1024);
-        let remote_mtu = PathMtu::from_code(u32::from(remote.mtu)).unwrap_or(local_mtu);
-        let mut mtu = local_mtu.min(remote_mtu);
-        if let Some(cap) = opts.mtu {
-            mtu = mtu.min(cap);
-        }
-        let grh = ctx.link_layer == LINK_LAYER_ETHERNET
-            || remote.flags & QpEndpoint::FLAG_GRH != 0
-            || remote.lid == 0;
-        // SAFETY: as above.
-        let mut a: ibv_qp_attr = unsafe { mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = mtu as u32;
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = remote.psn & 0xff_ffff;
-        a.max_dest_rd_atomic = opts.max_rd_atomic.min(ctx.max_qp_rd_atom);
-        a.min_rnr_timer = opts.min_rnr_timer;
-        a.ah_attr.dlid = remote.lid;
-        a.ah_attr.sl = opts.sl;
-        a.ah_attr.src_path_bits = 0;
-        a.ah_attr.port_num = ctx.port;
-        if grh {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.grh.dgid = ibv_gid { raw: remote.gid };
-            a.ah_attr.grh.sgid_index = ctx.gid_index;
-            a.ah_attr.grh.hop_limit = opts.hop_limit;
-            a.ah_attr.grh.traffic_class = opts.traffic_class;
-        }
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE
-                | M::IBV_QP_AV
-                | M::IBV_QP_PATH_MTU
-                | M::IBV_QP_DEST_QPN
-                | M::IBV_QP_RQ_PSN
-                | M::IBV_QP_MAX_DEST_RD_ATOMIC
-                | M::IBV_QP_MIN_RNR_TIMER,
-            "RTR",
-        )?;
+        let local = LocalPort {
+            port: ctx.port,
+            gid_index: ctx.gid_index,
+            ethernet: ctx.link_layer == LINK_LAYER_ETHERNET,
+            active_mtu: ctx.active_mtu,
+            max_qp_rd_atom: ctx.max_qp_rd_atom,
+        };
+        let (mut a, mask) = rtr_attr(&local, remote, opts);
+        self.modify(&mut a, mask, "RTR")?;
 
         // SAFETY: as above.
         let mut a: ibv_qp_attr = unsafe { mem::zeroed() };
@@ -648,5 +702,82 @@ impl Qp {
                 | M::IBV_QP_MAX_QP_RD_ATOMIC,
             "RTS",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::Qos;
+
+    #[test]
+    fn a_power_of_two_cq_asks_for_one_less() {
+        // mlx5 allocates align_queue_size(cqe + 1): 255 → 256 entries, 256 → 512.
+        assert_eq!(cqe_request(256), 255);
+        assert_eq!(cqe_request(131_072), 131_071);
+        assert_eq!(cqe_request(4096), 4095);
+        assert_eq!(cqe_request(1), 0);
+        assert_eq!(cqe_request(0), 0);
+        assert_eq!(cqe_request(u32::MAX), c_int::MAX);
+        // Whatever is asked, what mlx5 makes of it holds at least that many.
+        for n in [1u32, 2, 3, 100, 256, 257, 1 << 20] {
+            let allocated = (cqe_request(n) as u32 + 1).next_power_of_two();
+            assert!(
+                allocated >= n && allocated < 2 * n.next_power_of_two(),
+                "{n}"
+            );
+        }
+    }
+
+    fn remote(lid: u16, flags: u8) -> QpEndpoint {
+        QpEndpoint {
+            qpn: 0x1234,
+            psn: 0xab_cdef,
+            lid,
+            mtu: PathMtu::B4096 as u8,
+            flags,
+            gid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7],
+            reserved: [0; 4],
+        }
+    }
+
+    #[test]
+    fn tclass_and_sl_reach_the_rtr_address_vector() {
+        let roce = LocalPort {
+            port: 1,
+            gid_index: 3,
+            ethernet: true,
+            active_mtu: PathMtu::B1024 as u32,
+            max_qp_rd_atom: 16,
+        };
+        let opts = ConnectOptions::with_qos(Qos::new(106, 3).unwrap());
+        let (a, mask) = rtr_attr(&roce, &remote(0, QpEndpoint::FLAG_GRH), &opts);
+        assert_eq!(a.ah_attr.grh.traffic_class, 106);
+        assert_eq!(a.ah_attr.sl, 3);
+        assert_eq!(a.ah_attr.is_global, 1);
+        assert_eq!(a.ah_attr.grh.sgid_index, 3);
+        assert_eq!(a.ah_attr.grh.hop_limit, 64);
+        assert_eq!(a.path_mtu, PathMtu::B1024 as u32, "the smaller port's MTU");
+        assert_eq!((a.dest_qp_num, a.rq_psn), (0x1234, 0xab_cdef));
+        assert_ne!(
+            mask.0 & ibv_qp_attr_mask::IBV_QP_AV.0,
+            0,
+            "the AV is applied"
+        );
+        // InfiniBand to a peer with a LID: no GRH, so the traffic class has nowhere to
+        // go; the service level still does.
+        let ib = LocalPort {
+            ethernet: false,
+            ..roce
+        };
+        let (a, _) = rtr_attr(&ib, &remote(7, 0), &opts);
+        assert_eq!(
+            (a.ah_attr.is_global, a.ah_attr.sl, a.ah_attr.dlid),
+            (0, 3, 7)
+        );
+        assert_eq!(a.ah_attr.grh.traffic_class, 0);
+        // The defaults stay 0.
+        let (a, _) = rtr_attr(&roce, &remote(0, 0), &ConnectOptions::default());
+        assert_eq!((a.ah_attr.grh.traffic_class, a.ah_attr.sl), (0, 0));
     }
 }

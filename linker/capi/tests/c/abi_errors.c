@@ -137,6 +137,10 @@ static void open_side(struct side *s, uint32_t ring) {
     copyrpc_queues q, q_copy, q_second;
     copyrpc_ep_desc d, d_copy;
     EXPECT(copyrpc_fabric_open(COPYRPC_FABRIC_SIM, ring, &s->f), COPYRPC_OK);
+    /* Out of range changes nothing; both sides then connect with the same values. */
+    EXPECT(copyrpc_fabric_set_qos(s->f, 256, 0), COPYRPC_E_BAD_ARG);
+    EXPECT(copyrpc_fabric_set_qos(s->f, 0, 16), COPYRPC_E_BAD_ARG);
+    EXPECT(copyrpc_fabric_set_qos(s->f, 106, 3), COPYRPC_OK);
     EXPECT(copyrpc_fabric_queues(s->f, &q), COPYRPC_OK);
     EXPECT(copyrpc_fabric_queues(s->f, &q_second), COPYRPC_OK);
     q_copy = q;
@@ -244,6 +248,7 @@ int main(void) {
     EXPECT(copyrpc_fabric_endpoint(NULL, NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_fabric_connect(NULL, NULL, 0, exchange_a, NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_fabric_close(NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_fabric_set_qos(NULL, 0, 0), COPYRPC_E_NULL);
     EXPECT(copyrpc_deleg_server_open(NULL, 4096, "/x", 4, 16, 4, NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_deleg_server_poll(NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_deleg_server_recv(NULL, NULL), COPYRPC_E_NULL);

@@ -1,12 +1,13 @@
 //! Where a daemon keeps the requests it has passed on and must answer later: a slab of
-//! origins, each saying how to reply (seed 000 §4.3 `pending_copyrpc_handles`, made one
-//! table for every path). Its index travels as the Flux user data or the transport token.
+//! origins, each saying how to reply (the first design's `pending_copyrpc_handles`,
+//! docs/spec/benchkv.md#daemon-loop, made one table for every path). Its index travels as
+//! the Flux user data or the transport token.
 
 use copyrpc_core::deleg::ReplyToken;
 use copyrpc_core::flux::FluxRequest;
 use copyrpc_core::ipc::IpcRequest;
 
-use crate::daemon::Lane;
+use super::Lane;
 use crate::msg::{DelegatePayload, Request};
 
 /// Who waits for an answer.

@@ -1,7 +1,7 @@
 //! Faults injected at virtual instants (`--vfault`): a rank's NICs stall, or the link
 //! between two ranks is cut.
 
-use crate::cli::parse_duration;
+use crate::units::parse_duration;
 
 /// What happens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
-//! Seed 001's "outstanding time series" for the virtual world: rank 0 daemon#0's
-//! outstanding requests and CQE-batch mean, sampled at fixed virtual intervals, and the
-//! SVG `--plot` draws of them.
+//! The "outstanding time series" (docs/spec/poll-budget.md#loop-metrics) of one poll loop in the virtual world: the
+//! requests it holds, its completions per loop, the answers collected, its poll budget,
+//! sampled at fixed virtual intervals; and the SVG that `--plot` draws of them.
 
 use std::fmt::Write as _;
 

@@ -1,9 +1,10 @@
-//! What virtual time is made of: the CPU cost of each actor's turn ([`CostModel`]), the
-//! NIC between the ranks ([`NicProfile`]), and the `key=value` lists the command line
-//! sets them with. Where each default comes from is in docs/BENCHKV.md ("The virtual
-//! world's figures").
+//! What virtual time is made of: the CPU cost of each actor's turn ([`CostModel`]) and
+//! its run-to-run variation ([`Jitter`]), the NIC between the ranks ([`NicProfile`]),
+//! and the `key=value` lists a command line sets them with. Where each default comes
+//! from is in docs/BENCHKV.md ("The virtual world's figures").
 
-use copyrpc_host::fabric::sim::rnr_timer_ns;
+use crate::fabric::sim::{rnr_timer_ns, SimLinkConfig};
+use crate::rng::Rng;
 
 /// Nanoseconds of CPU per piece of a turn. A daemon loop costs
 /// `loop_ns + item_ns × items + cqe_ns × completions + post_ns × WQEs posted`; a step-A poll that the poll
@@ -21,7 +22,7 @@ pub struct CostModel {
     /// Per completion (receive CQE: one arrived batch) the loop took, on top of its item:
     /// the CQE read, the SRQ repost, the batch parse. 0 by default (the item covers it).
     pub cqe_ns: f64,
-    /// One extra transport poll in step A (seed 001's poll budget).
+    /// One extra transport poll in step A (docs/spec/poll-budget.md#poll-budget).
     pub poll_ns: f64,
     /// A client turn's fixed cost when it issued or collected something.
     pub client_ns: f64,
@@ -29,10 +30,11 @@ pub struct CostModel {
     pub client_item_ns: f64,
     /// A client turn that found nothing: the period of its polling.
     pub client_idle_ns: f64,
-    /// Every turn's cost is drawn uniformly from `cost × (1 ± jitter)` (a seeded stream
-    /// per actor, so runs stay deterministic): the run-to-run variation of real loops
-    /// (cache misses, interrupts) that seed 001 says starts the dispersion of the
-    /// synchronised first wave. 0 makes every turn cost exactly its figure.
+    /// Every turn's cost is drawn uniformly from `cost × (1 ± jitter)` (a seeded stream per
+    /// actor, so runs stay deterministic): the run-to-run variation of real loops (cache
+    /// misses, interrupts) that starts the dispersion
+    /// (docs/spec/poll-budget.md#bistability) of the synchronised first wave. 0 makes every
+    /// turn cost exactly its figure.
     pub jitter: f64,
 }
 
@@ -97,7 +99,67 @@ impl Default for NicProfile {
     }
 }
 
+impl CostModel {
+    /// A whole daemon loop that handled `items` and took `cqes` completions.
+    pub fn daemon_loop(&self, items: usize, cqes: u64) -> f64 {
+        self.loop_ns + self.item_ns * items as f64 + self.cqe_ns * cqes as f64
+    }
+
+    /// A client turn that issued or collected `items` requests (`client_idle_ns` when
+    /// it found nothing to do).
+    pub fn client_turn(&self, items: usize) -> f64 {
+        if items > 0 {
+            self.client_ns + self.client_item_ns * items as f64
+        } else {
+            self.client_idle_ns
+        }
+    }
+
+    /// The CPU time of posting `wqes` WQEs.
+    pub fn posts(&self, wqes: u32) -> f64 {
+        self.post_ns * f64::from(wqes)
+    }
+}
+
+/// One actor's draws of [`CostModel::jitter`]: every cost it is charged is scaled by a
+/// factor uniform in `1 ± jitter`, from a stream seeded by the run's seed and the
+/// actor's id, so a run stays a function of its seed.
+#[derive(Clone, Debug)]
+pub struct Jitter {
+    rng: Rng,
+    fraction: f64,
+}
+
+impl Jitter {
+    /// The stream of actor `id` in a run seeded with `seed`.
+    pub fn for_actor(seed: u64, id: usize, fraction: f64) -> Self {
+        Self {
+            rng: Rng::new(seed ^ (id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5157),
+            fraction,
+        }
+    }
+
+    /// `x` ns of cost, varied, as whole virtual nanoseconds (at least 1). With no jitter
+    /// nothing is drawn.
+    pub fn ns(&mut self, x: f64) -> u64 {
+        if self.fraction == 0.0 {
+            return ns(x);
+        }
+        let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        ns(x * (1.0 + self.fraction * (2.0 * u - 1.0)))
+    }
+}
+
 impl NicProfile {
+    /// The sim device's link for this profile.
+    pub fn link(&self) -> SimLinkConfig {
+        SimLinkConfig {
+            latency_ns: self.one_way_ns(),
+            bandwidth_bytes_per_s: self.bytes_per_s(),
+            packet_ns: ns(self.wqe_ns),
+        }
+    }
+
     /// A packet's fixed one-way time besides its QP's send side (`wqe_ns` and the
     /// bytes, which the link serialises), ns.
     pub fn one_way_ns(&self) -> u64 {

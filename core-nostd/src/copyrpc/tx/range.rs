@@ -53,10 +53,6 @@ impl Tx {
             credit_grant: self.credit.grant_for_batch(in_flight),
             message_count: r.message_count,
         };
-        if meta.credit_grant != 0 {
-            // R grew, so the exact call limit fell below the cached one.
-            self.refresh_call_limit();
-        }
         debug_assert_eq!(r.meta_pos, r.start, "a range starts with its metadata");
         let size = self.ring.size();
         let off = size.offset(r.start) as usize;

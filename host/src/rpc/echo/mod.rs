@@ -19,6 +19,10 @@ use crate::fabric::Fabric;
 
 use super::{RpcConfig, RpcNode};
 
+mod world;
+
+pub use world::{run_virtual, VirtualEcho, MAX_VIRTUAL_RANKS};
+
 /// Endpoints per context (peers of one rank).
 const EPS: usize = 64;
 /// Pending calls of one rank, over all peers.
@@ -49,6 +53,8 @@ pub struct EchoConfig {
     pub deadline: Duration,
     /// Rings and queues.
     pub rpc: RpcConfig,
+    /// Where each peer's sequence of payload sizes starts (0: the edge cases first).
+    pub seed: u64,
 }
 
 impl Default for EchoConfig {
@@ -59,6 +65,7 @@ impl Default for EchoConfig {
             window: 16,
             deadline: Duration::from_secs(60),
             rpc: RpcConfig::for_ring(16 << 10),
+            seed: 0,
         }
     }
 }
@@ -75,15 +82,15 @@ impl EchoConfig {
 
     /// The largest `max_payload` the rings can carry: every call asks for a response
     /// as long as its request, so it is the smaller of the largest response allowance
-    /// the peer's credit can ever cover and the largest request always writable beside
-    /// our own reservation (both ranks run with the same `rpc`). Above it, calls would
-    /// be refused for good or could wait for room forever.
+    /// the peer's credit can ever cover and the largest request payload the core ever
+    /// sends beside our own reservation (`Context::max_request_payload`; both ranks run
+    /// with the same `rpc`). Above it, calls would be refused for good.
     pub fn max_payload_limit(&self) -> usize {
         let ring = self.rpc.ring_bytes as u64;
         let cap = self.rpc.endpoint.max_resp_reservation;
         let bound = credit::max_peer_credit(credit::initial_credit(cap), ring);
         let allowance = credit::max_response_allowance(bound).map_or(0, u64::from);
-        let request = credit::max_sure_request_payload(cap, ring);
+        let request = credit::max_request_payload(cap, ring);
         usize::try_from(allowance.min(request)).unwrap_or(usize::MAX)
     }
 
@@ -148,13 +155,14 @@ pub struct EchoReport {
 
 const SIZES: [usize; 14] = [0, 1, 8, 20, 21, 52, 53, 200, 204, 220, 221, 512, 1000, 4096];
 
-/// Payload size of call `k`, within `max`.
-fn size_of_call(k: u32, max: usize) -> usize {
-    let s = SIZES[k as usize % SIZES.len()];
+/// Payload size of call `k`, within `max`, the sequence shifted by `seed`.
+fn size_of_call(k: u32, max: usize, seed: u64) -> usize {
+    let i = (u64::from(k) + seed) % SIZES.len() as u64;
+    let s = SIZES[i as usize];
     if s <= max {
         s
     } else {
-        (k as usize * 37) % (max + 1)
+        ((k as usize * 37) + (seed % (max as u64 + 1)) as usize) % (max + 1)
     }
 }
 
@@ -192,57 +200,163 @@ fn run_sized<const REQS: usize>(
     fabric: Fabric,
     cfg: &EchoConfig,
 ) -> Result<EchoReport> {
-    let (rank, ranks) = (x.rank(), x.size());
-    let fail = |what: String| Error::Echo { rank, what };
-    let mut node = RpcNode::<(usize, u32), EPS, CALLS, REQS>::establish(fabric, x, &cfg.rpc)?;
-    let peers: Vec<usize> = (0..ranks).filter(|&p| p != rank).collect();
-    let want_served = u64::from(cfg.calls_per_peer) * peers.len() as u64;
-    let want_responses = want_served;
-
-    let mut next = vec![0u32; ranks]; // next call to issue, per peer
-    let mut in_flight = vec![0u32; ranks];
-    let mut expect_from = vec![0u32; ranks]; // next request expected, per peer
-    let (mut responses, mut served, mut bytes) = (0u64, 0u64, 0u64);
-    let mut buf = vec![0u8; cfg.max_payload.max(8)];
-    // What a response must hold, rebuilt per response without allocating.
-    let mut want = vec![0u8; cfg.max_payload.max(8)];
-    let mut bad: Option<String> = None;
+    let node = Node::<REQS>::establish(fabric, x, &cfg.rpc)?;
+    let mut echo = Echo::new(node, x.size(), cfg);
     let start = Instant::now();
-
-    while responses < want_responses || served < want_served {
+    while !echo.done() {
         if start.elapsed() > cfg.deadline {
-            return Err(fail(format!(
-                "deadline: {responses}/{want_responses} responses, {served}/{want_served} served, next {next:?}, in flight {in_flight:?}{}",
-                trace_of(node.fabric())
-            )));
+            return Err(echo.stuck());
         }
-        let mut progressed = false;
-        for &p in &peers {
-            while next[p] < cfg.calls_per_peer && in_flight[p] < cfg.window {
-                let k = next[p];
-                let len = size_of_call(k, cfg.max_payload);
-                fill(rank, k, &mut buf[..len]);
-                let id = node.endpoint(p).expect("an endpoint per peer");
-                match node
+        if echo.pass()?.work == 0 {
+            std::thread::yield_now();
+        }
+    }
+    // The last replies may still sit in the send rings: no peer may wait on a reply
+    // this rank never posted while it waits in the barrier below.
+    echo.node.flush_all(start + cfg.deadline, |_, _| {})?;
+    let elapsed = start.elapsed();
+    // Every rank is done sending before any tears its fabric down.
+    x.barrier()?;
+    let total_responses = x.all_reduce_u64(echo.responses, ReduceOp::Sum)?;
+    let total_served = x.all_reduce_u64(echo.served, ReduceOp::Sum)?;
+    Ok(EchoReport {
+        total_responses,
+        total_served,
+        elapsed,
+        ..echo.report()
+    })
+}
+
+/// One rank's echo node: its calls carry (peer, call number).
+type Node<const REQS: usize> = RpcNode<(usize, u32), EPS, CALLS, REQS>;
+
+/// What one pass of a rank's echo loop did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Calls issued, responses checked and requests answered.
+    pub work: usize,
+    /// Completions the pass's poll processed.
+    pub completions: usize,
+}
+
+/// One rank's side of the echo, a loop pass at a time: the threaded run turns it until
+/// it is done, the virtual world turns it as an actor.
+struct Echo<'c, const REQS: usize> {
+    node: Node<REQS>,
+    cfg: &'c EchoConfig,
+    rank: usize,
+    ranks: usize,
+    peers: Vec<usize>,
+    /// Next call to issue, calls in flight, next request expected: per peer.
+    next: Vec<u32>,
+    in_flight: Vec<u32>,
+    expect_from: Vec<u32>,
+    responses: u64,
+    served: u64,
+    bytes: u64,
+    /// Calls (and as many requests) each rank makes and answers in all.
+    want: u64,
+    buf: Vec<u8>,
+    /// What a response must hold, rebuilt per response without allocating.
+    expected: Vec<u8>,
+}
+
+impl<'c, const REQS: usize> Echo<'c, REQS> {
+    fn new(node: Node<REQS>, ranks: usize, cfg: &'c EchoConfig) -> Self {
+        let rank = node.rank();
+        let peers: Vec<usize> = (0..ranks).filter(|&p| p != rank).collect();
+        Self {
+            want: u64::from(cfg.calls_per_peer) * peers.len() as u64,
+            node,
+            cfg,
+            rank,
+            ranks,
+            peers,
+            next: vec![0; ranks],
+            in_flight: vec![0; ranks],
+            expect_from: vec![0; ranks],
+            responses: 0,
+            served: 0,
+            bytes: 0,
+            buf: vec![0; cfg.max_payload.max(8)],
+            expected: vec![0; cfg.max_payload.max(8)],
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.responses >= self.want && self.served >= self.want
+    }
+
+    fn fail(&self, what: String) -> Error {
+        Error::Echo {
+            rank: self.rank,
+            what,
+        }
+    }
+
+    /// The error of a rank that ran out of time, saying where it stood.
+    fn stuck(&self) -> Error {
+        self.fail(format!(
+            "deadline: {}/{} responses, {}/{} served, next {:?}, in flight {:?}{}",
+            self.responses,
+            self.want,
+            self.served,
+            self.want,
+            self.next,
+            self.in_flight,
+            trace_of(self.node.fabric())
+        ))
+    }
+
+    /// This rank's counts (the totals are the caller's to add).
+    fn report(&self) -> EchoReport {
+        EchoReport {
+            rank: self.rank,
+            ranks: self.ranks,
+            responses: self.responses,
+            served: self.served,
+            bytes: self.bytes,
+            total_responses: 0,
+            total_served: 0,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// One pass of the loop: issue what the window allows, take the responses, answer
+    /// every request that arrived.
+    fn pass(&mut self) -> Result<Pass> {
+        let (cfg, rank) = (self.cfg, self.rank);
+        let mut pass = Pass::default();
+        for &p in &self.peers {
+            while self.next[p] < cfg.calls_per_peer && self.in_flight[p] < cfg.window {
+                let k = self.next[p];
+                let len = size_of_call(k, cfg.max_payload, cfg.seed);
+                fill(rank, k, &mut self.buf[..len]);
+                let id = self.node.endpoint(p).expect("an endpoint per peer");
+                match self
+                    .node
                     .ctx()
-                    .call_with_allowance(id, &buf[..len], len as u32, (p, k))
+                    .call_with_allowance(id, &self.buf[..len], len as u32, (p, k))
                 {
                     Ok(_) => {
-                        next[p] += 1;
-                        in_flight[p] += 1;
-                        bytes += len as u64;
-                        progressed = true;
+                        self.next[p] += 1;
+                        self.in_flight[p] += 1;
+                        self.bytes += len as u64;
+                        pass.work += 1;
                     }
                     Err(e) if e.error.is_retryable() => break,
-                    Err(e) => return Err(fail(format!("call {k} to rank {p}: {}", e.error))),
+                    Err(e) => return Err(self.fail(format!("call {k} to rank {p}: {}", e.error))),
                 }
             }
         }
-        let n = node.ctx().poll(|(p, k), r| {
+        let mut bad: Option<String> = None;
+        let (in_flight, responses, expected) =
+            (&mut self.in_flight, &mut self.responses, &mut self.expected);
+        let n = self.node.ctx().poll(|(p, k), r| {
             in_flight[p] -= 1;
-            responses += 1;
-            let len = size_of_call(k, cfg.max_payload);
-            let want = &mut want[..len];
+            *responses += 1;
+            let len = size_of_call(k, cfg.max_payload, cfg.seed);
+            let want = &mut expected[..len];
             fill(rank, k, want);
             match r {
                 Ok(got) if got == &want[..] => {}
@@ -257,61 +371,42 @@ fn run_sized<const REQS: usize>(
                 }
             }
         });
-        progressed |= n > 0;
-        if let Some(why) = bad.take() {
+        pass.work += n;
+        pass.completions = n;
+        if let Some(why) = bad {
             // Why any endpoint failed (copyrpc keeps the first cause).
             let mut causes = String::new();
-            for &p in &peers {
-                let id = node.endpoint(p).expect("an endpoint per peer");
-                if let Some(c) = node.ctx().failure_cause(id) {
+            for &p in &self.peers {
+                let id = self.node.endpoint(p).expect("an endpoint per peer");
+                if let Some(c) = self.node.ctx().failure_cause(id) {
                     causes.push_str(&format!("; endpoint to rank {p} failed: {c}"));
                 }
             }
-            return Err(fail(format!("{why}{causes}")));
+            return Err(self.fail(format!("{why}{causes}")));
         }
-        while let Some(h) = node.ctx().recv() {
+        while let Some(h) = self.node.ctx().recv() {
             let id = h.endpoint();
-            let p = node.peer_of(id).expect("requests come from peers");
-            let data = h.data(node.ctx());
+            let p = self.node.peer_of(id).expect("requests come from peers");
+            let data = h.data(self.node.ctx());
             if data.len() >= 8 {
                 let head = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
                 let (src, k) = ((head >> 32) as usize, head as u32);
-                if src != p || k != expect_from[p] {
-                    return Err(fail(format!(
+                if src != p || k != self.expect_from[p] {
+                    return Err(self.fail(format!(
                         "request from rank {p}: names rank {src} call {k}, expected call {}",
-                        expect_from[p]
+                        self.expect_from[p]
                     )));
                 }
             }
-            expect_from[p] += 1;
+            self.expect_from[p] += 1;
             let len = data.len();
-            h.reply_with(node.ctx(), len, |req, out| out.copy_from_slice(req))
-                .map_err(|e| fail(format!("reply to rank {p}: {}", e.error)))?;
-            served += 1;
-            progressed = true;
+            h.reply_with(self.node.ctx(), len, |req, out| out.copy_from_slice(req))
+                .map_err(|e| self.fail(format!("reply to rank {p}: {}", e.error)))?;
+            self.served += 1;
+            pass.work += 1;
         }
-        if !progressed {
-            std::thread::yield_now();
-        }
+        Ok(pass)
     }
-    // The last replies may still sit in the send rings: no peer may wait on a reply
-    // this rank never posted while it waits in the barrier below.
-    node.flush_all(start + cfg.deadline, |_, _| {})?;
-    let elapsed = start.elapsed();
-    // Every rank is done sending before any tears its fabric down.
-    x.barrier()?;
-    let total_responses = x.all_reduce_u64(responses, ReduceOp::Sum)?;
-    let total_served = x.all_reduce_u64(served, ReduceOp::Sum)?;
-    Ok(EchoReport {
-        rank,
-        ranks,
-        responses,
-        served,
-        bytes,
-        total_responses,
-        total_served,
-        elapsed,
-    })
 }
 
 fn trace_of(f: &Fabric) -> String {
