@@ -2,7 +2,8 @@
 //! (`scripts/package-c.sh`) and run: under valgrind, `tests/c/abi_errors.c` (refusals
 //! instead of crashes, every function exercised), `tests/c/misuse.c` (issue 50's misuse
 //! cases) and `tests/c/throw.cpp` (C++ exceptions out of callbacks); and
-//! the examples `examples/c/echo.c` (two processes over the device model) and
+//! the examples `examples/c/echo.c` (two processes over the device model),
+//! `examples/c/busy_poll.c` (the same in manual mode, never yielding) and
 //! `examples/c/deleg.c` (a delegation server and 4 client processes), with fewer calls
 //! than their defaults so a debug build runs them quickly. `scripts/c-examples.sh` runs
 //! the examples at full size from an installed prefix.
@@ -57,6 +58,29 @@ fn c_echo_answers_every_call() {
             "rank {rank} did not answer and get answered 20000 times:\n{stdout}"
         );
     }
+}
+
+/// The busy-poll loop in manual mode: two processes, and both sides in one.
+#[test]
+fn c_busy_poll_answers_every_call() {
+    let exe = build("examples/c/busy_poll.c", "busy_poll");
+    for args in [&["20000"][..], &["20000", "1"]] {
+        let out = run(&exe, args, Duration::from_secs(300));
+        assert_ok(&format!("busy_poll {args:?}"), &out, 2);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for rank in 0..2 {
+            assert!(
+                stdout.contains(&format!("rank {rank}/2: responses=20000 served=20000 ")),
+                "busy_poll {args:?}: rank {rank} did not answer and get answered 20000 times:\n{stdout}"
+            );
+        }
+    }
+    let out = run(&exe, &["20000", "2"], Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad argument is a usage error"
+    );
 }
 
 #[test]
