@@ -184,6 +184,13 @@
 #define COPYRPC_CTX_REQUESTS 512
 
 /**
+ * The largest request payload a call can carry between two endpoints of the largest
+ * rings (16 KiB): `copyrpc_max_payload` of such an endpoint. A call of more is refused
+ * with `COPYRPC_E_TOO_LARGE`; smaller rings hold less (about half the ring).
+ */
+#define COPYRPC_MAX_PAYLOAD 8148
+
+/**
  * Bytes of the memory area `copyrpc_ctx_init` needs (at least) for a context of the
  * default class (16 endpoints).
  */
@@ -1255,8 +1262,9 @@ int32_t copyrpc_ep_connect(struct copyrpc_ctx *ctx,
  *
  * Returns `COPYRPC_OK`; to poll and retry: `COPYRPC_E_RING_FULL`,
  * `COPYRPC_E_INSUFFICIENT_CREDIT`, `COPYRPC_E_TOO_MANY_CALLS`, `COPYRPC_E_SQ_FULL`;
- * for good: `COPYRPC_E_TOO_LARGE` (the payload or allowance can never fit the rings:
- * `copyrpc_refusal_detail`), `COPYRPC_E_NOT_CONNECTED`,
+ * for good: `COPYRPC_E_TOO_LARGE` (the payload is above `copyrpc_max_payload`, or the
+ * allowance above `copyrpc_max_allowance`: `copyrpc_refusal_detail` gives both numbers),
+ * `COPYRPC_E_NOT_CONNECTED`,
  * `COPYRPC_E_ENDPOINT_FAILED` (`copyrpc_failure_cause`), `COPYRPC_E_NO_SUCH_ENDPOINT`,
  * `COPYRPC_E_NULL` (`buf` NULL with `len` > 0), or a handle refusal.
  *
@@ -1270,6 +1278,37 @@ int32_t copyrpc_call(struct copyrpc_ctx *ctx,
                      size_t len,
                      uint32_t allowance,
                      uint64_t token);
+
+/**
+ * The largest request payload a call on a connected endpoint `ep` can ever carry
+ * (about half the peer's ring: `COPYRPC_MAX_PAYLOAD` for two endpoints of 16 KiB
+ * rings): every payload up to it goes through once what is in flight is consumed
+ * (retry after `COPYRPC_E_RING_FULL`), and a larger one is refused at once with
+ * `COPYRPC_E_TOO_LARGE`, which no retry changes.
+ *
+ * Returns the limit (>= 0); `COPYRPC_E_NOT_CONNECTED` (before the endpoint is
+ * connected: the limit depends on the peer's ring), `COPYRPC_E_ENDPOINT_FAILED`,
+ * `COPYRPC_E_NO_SUCH_ENDPOINT`, or a handle refusal.
+ *
+ * # Safety
+ *
+ * `ctx` as in `copyrpc_ctx_fini`.
+ */
+int32_t copyrpc_max_payload(struct copyrpc_ctx *ctx, uint16_t ep);
+
+/**
+ * The largest response allowance a call on a connected endpoint `ep` can ever be
+ * granted (what the peer may reserve for our responses, less a response's framing);
+ * a larger one is refused at once with `COPYRPC_E_TOO_LARGE`.
+ *
+ * Returns the limit (>= 0); `COPYRPC_E_TOO_LARGE` when not even an empty response
+ * fits (rings below `COPYRPC_FABRIC_MIN_RING`); otherwise as `copyrpc_max_payload`.
+ *
+ * # Safety
+ *
+ * `ctx` as in `copyrpc_ctx_fini`.
+ */
+int32_t copyrpc_max_allowance(struct copyrpc_ctx *ctx, uint16_t ep);
 
 /**
  * Makes progress: reads both completion queues, hands each response to `cb`, queues
@@ -1342,11 +1381,12 @@ int32_t copyrpc_flush(struct copyrpc_ctx *ctx);
 /**
  * Which rule or cause lies behind the last refusal, in this process, that was
  * returned as `COPYRPC_E_BAD_SETUP` or `COPYRPC_E_TOO_LARGE` (for example "send ring
- * smaller than the peer's recv ring"), or as `COPYRPC_E_SHM_UNAVAILABLE` (whether
- * the ring stayed full, which a later call may get past, or the server is gone or
- * its region overwritten, which no retry mends): a static string, never NULL, ""
- * before the first. Process-wide, not per thread (the data path keeps no thread
- * state): read it right after the refusal, on the thread that made the call.
+ * smaller than the peer's recv ring", or "payload of 8160 B above this endpoint's limit
+ * of 8148 B ..."), or as `COPYRPC_E_SHM_UNAVAILABLE` (the delegation server gone, or
+ * its region overwritten): a string that is never NULL, "" before the first.
+ * Process-wide, not per thread (the data path keeps no thread state), and rewritten
+ * by the next such refusal: read it right after the refusal, on the thread that made
+ * the call.
  */
 const char *copyrpc_refusal_detail(void);
 

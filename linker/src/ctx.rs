@@ -31,6 +31,10 @@ pub const COPYRPC_CTX_ENDPOINTS: usize = 16;
 pub const COPYRPC_CTX_CALLS: usize = 512;
 /// Requests held per endpoint: recv rings of up to 32 × this bytes (16 KiB).
 pub const COPYRPC_CTX_REQUESTS: usize = 512;
+/// The largest request payload a call can carry between two endpoints of the largest
+/// rings (16 KiB): `copyrpc_max_payload` of such an endpoint. A call of more is refused
+/// with `COPYRPC_E_TOO_LARGE`; smaller rings hold less (about half the ring).
+pub const COPYRPC_MAX_PAYLOAD: u32 = 8148;
 /// Bytes of the memory area `copyrpc_ctx_init` needs (at least) for a context of the
 /// default class (16 endpoints).
 pub const COPYRPC_CTX_BYTES: usize = 376_832;
@@ -98,6 +102,12 @@ pub(crate) type H256 = CtxHandle<256, COPYRPC_CTX256_CALLS>;
 pub(crate) type H1024 = CtxHandle<1024, COPYRPC_CTX1024_CALLS>;
 
 const _: () = {
+    // The core's limit for the largest rings of the setup API, whose cap of what a side
+    // reserves for responses is a quarter of the ring (`EndpointConfig::for_ring`).
+    let ring = 32 * COPYRPC_CTX_REQUESTS as u64;
+    assert!(
+        copyrpc_core::credit::max_request_payload(ring / 4, ring) == COPYRPC_MAX_PAYLOAD as u64
+    );
     assert!(size_of::<H16>() <= COPYRPC_CTX_BYTES);
     assert!(size_of::<H64>() <= COPYRPC_CTX64_BYTES);
     assert!(size_of::<H256>() <= COPYRPC_CTX256_BYTES);
@@ -551,8 +561,9 @@ pub unsafe fn fail_ep(ctx: *mut copyrpc_ctx, ep: u16) -> i32 {
 ///
 /// Returns `COPYRPC_OK`; to poll and retry: `COPYRPC_E_RING_FULL`,
 /// `COPYRPC_E_INSUFFICIENT_CREDIT`, `COPYRPC_E_TOO_MANY_CALLS`, `COPYRPC_E_SQ_FULL`;
-/// for good: `COPYRPC_E_TOO_LARGE` (the payload or allowance can never fit the rings:
-/// `copyrpc_refusal_detail`), `COPYRPC_E_NOT_CONNECTED`,
+/// for good: `COPYRPC_E_TOO_LARGE` (the payload is above `copyrpc_max_payload`, or the
+/// allowance above `copyrpc_max_allowance`: `copyrpc_refusal_detail` gives both numbers),
+/// `COPYRPC_E_NOT_CONNECTED`,
 /// `COPYRPC_E_ENDPOINT_FAILED` (`copyrpc_failure_cause`), `COPYRPC_E_NO_SUCH_ENDPOINT`,
 /// `COPYRPC_E_NULL` (`buf` NULL with `len` > 0), or a handle refusal.
 ///
@@ -581,7 +592,87 @@ pub unsafe extern "C" fn copyrpc_call(
             .call_with_allowance(EndpointId(ep), payload, allowance, token)
         {
             Ok(_) => COPYRPC_OK,
-            Err(e) => status::of(e.error),
+            Err(e) => too_large_or(&h.ctx, ep, len, allowance, e.error),
+        }
+    })
+}
+
+/// The code of a refused call; a payload or allowance above the endpoint's limit gets
+/// `COPYRPC_E_TOO_LARGE` with both numbers in `copyrpc_refusal_detail`.
+#[cold]
+#[inline(never)]
+fn too_large_or<const E: usize, const C: usize>(
+    ctx: &Ctx<E, C>,
+    ep: u16,
+    len: usize,
+    allowance: u32,
+    e: Error,
+) -> i32 {
+    let id = EndpointId(ep);
+    match e {
+        // The core's PayloadTooLarge also stands for an allowance above the ring, which
+        // keeps the core's text.
+        Error::PayloadTooLarge => match ctx.max_request_payload(id) {
+            Ok(limit) if len > limit as usize => {
+                status::too_large("payload", len as u64, Some(limit), "copyrpc_max_payload")
+            }
+            _ => status::of(e),
+        },
+        Error::AllowanceTooLarge => match ctx.max_response_allowance(id) {
+            Ok(limit) => status::too_large(
+                "response allowance",
+                u64::from(allowance),
+                limit,
+                "copyrpc_max_allowance",
+            ),
+            Err(_) => status::of(e),
+        },
+        _ => status::of(e),
+    }
+}
+
+/// The largest request payload a call on a connected endpoint `ep` can ever carry
+/// (about half the peer's ring: `COPYRPC_MAX_PAYLOAD` for two endpoints of 16 KiB
+/// rings): every payload up to it goes through once what is in flight is consumed
+/// (retry after `COPYRPC_E_RING_FULL`), and a larger one is refused at once with
+/// `COPYRPC_E_TOO_LARGE`, which no retry changes.
+///
+/// Returns the limit (>= 0); `COPYRPC_E_NOT_CONNECTED` (before the endpoint is
+/// connected: the limit depends on the peer's ring), `COPYRPC_E_ENDPOINT_FAILED`,
+/// `COPYRPC_E_NO_SUCH_ENDPOINT`, or a handle refusal.
+///
+/// # Safety
+///
+/// `ctx` as in `copyrpc_ctx_fini`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_max_payload(ctx: *mut copyrpc_ctx, ep: u16) -> i32 {
+    with_ctx!(ctx, |h, _m| {
+        // SAFETY: a live context of this class, used by this thread.
+        match unsafe { (*h).ctx.max_request_payload(EndpointId(ep)) } {
+            Ok(limit) => i32::try_from(limit).unwrap_or(i32::MAX),
+            Err(e) => status::of(e),
+        }
+    })
+}
+
+/// The largest response allowance a call on a connected endpoint `ep` can ever be
+/// granted (what the peer may reserve for our responses, less a response's framing);
+/// a larger one is refused at once with `COPYRPC_E_TOO_LARGE`.
+///
+/// Returns the limit (>= 0); `COPYRPC_E_TOO_LARGE` when not even an empty response
+/// fits (rings below `COPYRPC_FABRIC_MIN_RING`); otherwise as `copyrpc_max_payload`.
+///
+/// # Safety
+///
+/// `ctx` as in `copyrpc_ctx_fini`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copyrpc_max_allowance(ctx: *mut copyrpc_ctx, ep: u16) -> i32 {
+    with_ctx!(ctx, |h, _m| {
+        // SAFETY: a live context of this class, used by this thread.
+        match unsafe { (*h).ctx.max_response_allowance(EndpointId(ep)) } {
+            Ok(Some(limit)) => i32::try_from(limit).unwrap_or(i32::MAX),
+            Ok(None) => COPYRPC_E_TOO_LARGE,
+            Err(e) => status::of(e),
         }
     })
 }

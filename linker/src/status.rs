@@ -3,7 +3,8 @@
 //! the rest are permanent for the arguments given.
 
 use core::ffi::{c_char, CStr};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::fmt::Write;
+use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
 use copyrpc_core::copyrpc::Error;
 
@@ -79,6 +80,16 @@ pub const COPYRPC_E_UNWOUND: i32 = -33;
 /// [`copyrpc_refusal_detail`]); null until the first.
 static DETAIL: AtomicPtr<c_char> = AtomicPtr::new(core::ptr::null_mut());
 
+/// Bytes of [`LIMIT_TEXT`], its final NUL included.
+const LIMIT_TEXT_BYTES: usize = 160;
+
+/// The text of the last `COPYRPC_E_TOO_LARGE` whose limit is known: what was asked and
+/// the most it can be, written here by [`too_large`] (the data path keeps no thread
+/// state and allocates nothing, so the text has one place in the process). The last
+/// byte is never written: it is always NUL-terminated, even while a concurrent refusal
+/// writes it.
+static LIMIT_TEXT: [AtomicU8; LIMIT_TEXT_BYTES] = [const { AtomicU8::new(0) }; LIMIT_TEXT_BYTES];
+
 /// The code of a core refusal. The codes that stand for several refusals
 /// (`COPYRPC_E_BAD_SETUP`, `COPYRPC_E_TOO_LARGE`) keep the core's text for
 /// `copyrpc_refusal_detail`.
@@ -86,30 +97,84 @@ static DETAIL: AtomicPtr<c_char> = AtomicPtr::new(core::ptr::null_mut());
 pub fn of(e: Error) -> i32 {
     let code = code_of(e);
     if matches!(code, COPYRPC_E_BAD_SETUP | COPYRPC_E_TOO_LARGE) {
-        // Relaxed: the pointer is to a static string, whose bytes need no ordering.
-        DETAIL.store(e.text().as_ptr().cast_mut(), Ordering::Relaxed);
+        // Release (pairs with the Acquire in `copyrpc_refusal_detail`); a static
+        // string's bytes need no ordering, but `too_large`'s text shares the pointer.
+        DETAIL.store(e.text().as_ptr().cast_mut(), Ordering::Release);
     }
     code
+}
+
+/// A fixed-size text being written: what does not fit is dropped.
+struct Text {
+    buf: [u8; LIMIT_TEXT_BYTES - 1],
+    len: usize,
+}
+
+impl Write for Text {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let n = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// `COPYRPC_E_TOO_LARGE` for `what` (a request payload, a response allowance) of
+/// `asked` bytes where the endpoint's limit is `limit` bytes (`None`: not even 0 fits),
+/// with both numbers in the text `copyrpc_refusal_detail` returns.
+#[cold]
+#[inline(never)]
+pub fn too_large(what: &str, asked: u64, limit: Option<u32>, ask_for: &str) -> i32 {
+    let mut t = Text {
+        buf: [0; LIMIT_TEXT_BYTES - 1],
+        len: 0,
+    };
+    let _ = match limit {
+        Some(l) => write!(
+            t,
+            "{what} of {asked} B above this endpoint's limit of {l} B ({ask_for}): it can never fit"
+        ),
+        None => write!(
+            t,
+            "{what} of {asked} B: this endpoint's rings hold none at all ({ask_for}): it can never fit"
+        ),
+    };
+    for (i, cell) in LIMIT_TEXT.iter().take(LIMIT_TEXT_BYTES - 1).enumerate() {
+        // Relaxed: published by the Release store of the pointer below.
+        cell.store(
+            t.buf.get(i).copied().filter(|_| i < t.len).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+    }
+    // Release (pairs with the Acquire in `copyrpc_refusal_detail`): the text above is
+    // written before a reader that sees the pointer reads it.
+    DETAIL.store(
+        LIMIT_TEXT.as_ptr().cast::<c_char>().cast_mut(),
+        Ordering::Release,
+    );
+    COPYRPC_E_TOO_LARGE
 }
 
 /// Keeps `text` for `copyrpc_refusal_detail`: for a code of the C library's own that
 /// stands for several causes (`COPYRPC_E_SHM_UNAVAILABLE`).
 #[cold]
 pub fn set_detail(text: &'static CStr) {
-    // Relaxed: as in `of`.
-    DETAIL.store(text.as_ptr().cast_mut(), Ordering::Relaxed);
+    // Release: as in `of`.
+    DETAIL.store(text.as_ptr().cast_mut(), Ordering::Release);
 }
 
 /// Which rule or cause lies behind the last refusal, in this process, that was
 /// returned as `COPYRPC_E_BAD_SETUP` or `COPYRPC_E_TOO_LARGE` (for example "send ring
-/// smaller than the peer's recv ring"), or as `COPYRPC_E_SHM_UNAVAILABLE` (whether
-/// the ring stayed full, which a later call may get past, or the server is gone or
-/// its region overwritten, which no retry mends): a static string, never NULL, ""
-/// before the first. Process-wide, not per thread (the data path keeps no thread
-/// state): read it right after the refusal, on the thread that made the call.
+/// smaller than the peer's recv ring", or "payload of 8160 B above this endpoint's limit
+/// of 8148 B ..."), or as `COPYRPC_E_SHM_UNAVAILABLE` (the delegation server gone, or
+/// its region overwritten): a string that is never NULL, "" before the first.
+/// Process-wide, not per thread (the data path keeps no thread state), and rewritten
+/// by the next such refusal: read it right after the refusal, on the thread that made
+/// the call.
 #[unsafe(no_mangle)]
 pub extern "C" fn copyrpc_refusal_detail() -> *const c_char {
-    let p = DETAIL.load(Ordering::Relaxed);
+    // Acquire (pairs with the Release stores in `of`, `too_large` and `set_detail`).
+    let p = DETAIL.load(Ordering::Acquire);
     if p.is_null() {
         c"".as_ptr()
     } else {

@@ -36,7 +36,7 @@ fn abi_refuses_bad_input_without_crashing() {
 #[test]
 fn misuse_is_refused_with_its_code() {
     let exe = build("linker/capi/tests/c/misuse.c", "misuse");
-    assert_valgrind_clean("misuse", &exe, 5);
+    assert_valgrind_clean("misuse", &exe, 6);
 }
 
 /// A C++ exception out of each kind of callback (tests/c/throw.cpp), valgrind-clean.
