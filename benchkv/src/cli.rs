@@ -21,7 +21,10 @@ pub use copyrpc_host::units::parse_duration;
     name = "benchkv",
     version,
     max_term_width = 100,
-    args_override_self = true
+    args_override_self = true,
+    // `-K -1` and `--read-ratio -0.1` reach the flag's parser or check, whose refusal
+    // names the flag, instead of reading as an unknown option `-1`.
+    allow_negative_numbers = true
 )]
 pub struct Cli {
     /// How remote requests leave a rank: `delegation` (clients write the shared MPSC ring

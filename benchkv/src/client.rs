@@ -388,8 +388,14 @@ impl<'a> Client<'a> {
                         match c.call(&req, f) {
                             Ok(()) => true,
                             Err(IpcCallError::Full) => false,
+                            // Said from the region and the server's process: a zeroed
+                            // region reads as a server gone although it may still run.
                             Err(IpcCallError::ServerDisconnected) => {
-                                return Err("ipc server gone".to_string())
+                                return Err(format!(
+                                    "ipc region {}: {}",
+                                    c.name(),
+                                    c.disconnect_cause()
+                                ))
                             }
                         }
                     }

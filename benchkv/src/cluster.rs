@@ -16,9 +16,6 @@ pub enum Cluster {
     Mpi(MpiExchange),
 }
 
-/// Environment variables a launcher sets: Open MPI, MPICH/Hydra (PMI), PMIx.
-const LAUNCHER_VARS: [&str; 4] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"];
-
 impl Cluster {
     /// MPI if a launcher started us, else a single rank.
     pub fn from_env() -> Result<Self, String> {
@@ -33,7 +30,7 @@ impl Cluster {
 
     /// True when an MPI launcher started this process.
     pub fn launched_by_mpi() -> bool {
-        LAUNCHER_VARS.iter().any(|v| std::env::var_os(v).is_some())
+        copyrpc_host::vworld::launched_by_mpi()
     }
 
     /// Bounds each MPI collective (the job aborts past it; see `MpiExchange`). The

@@ -7,7 +7,9 @@ use copyrpc_core::budget::Params as BudgetParams;
 use copyrpc_host::fabric::verbs::gid;
 use copyrpc_host::fabric::{FabricKind, Qos};
 
-use copyrpc_host::vworld::{CostModel, Fault as VFault, NicProfile, WorldSpec, MAX_RANKS};
+use copyrpc_host::vworld::{
+    parse_world, CostModel, Fault as VFault, NicProfile, WorldSpec, MAX_RANKS,
+};
 
 use crate::cli::{
     BackendArg, Cli, DistributionArg, FabricArg, InjectFaultArg, OutputArg, PinArg, PollBudget,
@@ -146,20 +148,7 @@ fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<WorldSpec>, Stri
         }
         return Ok(None);
     }
-    let Some(n) = w.strip_prefix("virtual:") else {
-        return Err(format!(
-            "--world {w}: expected `threads` or `virtual:N` (N ranks, e.g. virtual:16)"
-        ));
-    };
-    let ranks: u32 = n
-        .trim()
-        .parse()
-        .map_err(|_| format!("--world {w}: `{n}` is not a rank count"))?;
-    if !(1..=MAX_RANKS).contains(&ranks) {
-        return Err(format!(
-            "--world {w}: the rank count must be in 1..={MAX_RANKS}"
-        ));
-    }
+    let ranks = parse_world(w, 1..=MAX_RANKS)?.expect("`threads` returned above");
     let mut faults = cli
         .vfault
         .iter()
@@ -185,14 +174,19 @@ fn check_writable(path: &std::path::Path) -> Result<(), String> {
     if path.as_os_str().is_empty() {
         return Err("--plot needs a file name".to_string());
     }
-    // Opening a FIFO for writing waits for a reader, for ever if none comes.
     if let Ok(m) = std::fs::metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
-        let t = m.file_type();
-        if t.is_fifo() || t.is_socket() {
+        // Opening a FIFO for writing waits for a reader, for ever if none comes; a device
+        // or a kernel file (/proc, /sys) opens but fails the write after the run.
+        if !m.is_file() {
             return Err(format!(
-                "--plot {}: a FIFO or socket, and the plot is one file written at the end; \
-                 give a file name",
+                "--plot {}: not a regular file (a FIFO, socket, device or kernel file), and \
+                 the plot is one file written at the end; give a file name",
+                path.display()
+            ));
+        }
+        if m.permissions().readonly() {
+            return Err(format!(
+                "--plot {}: the file is read-only; give another file name",
                 path.display()
             ));
         }

@@ -72,6 +72,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Regions a killed run of any copyrpc tool left behind (their process gone) are
+    // removed by every run, whatever it opens (docs/RELIABILITY.md).
+    copyrpc_host::shm::sweep_left_behind();
     if cfg.hugepages && cfg.world.is_none() {
         // SAFETY: no other thread exists yet: MPI and the daemons start below.
         let set = unsafe { copyrpc_host::fabric::verbs::huge::prefer_huge_queue_buffers() };

@@ -144,10 +144,16 @@ pub fn table(r: &Report) -> String {
         t.issued,
         t.completed,
         t.issued - t.completed.min(t.issued),
-        if t.issued == t.completed {
-            " (every request answered)"
+        if t.every_request_answered() {
+            " (every request answered)".to_string()
+        } else if t.thread_errors > 0 {
+            format!(
+                " (counted over the threads that finished: {} thread(s) failed, and a \
+                 failed client's requests are in neither count)",
+                t.thread_errors
+            )
         } else {
-            ""
+            String::new()
         }
     );
     if t.error_answers > 0 {
@@ -316,7 +322,7 @@ pub fn json_lines(r: &Report) -> String {
         "issued": t.issued,
         "completed": t.completed,
         "undrained": t.undrained,
-        "drained": t.issued == t.completed && t.undrained == 0,
+        "drained": t.every_request_answered(),
         "verify_checked": t.checked,
         "verify_failures": t.failures,
         "error_answers": t.error_answers,
@@ -454,6 +460,29 @@ mod tests {
         let out = table(&report());
         assert!(out.contains("24 issued, 24 completed, 0 outstanding (every request answered)"));
         assert!(out.contains("all"), "a total row for two ranks");
+    }
+
+    /// Two client threads failed after half a million requests: their reports were
+    /// lost with them, the counts read 0 and 0, and the line said "every request
+    /// answered" beside "FAILED: 2 thread(s) failed".
+    #[test]
+    fn item5_the_drain_line_claims_no_answer_when_threads_failed() {
+        let mut r = report();
+        for s in &mut r.ranks {
+            *s = RankSummary {
+                thread_errors: 1,
+                ..Default::default()
+            };
+        }
+        let out = table(&r);
+        let line = out.lines().find(|l| l.starts_with("drain:")).unwrap();
+        assert!(!line.contains("every request answered"), "{line}");
+        assert!(line.contains("2 thread(s) failed"), "{line}");
+        let v: Vec<Value> = json_lines(&r)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(v[2]["drained"], false);
     }
 
     #[test]

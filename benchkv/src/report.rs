@@ -57,6 +57,15 @@ pub struct RankSummary {
     pub pending_at_stop: u64,
 }
 
+impl RankSummary {
+    /// Whether every request was answered: the counts match, the drain left none, and
+    /// no thread failed (a failed client thread's report is lost with it, so its
+    /// requests are in neither count and matching counts prove nothing).
+    pub fn every_request_answered(&self) -> bool {
+        self.thread_errors == 0 && self.undrained == 0 && self.issued == self.completed
+    }
+}
+
 /// One run over all ranks.
 #[derive(Clone, Debug)]
 pub struct RunResult {

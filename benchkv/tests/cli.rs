@@ -384,7 +384,7 @@ fn every_flag_with_bad_values_is_a_clear_error_never_a_panic() {
         (
             "--duration",
             &[
-                "0", "-1", "nan", "inf", "1e30", "2h", "", "abc", "1e-10", "0.5us",
+                "0", "-1", "nan", "inf", "1e30", "25h", "2d", "", "abc", "1e-10", "0.5us",
             ],
         ),
         ("--drain-timeout", &["0", "-1", "nan", "1e30", ""]),
@@ -778,5 +778,103 @@ fn one_request_per_turn_or_a_poll_budget_still_answers_everything() {
             value.parse::<u32>().unwrap(),
             "{knob}"
         );
+    }
+}
+
+/// Exit 2 with `flag` named on stderr, before anything ran.
+fn assert_refused_naming(args: &[&str], flag: &str) {
+    let out = benchkv(args);
+    let err = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: exit 2 expected: {err}"
+    );
+    assert!(err.contains(flag), "{args:?}: {flag} not named: {err}");
+    assert!(out.stdout.is_empty(), "{args:?}: something ran");
+}
+
+/// `-K -1` and `--read-ratio -0.1` used to get clap's "unexpected argument '-1'",
+/// naming no flag.
+#[test]
+fn negative_numbers_are_refused_naming_their_flag() {
+    assert_refused_naming(&["-K", "-1"], "--daemons");
+    assert_refused_naming(&["--read-ratio", "-0.1"], "--read-ratio");
+    assert_refused_naming(&["--queue-depth", "-4"], "--queue-depth");
+}
+
+/// `--duration 1h` was "not a duration" though the limit is a day.
+#[test]
+fn durations_in_minutes_and_hours_are_read_and_a_day_is_the_limit() {
+    // 1 minute of drain allowance: read, and a short virtual run ends well within it.
+    let lines = json_run(&[
+        "--world",
+        "virtual:2",
+        "--duration",
+        "100us",
+        "--drain-timeout",
+        "1m",
+        "--setup-timeout",
+        "1h",
+    ]);
+    assert_drained_and_verified_or_unverified(&lines);
+    assert_refused_naming(&["--duration", "25h"], "--duration");
+    assert_refused_naming(&["--duration", "2 fortnights"], "--duration");
+}
+
+fn assert_drained_and_verified_or_unverified(lines: &[Value]) {
+    let s = of_type(lines, "summary");
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0]["drained"], true, "{}", s[0]);
+}
+
+/// `--nic gbps=1e-9` rounded to 0 B/s, which the link reads as "no limit": the run went
+/// at full speed; `--cost ,,,` and a key given twice were taken silently.
+#[test]
+fn a_bandwidth_below_a_byte_per_second_and_empty_or_repeated_keys_are_refused() {
+    for (flag, value) in [
+        ("--nic", "gbps=1e-9"),
+        ("--cost", ",,,"),
+        ("--cost", "loop_ns=500,,item_ns=20"),
+        ("--cost", "loop_ns=500,loop_ns=600"),
+        ("--nic", "latency_ns=500,latency_ns=600"),
+    ] {
+        assert_refused_naming(&["--world", "virtual:2", flag, value], flag);
+    }
+}
+
+/// `--plot /proc/version` passed the check before the run and failed the write after
+/// it (EIO, exit 1); a read-only file likewise.
+#[test]
+fn a_plot_path_that_cannot_take_the_plot_is_refused_before_the_run() {
+    assert_refused_naming(&["--plot", "/proc/version"], "--plot");
+    assert_refused_naming(&["--plot", "/dev/null"], "--plot");
+    let ro = std::env::temp_dir().join(format!("benchkv-ro-{}.svg", std::process::id()));
+    std::fs::write(&ro, b"").unwrap();
+    let mut p = std::fs::metadata(&ro).unwrap().permissions();
+    p.set_readonly(true);
+    std::fs::set_permissions(&ro, p).unwrap();
+    assert_refused_naming(&["--plot", ro.to_str().unwrap()], "--plot");
+    std::fs::remove_file(&ro).unwrap();
+}
+
+/// A sim-fabric region a killed run left (`copyrpc-sim-<pid>-<n>`, its process gone) is
+/// swept by the next benchkv run of any kind. One-rank and `--loopback-ranks` runs never
+/// open the sim fabric, whose opening was the only sweep, so the region stayed.
+#[test]
+fn item8_every_run_sweeps_a_sim_region_a_killed_run_left() {
+    for extra in [&[][..], &["--loopback-ranks", "2"][..]] {
+        let mut child = Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let path = std::path::PathBuf::from(format!("/dev/shm/copyrpc-sim-{dead}-0"));
+        std::fs::write(&path, b"").unwrap();
+        let mut args = vec!["--duration", "200ms"];
+        args.extend_from_slice(extra);
+        let out = benchkv(&args);
+        let left = path.exists();
+        let _ = std::fs::remove_file(&path);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        assert!(!left, "{extra:?}: {} is still there", path.display());
     }
 }

@@ -424,18 +424,25 @@ fn item2_the_invariant_bounds_the_allowance_when_the_cap_does_not() {
 
 /// Every call either goes through within a bounded number of polls of an idle peer
 /// (one that only answers) or is refused for good at once: over ring sizes, caps on
-/// the reservation (the default quarter, less, more), response allowances and lap
-/// positions (a random filler call, answered, before each tried call moves the
-/// producer round the ring), for payloads around the limit and anywhere below the
-/// ring's size. A payload between about half the ring and the ring was refused with
-/// `RingFull` on every retry: the reservation `2R` the credit rule holds back never
-/// shrinks on an idle peer, so the message never fit beside it.
+/// the reservation (the default quarter, less, more, the least), response allowances
+/// up to the largest payable and lap positions (a random filler call, answered, before
+/// each tried call moves the producer round the ring), for payloads around the limit
+/// and anywhere below the ring's size. A payload between about half the ring and the
+/// ring was refused with `RingFull` on every retry: the reservation `2R` the credit
+/// rule holds back never shrinks on an idle peer, so the message never fit beside it.
+/// And a call whose allowance needs all the credit the peer can grant was refused with
+/// `InsufficientCredit` on every retry once a grant had been cut short (a 256 B ring
+/// with its default cap; a cap of half the ring).
 #[test]
 fn item1_every_call_goes_through_within_bounded_polls_or_is_refused_for_good_at_once() {
     big_stack(|| {
         let mut rng = copyrpc_common::Rng(0x5eed_0051);
-        for ring in [512u64, 1024, 4096, 16 << 10] {
-            for cap in [ring / 4, ring / 8] {
+        for ring in [256u64, 512, 1024, 4096, 16 << 10] {
+            // The cap may not be under two blocks (`BadReservation`).
+            for cap in [ring / 4, ring / 8, ring / 2, 64]
+                .into_iter()
+                .filter(|&c| c >= 64)
+            {
                 let mut o = Opts::new(1, ring as usize);
                 o.cfg.max_resp_reservation = cap;
                 let mut p: Pair<1, 64, 512> = Pair::new(o);
@@ -520,6 +527,68 @@ fn call_answered(
     Err(format!("no answer\n{}", p.dump()))
 }
 
+/// Both sides call each other, a window of 32 calls each way, payloads up to 4 000 B
+/// with a response allowance as long (the echo's pattern, on its default 16 KiB rings:
+/// an allowance of 4 000 B costs the whole cap). A reply's batch grants what the
+/// invariant leaves, which can be less than the call it answers cost; with the peer
+/// holding over half the cap no credit-only batch topped it up, and both sides were
+/// refused with `InsufficientCredit` for ever, nothing in flight, after 286 calls.
+#[test]
+fn a_call_costing_the_whole_cap_is_paid_for_after_a_grant_the_invariant_cut() {
+    big_stack(|| {
+        // The echo's sizes (host/src/rpc/echo.rs) up to 4 000 B.
+        const SIZES: [usize; 14] = [0, 1, 8, 20, 21, 52, 53, 200, 204, 220, 221, 512, 1000, 4096];
+        let size = |k: u64| match k as usize % (SIZES.len() + 2) {
+            i if i < SIZES.len() && SIZES[i] <= 4000 => SIZES[i],
+            i if i == SIZES.len() => 4000,
+            _ => (k as usize).wrapping_mul(2_654_435_761) % 4001,
+        };
+        let mut p: Pair<1, 64, 512> = Pair::new(Opts::new(1, 16 << 10));
+        let eps = [p.a.eps[0], p.b.eps[0]];
+        let (mut next, mut pending, mut answered) = ([0u64; 2], [0u32; 2], [0u64; 2]);
+        const CALLS: u64 = 1000;
+        let mut quiet = 0;
+        while answered != [CALLS; 2] {
+            let mut moved = 0;
+            for side in 0..2 {
+                let ctx = if side == 0 {
+                    &mut p.a.ctx
+                } else {
+                    &mut p.b.ctx
+                };
+                while next[side] < CALLS && pending[side] < 32 {
+                    let len = size(next[side]);
+                    let payload = vec![side as u8; len];
+                    match ctx.call_with_allowance(eps[side], &payload, len as u32, next[side]) {
+                        Ok(_) => (next[side], pending[side]) = (next[side] + 1, pending[side] + 1),
+                        Err(e) => {
+                            assert!(e.error.is_retryable(), "{:?}", e.error);
+                            break;
+                        }
+                    }
+                }
+                let mut got = 0;
+                ctx.poll(|_, r| {
+                    r.unwrap();
+                    got += 1;
+                });
+                (pending[side], answered[side]) =
+                    (pending[side] - got, answered[side] + u64::from(got));
+                moved += got as usize + serve_echo(ctx);
+            }
+            p.step();
+            quiet = if moved == 0 { quiet + 1 } else { 0 };
+            assert!(
+                quiet < 20_000,
+                "no progress for 20 000 steps: {answered:?} answered, {pending:?} pending\n\
+                 a {:?}\nb {:?}",
+                p.a.ctx.credit_snapshot(eps[0]),
+                p.b.ctx.credit_snapshot(eps[1])
+            );
+        }
+    });
+}
+
 /// A caller that stops calling has nothing to carry the credit return for the replies it
 /// consumed: once they are a quarter of its recv ring, it must send a batch of metadata
 /// alone to return them, or the responder's view of that ring stays full. (The reply
@@ -588,34 +657,40 @@ fn a_caller_that_stops_calling_returns_the_replies_it_consumed_in_a_credit_only_
                 // Below the quarter no return is due yet: the next round's calls carry it.
                 continue;
             }
-            assert_eq!(
-                a.recv_notified,
-                a.recv_consumer,
+            // What a has not returned can only be metadata-only batches of b's that
+            // arrived after a's return (b tops a's credit up once a has nothing
+            // unanswered at b), 32 B each, far below a return's quarter ring.
+            let left = a.recv_consumer - a.recv_notified;
+            assert!(
+                left <= 32 * p.b.ctx.stats().credit_batches,
                 "round {rounds}: {consumed} B of replies consumed after the last call \
-                 (a quarter ring is {}) were never returned; {} credit-only batches",
+                 (a quarter ring is {}), {left} B never returned; {} credit-only batches",
                 RING / 4,
                 p.a.ctx.stats().credit_batches
             );
             assert!(p.a.ctx.stats().credit_batches > 0);
-            assert_eq!(b.remote_consumer, a.recv_consumer, "b saw the return");
+            assert_eq!(b.remote_consumer, a.recv_notified, "b saw the return");
             assert_conserved(&p);
             break;
         }
     });
 }
 
-/// A grant under two blocks is not worth a batch of its own: when the invariant leaves
-/// the responder less than that to give while its reservation is under the cap, it
-/// sends no credit-only batch however short the caller runs (it asks for READs instead,
-/// in case its view of the caller's consumer is stale; here it is not).
+/// A grant under two blocks is not worth a batch of its own while the peer has calls
+/// unanswered here (their replies will carry grants): when the invariant leaves the
+/// responder less than that to give while its reservation is under the cap, it sends no
+/// credit-only batch however short the caller runs (it asks for READs instead, in case
+/// its view of the caller's consumer is stale; here it is not).
 ///
 /// The responder's replies fill the caller's recv ring behind two calls of the
 /// responder's that the caller holds unanswered (the first pins the consumer), so each
 /// reply's batch grants back less than the call it answers cost, all the invariant
-/// leaves, until the caller cannot pay for another. Then the caller answers the first
-/// call: its consumer moves past that call's 64 B, and the responder could grant 32 B.
-/// (The responder's own calls cannot fill the ring that far: the call rule keeps them
-/// beside the cap's reservation, which leaves a grant up to the cap.)
+/// leaves, until the caller cannot pay for another such call. It makes one it can pay
+/// for, which the responder holds. Then the caller answers the first call: its consumer
+/// moves past that call's 64 B, and the responder could grant 32 B. (The responder's
+/// own calls cannot fill the ring that far: the call rule keeps them beside the cap's
+/// reservation, which leaves a grant up to the cap. With nothing of the caller's held,
+/// the responder does send the 32 B: `a_call_costing_the_whole_cap_...`.)
 #[test]
 fn a_grant_smaller_than_two_blocks_is_not_sent_in_a_batch_of_its_own() {
     big_stack(|| {
@@ -630,14 +705,21 @@ fn a_grant_smaller_than_two_blocks_is_not_sent_in_a_batch_of_its_own() {
             RING - b.in_flight - 2 * b.resp_reservation
         };
         let mut held_a = Vec::new();
+        let mut held_b = Vec::new();
         let mut answered = 0u64;
-        let round = |p: &mut P, held_a: &mut Vec<_>, answered: &mut u64| {
+        let mut round = |p: &mut P, held_a: &mut Vec<_>, serve: bool| {
             p.a.ctx.poll(|_, r| {
                 r.unwrap();
-                *answered += 1;
+                answered += 1;
             });
             p.b.ctx.poll(|_, r| assert!(r.is_ok()));
-            serve_echo(&mut p.b.ctx);
+            if serve {
+                serve_echo(&mut p.b.ctx);
+            } else {
+                while let Some(h) = p.b.ctx.recv() {
+                    held_b.push(h);
+                }
+            }
             while let Some(h) = p.a.ctx.recv() {
                 held_a.push(h);
             }
@@ -653,20 +735,31 @@ fn a_grant_smaller_than_two_blocks_is_not_sent_in_a_batch_of_its_own() {
             while p.a.ctx.call_with_allowance(ea, b"x", 100, calls).is_ok() {
                 calls += 1;
             }
-            round(&mut p, &mut held_a, &mut answered);
+            round(&mut p, &mut held_a, true);
         }
         assert_eq!(held_a.len(), 2, "a holds b's calls");
-        assert_eq!(answered, calls, "b answered every call of a");
         assert!(gap(&p) < 64, "b granted all it could: {} B left", gap(&p));
+        // A call without response allowance (64 B of credit), which b holds.
+        p.a.ctx.call_with_allowance(ea, b"held", 0, calls).unwrap();
+        calls += 1;
+        for _ in 0..50 {
+            round(&mut p, &mut held_a, false);
+        }
         let first = held_a.remove(0);
         first.reply(&mut p.a.ctx, b"").unwrap();
         for _ in 0..300 {
-            round(&mut p, &mut held_a, &mut answered);
+            round(&mut p, &mut held_a, false);
         }
+        assert_eq!(
+            answered + 1,
+            calls,
+            "b answered every call of a but the last"
+        );
         let (a, b) = snap(&p);
+        assert_eq!(b.unanswered_requests, 1);
         assert!(
             a.peer_credit_balance < 192,
-            "a cannot pay for another call ({} B)",
+            "a cannot pay for another 100 B allowance ({} B)",
             a.peer_credit_balance
         );
         assert_eq!(
@@ -871,5 +964,108 @@ fn a_read_behind_a_raw_write_is_done_at_its_own_completion() {
             write_first,
             "the WRITE completed in an earlier poll than the READ"
         );
+    });
+}
+
+/// A READ of the peer's consumer posted in one flush behind batch WQEs (queued wrap
+/// ranges, the open batch, a credit-only batch and its wrap marker) is taken at its own
+/// completion, not at one of theirs. The flush places the READ at its base plus the
+/// blocks of the WQEs it posted first (`used` in `post_due_general`); a completion
+/// retiring only those must not count as the READ's. Batch WQEs are unsignaled unless
+/// the driver signals one (every `signal_interval`-th, or at half the queue): here every
+/// WQE is, the link is slow per packet (so a batch's acknowledgement and the READ's
+/// response land in different polls), and each READ's landing word is poisoned right
+/// after it is posted, before the device can write it. A READ taken early reads the
+/// poison, an impossible consumer, and fails the endpoint; one placed too late is never
+/// taken, and no other READ follows it.
+#[test]
+fn a_read_behind_batches_of_the_same_flush_is_taken_at_its_own_completion() {
+    big_stack(|| {
+        for (seed, ring) in (1..=16u64).flat_map(|s| [(s, 512usize), (s, 1024), (s, 4096)]) {
+            let mut o = Opts::new(1, ring);
+            o.link.packet_ns = 4_000;
+            o.cfg.signal_interval = 1;
+            let mut p: P = Pair::new(o);
+            let (ea, eb) = (p.a.eps[0], p.b.eps[0]);
+            // a's control region follows its two rings; the READ lands in its second word.
+            let read_word = p.a.data.at(2 * ring + 8).cast::<u64>();
+            let mut rng = copyrpc_common::Rng(seed * 0x9e37_79b9);
+            let (mut k, mut pending, mut poisoned) = (0u64, 0u64, 0u64);
+            let mut b_mode = 0;
+            for step in 0..4_000 {
+                for _ in 0..rng.below(4) {
+                    let len = 1 + rng.below(ring as u64 / 3) as usize;
+                    let allowance = rng.below(ring as u64 / 16) as u32;
+                    match p.a.ctx.call_with_allowance(ea, &vec![3; len], allowance, k) {
+                        Ok(_) => (k, pending) = (k + 1, pending + 1),
+                        Err(e) => assert!(
+                            e.error.is_retryable(),
+                            "ring {ring}: {len} B, allowance {allowance}: {:?}",
+                            e.error
+                        ),
+                    }
+                }
+                if rng.below(2) == 0 {
+                    // b's calls make a reply, and a's replies fill b's side of a's ring.
+                    let _ =
+                        p.b.ctx
+                            .call_with_allowance(eb, &[4; 40], ring as u32 / 16, 0);
+                }
+                let posted = p.a.ctx.stats().reads_posted;
+                p.a.ctx.poll(|_, r| {
+                    // An early READ fails the endpoint, and the calls with it.
+                    r.expect("a call of a's ended with an error");
+                    pending -= 1;
+                });
+                serve_echo(&mut p.a.ctx);
+                if p.a.ctx.stats().reads_posted > posted {
+                    // SAFETY: a's registered memory; the device writes this word only when
+                    // the READ just posted lands, in a later `step`, and nothing else
+                    // touches it (this test is single-threaded).
+                    unsafe { read_word.write_volatile(u64::MAX / 2) };
+                    poisoned += 1;
+                }
+                // b's phases: it answers and polls; it holds a's calls (a's ring fills, a
+                // READ is wanted while a credit return is due); or it answers without
+                // polling, so its consumer moves with nothing sent, and only a READ of
+                // a's shows a the room.
+                if rng.below(16) == 0 {
+                    b_mode = rng.below(3);
+                }
+                if b_mode != 2 {
+                    p.b.ctx.poll(|_, r| assert!(r.is_ok()));
+                }
+                if b_mode != 1 {
+                    serve_echo(&mut p.b.ctx);
+                }
+                p.step();
+                assert!(
+                    !p.a.ctx.is_failed(ea),
+                    "seed {seed} step {step}: {:?}",
+                    p.a.ctx.failure_cause(ea)
+                );
+            }
+            let mut steps = 0;
+            while pending > 0 || p.a.ctx.stats().reads_completed < p.a.ctx.stats().reads_posted {
+                p.a.ctx.poll(|_, r| {
+                    // An early READ fails the endpoint, and the calls with it.
+                    r.expect("a call of a's ended with an error");
+                    pending -= 1;
+                });
+                p.b.ctx.poll(|_, _| {});
+                serve_echo(&mut p.b.ctx);
+                serve_echo(&mut p.a.ctx);
+                p.step();
+                steps += 1;
+                let st = p.a.ctx.stats();
+                assert!(
+                    steps < 100_000,
+                    "seed {seed}: {pending} calls pending, {} of {} READs taken",
+                    st.reads_completed,
+                    st.reads_posted
+                );
+            }
+            assert!(poisoned > 20, "seed {seed}: only {poisoned} READs");
+        }
     });
 }

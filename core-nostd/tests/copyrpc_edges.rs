@@ -58,8 +58,10 @@ fn a_receiver_that_never_calls_sends_credit_only_batches_to_a_caller_short_of_cr
         let mut held: Vec<RecvHandle> = Vec::new();
         let mut k = 0u64;
         let mut refused = 0;
-        // Credit for more than the first grant's worth of calls, none of it from a reply.
-        while k * cost <= initial + cost {
+        // Credit for more than the first grant's worth of calls, none of it from a reply,
+        // until it runs out (the receiver tops the caller up to the cap as soon as it can,
+        // and holds every call).
+        while refused == 0 || k * cost <= initial {
             match p.a.ctx.call_with_allowance(ea, b"held", 100, k) {
                 Ok(_) => k += 1,
                 Err(e) => {

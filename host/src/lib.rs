@@ -10,6 +10,7 @@
 //! | [`exchange`] | endpoint records across ranks: MPI (rsmpi) or threads of one process |
 //! | [`shm`] | named `/dev/shm` regions and the core's shm protocols (delegation, ipc) over them |
 //! | [`signals`] | a tool's regions unlinked when SIGINT, SIGTERM or SIGHUP ends it |
+//! | [`watchdog`] | every wait of a rank on the others bounded: exit 3 naming the wait and the stalled peer |
 //! | [`affinity`], [`topology`] | usable cores, pinning, the NIC's NUMA node |
 //! | [`rng`], [`units`] | seeded random streams; durations as a command line writes them |
 //! | [`error`] | the one error type: a variant per failing call, with context |
@@ -28,3 +29,4 @@ pub mod sim_engine;
 pub mod topology;
 pub mod units;
 pub mod vworld;
+pub mod watchdog;

@@ -275,3 +275,65 @@ fn a_gid_index_past_the_table_or_of_a_roce_v1_entry_exits_2_naming_the_flag() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// `--world virtual:N`: every rank's line says every call was answered (the echo checks
+/// each answer's bytes itself); the same flags print the same bytes, another seed others.
+#[test]
+fn a_virtual_echo_of_four_ranks_answers_everything_and_is_deterministic() {
+    let args = [
+        "--world",
+        "virtual:4",
+        "--calls",
+        "200",
+        "--cost",
+        "jitter=0.2",
+    ];
+    let out = run(None, ECHO, &args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    for (r, l) in lines[..4].iter().enumerate() {
+        assert!(
+            l.starts_with(&format!("rank {r}/4: responses=600 served=600 "))
+                && l.contains("total_responses=2400")
+                && l.ends_with(": ok"),
+            "{l}"
+        );
+    }
+    assert!(
+        lines[4].starts_with("virtual:4: 2400 calls in "),
+        "{}",
+        lines[4]
+    );
+    assert_eq!(
+        run(None, ECHO, &args).stdout,
+        out.stdout,
+        "same flags, same bytes"
+    );
+    let mut seeded = args.to_vec();
+    seeded.extend(["--seed", "9"]);
+    assert_ne!(
+        run(None, ECHO, &seeded).stdout,
+        out.stdout,
+        "another seed, another run"
+    );
+}
+
+#[test]
+fn bad_virtual_world_flags_are_refused_naming_the_flag() {
+    for (args, needle) in [
+        (&["--world", "virtual:0"][..], "--world"),
+        (&["--world", "virtual:1"], "--world"),
+        (&["--world", "virtual:66"], "--world"),
+        (&["--world", "virtual:two"], "--world"),
+        (&["--world", "galaxy"], "--world"),
+        (&["--cost", "loop_ns=5"], "--cost"),
+        (&["--nic", "gbps=5"], "--nic"),
+        (&["--world", "virtual:2", "--cost", "loop_ns=-1"], "--cost"),
+        (&["--world", "virtual:2", "--nic", "speed=1"], "--nic"),
+        (&["--world", "virtual:2", "--fabric", "verbs"], "--world"),
+    ] {
+        assert_refused(&run(None, ECHO, args), args, needle);
+    }
+}

@@ -67,6 +67,30 @@ fn three_thread_ranks_echo_with_large_payloads() {
     check(&run_threads(3, &cfg), &cfg);
 }
 
+/// `max_payload` above 4 096 B (rings sized for it): the bytes moved grow with it.
+/// The echo's size table stopped at 4 096, so 8 000, 12 000, 16 000 and 16 384 each
+/// moved the same bytes.
+#[test]
+fn item7_a_max_payload_above_4096_moves_more_bytes_the_larger_it_is() {
+    let bytes = |max_payload| {
+        let mut cfg = EchoConfig {
+            calls_per_peer: 200,
+            max_payload,
+            window: 4,
+            ..EchoConfig::default()
+        };
+        cfg.auto_ring();
+        let reports = run_threads(2, &cfg);
+        check(&reports, &cfg);
+        reports[0].bytes
+    };
+    let (b4096, b8000, b16000) = (bytes(4096), bytes(8000), bytes(16_000));
+    assert!(
+        b4096 < b8000 && b8000 < b16000,
+        "bytes moved: {b4096} at 4096, {b8000} at 8000, {b16000} at 16000"
+    );
+}
+
 #[test]
 fn one_rank_has_nobody_to_call_and_still_comes_up() {
     let cfg = EchoConfig::default();

@@ -485,9 +485,27 @@ impl<U, const EPS: usize, const CALLS: usize, const REQS: usize> Context<U, EPS,
                 Ok(self.pending.insert_free(call_id, id.0, user_data))
             }
             Err(error) => {
+                if error == Error::InsufficientCredit {
+                    self.short_of_credit(id.0);
+                }
                 // A refusal may have wanted a READ of the peer's consumer.
                 self.dirty.note(id.0, Flush::Needed);
                 Err(CallError { error, user_data })
+            }
+        }
+    }
+
+    /// A call on endpoint `ep` was refused for credit. With calls pending there, their
+    /// replies' batches bring grants; with none, no batch of the peer's may ever come
+    /// again, and the peer grants only from what it knows of our consumer: so our next
+    /// flush returns what we consumed (`Tx::credit_wanted`), and the peer, with nothing
+    /// of ours unanswered, grants what that frees.
+    #[cold]
+    #[inline(never)]
+    fn short_of_credit(&mut self, ep: u16) {
+        if self.pending.on_ep(ep) == 0 {
+            if let Some(Some(e)) = self.eps.get_mut(usize::from(ep)) {
+                e.d.tx.want_credit();
             }
         }
     }

@@ -270,12 +270,13 @@ impl<const REQS: usize> EpData<REQS> {
         Ok(flush)
     }
 
-    /// Whether a metadata-only batch should go out: enough consumed bytes to return, or
-    /// the peer looks short of credit and we can grant some. Also wants a READ when a
+    /// Whether a metadata-only batch should go out: enough consumed bytes to return (or
+    /// any, once a call was refused for credit), or the peer looks short of credit and
+    /// we can grant some. Also wants a READ when a
     /// grant is blocked only by a stale view of the peer's consumer.
     #[inline]
     pub(crate) fn wants_credit_batch(&mut self) -> bool {
-        if self.rx.credit_return_due() {
+        if self.rx.credit_return_due() || (self.tx.credit_wanted() && self.rx.unreturned() != 0) {
             return true;
         }
         let rx = &self.rx;

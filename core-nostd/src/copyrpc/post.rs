@@ -184,6 +184,7 @@ impl<const REQS: usize> Endpoint<REQS> {
                     if let Some(r) = d.tx.take_flush() {
                         used += u64::from(d.post_range_cold(&mut batch, r, stats)?);
                         stats.credit_batches += 1;
+                        d.tx.credit_sent();
                     }
                 }
             } else if !room {

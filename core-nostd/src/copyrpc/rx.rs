@@ -93,8 +93,13 @@ impl<const REQS: usize> Rx<REQS> {
     /// Whether enough consumed bytes wait to be returned to warrant a batch of their own.
     #[inline(always)]
     pub(crate) fn credit_return_due(&self) -> bool {
-        let unreturned = self.ring.last_recv_pos() - self.ring.last_notified_recv_pos();
-        unreturned >= self.ring.size().get() / 4
+        self.unreturned() >= self.ring.size().get() / 4
+    }
+
+    /// Bytes consumed and not yet returned to the peer.
+    #[inline(always)]
+    pub(crate) fn unreturned(&self) -> u64 {
+        self.ring.last_recv_pos() - self.ring.last_notified_recv_pos()
     }
 
     /// A request's payload, in place in the ring.

@@ -1,6 +1,11 @@
 //! `mpirun -np N copyrpc-echo [--fabric auto|sim|verbs] [--device NAME] [--port N]
 //! [--gid-index auto|N] [--tclass N] [--sl N] [--calls N] [--max-payload B]
-//! [--window N] [--rpc-ring auto|BYTES] [--deadline-s S]`
+//! [--window N] [--rpc-ring auto|BYTES] [--deadline-s S] [--seed N]`
+//!
+//! `copyrpc-echo --world virtual:N [--cost ...] [--nic ...]` runs the same echo among N
+//! ranks inside this one process, in virtual time, over the device model (no mpirun):
+//! one line per rank with its counts and the virtual time it took, then the calls per
+//! second of virtual time. Deterministic: the same flags print the same bytes.
 //!
 //! Every rank echoes with every other over copyrpc (see `copyrpc_host::rpc::echo`) and
 //! prints one line: `rank r/n: <counts>: ok`, or `rank r/n: FAIL <why>` and a non-zero exit.
@@ -19,10 +24,10 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use copyrpc_host::exchange::{options, MpiExchange};
 use copyrpc_host::fabric::verbs::gid;
-use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos};
-use copyrpc_host::placement;
-use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING};
+use copyrpc_host::fabric::{self, FabricKind, FabricOptions, Qos};
+use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING, MAX_VIRTUAL_RANKS};
 use copyrpc_host::rpc::{sizing, RpcConfig};
+use copyrpc_host::vworld::{world_from_flags, WorldSpec};
 
 /// Every rank calls every other rank with checksummed payloads over copyrpc and checks
 /// every answer; `mpirun -np N copyrpc-echo` for N ranks.
@@ -84,9 +89,30 @@ struct Cli {
     #[arg(long, default_value = "auto", value_parser = parse_rpc_ring, value_name = "auto|BYTES")]
     rpc_ring: RingArg,
 
-    /// Give up (every rank saying where it stood) after this many seconds.
+    /// Give up (every rank saying where it stood) after this many seconds (of virtual
+    /// time with --world virtual).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_DEADLINE.as_secs()), value_name = "S")]
     deadline_s: u64,
+
+    /// Where each peer's sequence of payload sizes starts (0: the edge cases first); with
+    /// --world virtual also the seed of the turns' cost jitter.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    seed: u64,
+
+    /// Where the ranks run: `threads` (the default: this process is one rank, mpirun
+    /// starts the others) or `virtual:N`: N ranks (2..=65) inside this one process and
+    /// thread, in virtual time, over the device model; calls/s are virtual.
+    #[arg(long, default_value = "threads", value_name = "threads|virtual:N")]
+    world: String,
+
+    /// Virtual world: CPU cost of each echo pass, `key=ns,...` (as benchkv's --cost; a
+    /// pass is charged like a daemon loop: loop_ns + item_ns per call, answer and reply).
+    #[arg(long, default_value = "", value_name = "KEY=NS,...")]
+    cost: String,
+
+    /// Virtual world: the NIC profile, `key=value,...` (as benchkv's --nic).
+    #[arg(long, default_value = "", value_name = "KEY=VALUE,...")]
+    nic: String,
 }
 
 /// `--gid-index`: `None` for `auto`.
@@ -135,6 +161,8 @@ struct Run {
     kind: FabricKind,
     opts: Box<FabricOptions>,
     cfg: EchoConfig,
+    /// `--world virtual:N`.
+    world: Option<WorldSpec>,
 }
 
 /// The command line, checked: each flag by clap, then the combinations. An `Err` is a
@@ -143,10 +171,20 @@ struct Run {
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Run, clap::Error> {
     let cli = Cli::try_parse_from(std::iter::once("copyrpc-echo".to_owned()).chain(args))?;
     let refuse = |msg: String| Cli::command().error(ErrorKind::ValueValidation, msg);
+    // Before anything else: a bad world is refused before anything is sized.
+    let world = world_from_flags(
+        &cli.world,
+        2..=MAX_VIRTUAL_RANKS,
+        &cli.cost,
+        &cli.nic,
+        cli.fabric == FabricKind::Verbs || cli.device.is_some(),
+    )
+    .map_err(refuse)?;
     let mut cfg = EchoConfig {
         calls_per_peer: cli.calls,
         window: cli.window,
         deadline: Duration::from_secs(cli.deadline_s),
+        seed: cli.seed,
         ..EchoConfig::default()
     };
     if let Some(p) = cli.max_payload {
@@ -179,7 +217,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Run, clap::Error> {
             "--device names an RDMA device, which --fabric sim does not use".into(),
         ));
     }
-    if cli.fabric != FabricKind::Sim {
+    if cli.fabric != FabricKind::Sim && world.is_none() {
         gid::check_flags(
             &gid::sysfs_root(),
             cli.device.as_deref(),
@@ -196,13 +234,14 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Run, clap::Error> {
         kind: cli.fabric,
         opts: Box::new(opts),
         cfg,
+        world,
     })
 }
 
 /// The options every rank must share, with their values: ranks that disagree (an
 /// `mpirun A : B` gives ranks different command lines) would each wait for calls the
 /// other never makes, until the deadline, or connect with different QoS.
-fn shared_options(kind: FabricKind, cfg: &EchoConfig) -> [(&'static str, String); 8] {
+fn shared_options(kind: FabricKind, cfg: &EchoConfig) -> [(&'static str, String); 9] {
     let r = &cfg.rpc;
     [
         ("--fabric", format!("{kind}")),
@@ -219,6 +258,7 @@ fn shared_options(kind: FabricKind, cfg: &EchoConfig) -> [(&'static str, String)
         ("--tclass", r.qos.traffic_class.to_string()),
         ("--sl", r.qos.sl.to_string()),
         ("--deadline-s", format!("{:?}", cfg.deadline)),
+        ("--seed", cfg.seed.to_string()),
     ]
 }
 
@@ -233,11 +273,19 @@ fn check_shared(x: &MpiExchange, kind: FabricKind, cfg: &EchoConfig) -> Result<(
 }
 
 fn main() -> ExitCode {
-    let Run { kind, opts, cfg } = match parse(std::env::args().skip(1)) {
+    let Run {
+        kind,
+        opts,
+        cfg,
+        world,
+    } = match parse(std::env::args().skip(1)) {
         Ok(run) => run,
         // The help (exit 0) or a refusal naming the flag (exit 2), on stdout / stderr.
         Err(e) => e.exit(),
     };
+    if let Some(w) = world {
+        return run_virtual(&cfg, &w);
+    }
     let x = match common::init_mpi() {
         Ok(x) => x,
         Err(code) => return code,
@@ -249,20 +297,7 @@ fn main() -> ExitCode {
             if r == 0 {
                 eprintln!("copyrpc-echo: {}", sel.reason);
             }
-            if let Fabric::Verbs(d) = &f {
-                eprintln!("copyrpc-echo: rank {r}/{n}: {}", d.describe());
-                // This thread creates and first touches the rings and queues, and polls
-                // them: on the NIC's node.
-                if let Some(node) = d.numa_node() {
-                    match placement::bind_current_thread(node) {
-                        Ok(p) => eprintln!(
-                            "copyrpc-echo: rank {r}/{n}: on NUMA node {node} (cpus {:?})",
-                            p.cpus
-                        ),
-                        Err(e) => eprintln!("copyrpc-echo: rank {r}/{n}: not placed: {e}"),
-                    }
-                }
-            }
+            common::describe_and_place("copyrpc-echo", &f, r, n);
             echo::run(&x, f, &cfg).map_err(|e| format!("{e}"))
         });
     match result {
@@ -280,6 +315,44 @@ fn main() -> ExitCode {
         }
         Err(why) => {
             println!("rank {r}/{n}: FAIL {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--world virtual:N`: every rank's line, then the world's calls per second of virtual
+/// time; the wall time on stderr (it is the one thing a rerun changes).
+fn run_virtual(cfg: &EchoConfig, w: &WorldSpec) -> ExitCode {
+    let wall = std::time::Instant::now();
+    match echo::run_virtual(cfg, w) {
+        Ok(v) => {
+            let n = v.ranks.len();
+            for rep in &v.ranks {
+                println!(
+                    "rank {}/{n}: responses={} served={} total_responses={} total_served={} bytes={} in {:.3} ms of virtual time: ok",
+                    rep.rank,
+                    rep.responses,
+                    rep.served,
+                    rep.total_responses,
+                    rep.total_served,
+                    rep.bytes,
+                    rep.elapsed.as_nanos() as f64 / 1e6
+                );
+            }
+            println!(
+                "virtual:{n}: {} calls in {:.3} ms of virtual time: {:.3} M calls/s",
+                v.ranks.iter().map(|r| r.responses).sum::<u64>(),
+                v.end_ns as f64 / 1e6,
+                v.calls_per_s() / 1e6
+            );
+            eprintln!(
+                "copyrpc-echo: virtual world of {n} ranks in {:.2} s wall, one core",
+                wall.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            println!("virtual:{}: FAIL {why}", w.ranks);
             ExitCode::FAILURE
         }
     }

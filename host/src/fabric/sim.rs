@@ -283,7 +283,7 @@ impl SimFabric {
                 reason: format!("link_slots {} is not a power of two", opts.link_slots),
             });
         }
-        sweep_dead_regions();
+        crate::shm::sweep_left_behind();
         let pid = std::process::id();
         // Relaxed: a unique number, nothing is published through it.
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
@@ -620,15 +620,9 @@ impl Drop for SimFabric {
     }
 }
 
-/// Unlinks `/dev/shm/copyrpc-sim-<pid>-<n>` regions whose process is gone: a rank that
-/// crashed (or was killed by mpirun) cannot unlink its region, and nothing else would.
-/// Best effort: a region that cannot be read or unlinked is left alone.
-fn sweep_dead_regions() {
-    crate::shm::reap_dead_regions(std::path::Path::new("/dev/shm"), REGION_PREFIX, '-');
-}
-
-/// Region names are `/copyrpc-sim-<pid>-<instance>`.
-const REGION_PREFIX: &str = "copyrpc-sim-";
+/// Region names are `/copyrpc-sim-<pid>-<instance>`. A rank that crashed (or was
+/// killed by mpirun) cannot unlink its region: [`crate::shm::sweep_left_behind`] does.
+pub(crate) const REGION_PREFIX: &str = "copyrpc-sim-";
 
 /// `ibv_mtu` code of a byte MTU (256 → 1 … 4096 → 5).
 fn mtu_code(mtu: u32) -> u8 {

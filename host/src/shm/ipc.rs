@@ -2,9 +2,9 @@
 //! pids and liveness checks left to the host.
 
 use copyrpc_core::ipc::{
-    Client, Config, IpcCallError, IpcRegion, IpcReplyError, IpcRequest, Server,
+    self, Client, Config, IpcCallError, IpcRegion, IpcReplyError, IpcRequest, Server,
 };
-use copyrpc_core::shm::{ClientInfo, EvictError, Payload, Slab, SlabEntry};
+use copyrpc_core::shm::{peek_header, ClientInfo, EvictError, Payload, Slab, SlabEntry};
 
 use super::layout::{create_region, dead_clients, open_region, server_alive, RefusedCalls};
 use super::{ProcessId, ShmRegion};
@@ -102,6 +102,8 @@ pub struct IpcClient<Req: Payload, Resp: Payload, U: 'static> {
     client: Client<'static, 'static, Req, Resp, U>,
     _slab: SlabBox<U>,
     region: IpcRegion<'static, Req, Resp>,
+    /// The server the region named when this client connected.
+    server: ProcessId,
     shm: ShmRegion,
     refused: RefusedCalls,
 }
@@ -123,7 +125,7 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
     /// Opens `name`, validates its layout, checks that its server is alive and registers.
     pub fn connect(name: &str) -> Result<Self> {
         // The mapping outlives the views (field order).
-        let (region, _server, shm) = open_region::<IpcRegion<'static, Req, Resp>>(name)?;
+        let (region, server, shm) = open_region::<IpcRegion<'static, Req, Resp>>(name)?;
         let depth = region.config().depth as usize;
         let raw = Box::into_raw((0..depth).map(|_| SlabEntry::new()).collect::<Box<[_]>>());
         let slab_box = SlabBox(raw);
@@ -139,6 +141,7 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
             client,
             _slab: slab_box,
             region,
+            server,
             shm,
             refused: RefusedCalls::default(),
         })
@@ -175,6 +178,50 @@ impl<Req: Payload, Resp: Payload, U: 'static> IpcClient<Req, Resp, U> {
     /// True while the server's flag is set and its process (pid and start time) is alive.
     pub fn server_alive(&self) -> bool {
         server_alive(&self.region)
+    }
+
+    /// The region's name.
+    pub fn name(&self) -> &str {
+        self.shm.name()
+    }
+
+    /// Why [`call`](Self::call) says `ServerDisconnected`, in words for an error
+    /// message. The liveness check reads the region's header, so a header overwritten
+    /// (zeroed by another process, say) reads as a server that is gone although it may
+    /// still run: that is told apart here, from the magic and version the header must
+    /// hold and from the server process this client connected to.
+    pub fn disconnect_cause(&self) -> String {
+        // SAFETY: the mapping covers `shm.len()` bytes for as long as `self` lives, and
+        // every party accesses the header only atomically.
+        let id = unsafe { peek_header(self.shm.as_ptr(), self.shm.len()) };
+        let server = self.server.pid;
+        let then = if self.server.alive() {
+            "still runs"
+        } else {
+            "is gone"
+        };
+        match id {
+            Some(h) if h.magic == ipc::MAGIC && h.version == ipc::VERSION => {
+                let recorded = ProcessId::from(h.server);
+                if server_alive(&self.region) {
+                    "the server is alive and the region intact (not disconnected)".into()
+                } else if recorded.alive() {
+                    format!("the server (pid {}) closed the region", recorded.pid)
+                } else {
+                    format!("the server's process (pid {}) is gone", recorded.pid)
+                }
+            }
+            Some(h) => format!(
+                "the region's header was overwritten (magic {:#x}, version {}, where an ipc \
+                 region has {:#x}, version {}): the server this client connected to (pid \
+                 {server}) {then}, but the region can no longer be trusted",
+                h.magic,
+                h.version,
+                ipc::MAGIC,
+                ipc::VERSION
+            ),
+            None => "the region's mapping is shorter than a header".into(),
+        }
     }
 }
 
@@ -265,5 +312,43 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+        let why = c.disconnect_cause();
+        assert!(
+            why.contains(&format!("process (pid {pid}) is gone")),
+            "{why}"
+        );
+    }
+
+    /// A region zeroed under a live server: the header's liveness words read as a
+    /// server gone, and the client's error said "ipc server gone" although the server
+    /// ran. The cause now says the header was overwritten and that the server runs.
+    #[test]
+    fn item5_a_zeroed_region_is_reported_as_overwritten_not_as_a_gone_server() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let name = unique("ipc-zeroed");
+        let _s = IpcServer::<Req, Resp>::create(&name, CFG, false).unwrap();
+        let mut c = IpcClient::<Req, Resp, u32>::connect(&name).unwrap();
+        for i in 0..CFG.depth {
+            c.call(&[u64::from(i), 0], i).unwrap();
+        }
+        let h = c.region.header();
+        h.magic.store(0, Relaxed);
+        h.version.store(0, Relaxed);
+        h.server_alive.store(false, Relaxed);
+        h.server_owner.store(0, Relaxed);
+        h.server_owner_token.store(0, Relaxed);
+        let t0 = std::time::Instant::now();
+        while c.call(&[9, 0], 9) != Err(IpcCallError::ServerDisconnected) {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(10),
+                "never refused"
+            );
+            std::thread::yield_now();
+        }
+        let why = c.disconnect_cause();
+        let me = std::process::id();
+        assert!(why.contains("header was overwritten"), "{why}");
+        assert!(why.contains(&format!("(pid {me}) still runs")), "{why}");
+        assert!(!why.contains("gone"), "{why}");
     }
 }

@@ -413,6 +413,21 @@ pub fn reap_dead_regions(dir: &std::path::Path, prefix: &str, sep: char) -> usiz
         .count()
 }
 
+/// Unlinks every region copyrpc's host makes on its own (not a tool's: the sim fabric's
+/// `copyrpc-sim-<pid>-<n>`) left in `/dev/shm` by a process that is gone, as
+/// [`reap_dead_regions`] decides. Opening a sim fabric runs it; a tool that may not open
+/// one (benchkv on one rank, or with `--loopback-ranks`) runs it at start, so that the
+/// next run of any copyrpc tool sweeps what a killed one left. Returns how many were
+/// removed.
+pub fn sweep_left_behind() -> usize {
+    sweep_left_behind_in(std::path::Path::new("/dev/shm"))
+}
+
+/// [`sweep_left_behind`] in `dir`.
+pub fn sweep_left_behind_in(dir: &std::path::Path) -> usize {
+    reap_dead_regions(dir, crate::fabric::sim::REGION_PREFIX, '-')
+}
+
 /// True if the file at `path` is older than process `pid`, so that process cannot have
 /// created it. Every timestamp of a file is at or after its creation, so the earliest
 /// one bounds the creation from above; it must be more than a second before the process
@@ -723,6 +738,34 @@ mod tests {
             "this process is alive when asked from another thread"
         );
         assert!(matches!(proc_state(my_pid()), Some('R' | 'S' | 'D')));
+    }
+
+    /// The sim fabric's regions of a dead process are swept by `sweep_left_behind`,
+    /// which a tool calls whether or not it opens that fabric: benchkv's one-rank and
+    /// `--loopback-ranks` runs never do, and opening it was the only sweep, so what a
+    /// killed run left stayed until a multi-rank run. Live processes' regions and other
+    /// names stay.
+    #[test]
+    fn item8_a_left_behind_sim_region_is_swept_by_a_tool_that_opens_no_fabric() {
+        let dir = std::env::temp_dir().join(format!("copyrpc-sweep-{}", my_pid()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let names = [
+            format!("copyrpc-sim-{dead}-0"),
+            format!("copyrpc-sim-{dead}-3"),
+            "copyrpc-sim-1-0".to_string(),
+            format!("benchkv_{dead}_0_ipc_0"),
+            format!("copyrpc-simulation-{dead}"),
+        ];
+        for n in &names {
+            std::fs::write(dir.join(n), b"").unwrap();
+        }
+        assert_eq!(sweep_left_behind_in(&dir), 2);
+        let left: Vec<bool> = names.iter().map(|n| dir.join(n).exists()).collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(left, [false, false, true, true, true], "{names:?}");
     }
 
     #[test]

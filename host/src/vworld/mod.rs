@@ -93,6 +93,88 @@ pub struct WorldSpec {
     pub sample_ns: u64,
 }
 
+/// Environment variables an MPI launcher sets in every rank it starts: Open MPI,
+/// MPICH/Hydra (PMI), PMIx.
+const LAUNCHER_VARS: [&str; 4] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"];
+
+/// Whether an MPI launcher (`mpirun`) started this process: a virtual world runs every
+/// rank in one process and refuses to run under one.
+pub fn launched_by_mpi() -> bool {
+    LAUNCHER_VARS.iter().any(|v| std::env::var_os(v).is_some())
+}
+
+/// `--world`: `threads` (`None`: ranks are processes or threads in real time) or
+/// `virtual:N` with N in `ranks` (`Some(N)`). Errors name the flag and say what is
+/// accepted.
+pub fn parse_world(
+    text: &str,
+    ranks: std::ops::RangeInclusive<u32>,
+) -> Result<Option<u32>, String> {
+    let w = text.trim();
+    if w == "threads" {
+        return Ok(None);
+    }
+    let Some(n) = w.strip_prefix("virtual:") else {
+        return Err(format!(
+            "--world {w}: expected `threads` or `virtual:N` (N ranks, e.g. virtual:16)"
+        ));
+    };
+    let n: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("--world {w}: `{n}` is not a rank count"))?;
+    if !ranks.contains(&n) {
+        return Err(format!(
+            "--world {w}: the rank count must be in {}..={}",
+            ranks.start(),
+            ranks.end()
+        ));
+    }
+    Ok(Some(n))
+}
+
+/// The world a tool's `--world`, `--cost` and `--nic` describe: `None` for `threads`
+/// (where `--cost` and `--nic` are refused, not ignored), or a world of N ranks, N in
+/// `ranks`, with the default faults-free timeline. `on_a_nic`: the flags also ask for a
+/// real NIC (`--fabric verbs`, `--device`), which a virtual world cannot use. A virtual
+/// world under mpirun is refused: it runs every rank in one process. Errors name the
+/// flag.
+pub fn world_from_flags(
+    world: &str,
+    ranks: std::ops::RangeInclusive<u32>,
+    cost: &str,
+    nic: &str,
+    on_a_nic: bool,
+) -> Result<Option<WorldSpec>, String> {
+    let Some(n) = parse_world(world, ranks)? else {
+        for (flag, set) in [("--cost", !cost.is_empty()), ("--nic", !nic.is_empty())] {
+            if set {
+                return Err(format!("{flag} applies only with --world virtual:N"));
+            }
+        }
+        return Ok(None);
+    };
+    if on_a_nic {
+        return Err(
+            "--world virtual runs on the device model; --fabric verbs and --device do not apply"
+                .into(),
+        );
+    }
+    if launched_by_mpi() {
+        return Err(
+            "--world virtual runs every rank inside this one process; start it without mpirun"
+                .into(),
+        );
+    }
+    Ok(Some(WorldSpec {
+        ranks: n,
+        cost: CostModel::parse(cost)?,
+        nic: NicProfile::parse(nic)?,
+        faults: Vec::new(),
+        sample_ns: 1_000,
+    }))
+}
+
 impl WorldSpec {
     /// The options of one of the world's NICs: manually stepped, with the profile's
     /// link, transport timers, [`LINK_SLOTS`], and a sparse region of `region_bytes`.
@@ -113,6 +195,29 @@ impl WorldSpec {
         RpcConfig {
             sq_wrs: SQ_WRS.min(rpc.sq_wrs),
             ..*rpc
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worlds_parse_and_bad_ones_name_the_flag() {
+        assert_eq!(parse_world("threads", 1..=8), Ok(None));
+        assert_eq!(parse_world(" virtual:4 ", 1..=8), Ok(Some(4)));
+        for (bad, why) in [
+            ("virtual:0", "must be in 2..=8"),
+            ("virtual:1", "must be in 2..=8"),
+            ("virtual:9", "must be in 2..=8"),
+            ("virtual:x", "is not a rank count"),
+            ("virtual:-1", "is not a rank count"),
+            ("virtual:", "is not a rank count"),
+            ("galaxy", "expected `threads` or `virtual:N`"),
+        ] {
+            let e = parse_world(bad, 2..=8).unwrap_err();
+            assert!(e.starts_with("--world") && e.contains(why), "{bad}: {e}");
         }
     }
 }

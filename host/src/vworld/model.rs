@@ -192,11 +192,24 @@ fn apply(
     fields: &mut [(&str, &mut f64, f64)],
     zero_ok: &[&str],
 ) -> Result<(), String> {
-    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(format!(
+                "{flag} {text:?}: an empty item (write key=value,key=value with no empty one)"
+            ));
+        }
         let Some((k, v)) = item.split_once('=') else {
             return Err(format!("{flag}: `{item}` is not key=value"));
         };
         let (k, v) = (k.trim(), v.trim());
+        if seen.contains(&k) {
+            return Err(format!("{flag}: `{k}` is given twice"));
+        }
+        seen.push(k);
         let Some((_, slot, max)) = fields.iter_mut().find(|(name, _, _)| *name == k) else {
             let names: Vec<&str> = fields.iter().map(|(n, _, _)| *n).collect();
             return Err(format!(
@@ -279,6 +292,14 @@ impl NicProfile {
             ],
             &[],
         )?;
+        // The link holds bandwidth in whole bytes per second, and 0 there means no limit:
+        // a figure that rounds to it would run at full speed instead of refusing.
+        if n.bytes_per_s() == 0 {
+            return Err(format!(
+                "--nic: gbps={} is below one byte per second (at least {:e})",
+                n.gbps, 8e-9
+            ));
+        }
         Ok(n)
     }
 
@@ -329,6 +350,27 @@ mod tests {
             assert!(e.contains("--cost") && e.contains(needle), "{bad}: {e}");
         }
         assert!(NicProfile::parse("gbps=1e6").unwrap_err().contains("gbps"));
+        // A bandwidth that rounds to 0 B/s (the link's "no limit") is refused.
+        assert!(NicProfile::parse("gbps=1e-9")
+            .unwrap_err()
+            .contains("below one byte per second"));
+        assert_eq!(NicProfile::parse("gbps=8e-9").unwrap().bytes_per_s(), 1);
+        // Empty items and keys given twice are refused, not skipped or overridden.
+        for bad in [
+            ",,,",
+            "loop_ns=700,,item_ns=2",
+            "loop_ns=700,loop_ns=800",
+            ",",
+        ] {
+            assert!(
+                CostModel::parse(bad).unwrap_err().contains("--cost"),
+                "{bad}"
+            );
+        }
+        assert!(CostModel::parse("loop_ns=700,loop_ns=800")
+            .unwrap_err()
+            .contains("twice"));
+        assert_eq!(CostModel::parse("  ").unwrap(), CostModel::default());
         assert_eq!(ns(0.2), 1);
         assert_eq!(NicProfile::default().rnr_timer_code(), 12);
         assert_eq!(

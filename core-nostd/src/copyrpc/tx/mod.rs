@@ -54,6 +54,10 @@ pub(crate) struct Tx {
     /// A call found the ring full, or a grant was blocked only by a stale view of the
     /// peer's consumer: read it at the next flush.
     want_read: bool,
+    /// A call was refused for want of credit with none pending on the endpoint: return
+    /// the bytes consumed so far in a batch of their own (if nothing else carries them
+    /// first), so that the peer sees the room it needs to grant (in what was padding).
+    credit_wanted: bool,
     /// A call that must wrap was refused for room (0: none): the padded size of its
     /// message, for [`wrap_if_wanted`](Self::wrap_if_wanted) at the next flush.
     wrap_for: u32,
@@ -81,6 +85,7 @@ impl Tx {
             reply_ring: size,
             peer_recv: Remote { addr: 0, rkey: 0 },
             want_read: false,
+            credit_wanted: false,
             wrap_for: 0,
         }
     }
@@ -172,6 +177,25 @@ impl Tx {
         self.want_read = wanted;
     }
 
+    /// Whether a call was refused for credit since the last credit-only batch.
+    #[inline(always)]
+    pub(crate) const fn credit_wanted(&self) -> bool {
+        self.credit_wanted
+    }
+
+    /// A credit-only batch went out: the refusal that wanted one is answered.
+    #[inline]
+    pub(crate) fn credit_sent(&mut self) {
+        self.credit_wanted = false;
+    }
+
+    /// A call was refused for credit with none pending on the endpoint (see
+    /// `credit_wanted`).
+    #[inline]
+    pub(crate) fn want_credit(&mut self) {
+        self.credit_wanted = true;
+    }
+
     /// Wrap ranges queued for send-queue room.
     #[inline(always)]
     pub(crate) const fn queued_ranges(&self) -> usize {
@@ -207,16 +231,29 @@ impl Tx {
     /// looks short of credit and we can grant some. `unanswered` is asked (only if it
     /// matters) for our unanswered requests and their allowance blocks. Wants a READ
     /// when a grant is blocked only by a stale view of the peer's consumer.
+    ///
+    /// With none of the peer's requests unanswered here, no reply of ours will carry a
+    /// grant, so any grant the invariant leaves goes out, up to the cap: the peer may
+    /// need all of it. A call whose allowance costs the whole cap was refused with
+    /// `InsufficientCredit` for ever when a reply's grant had been cut by the invariant
+    /// and the peer held over half the cap (the echo with 4 000 B payloads on 16 KiB
+    /// rings), or when, with a cap of two blocks, it held one.
     #[inline(always)]
     pub(crate) fn wants_grant(&mut self, unanswered: impl FnOnce() -> (u32, u64)) -> bool {
         let r = self.credit.resp_reservation();
         let max = self.credit.max_resp_reservation();
         // R is the peer's balance plus grants in transit plus our unanswered
         // allowances; with nothing in transit this is the peer's balance exactly.
-        if max.saturating_sub(r) < 2 * ALIGNMENT {
+        if max.saturating_sub(r) < ALIGNMENT {
             return false;
         }
         let (requests, blocks) = unanswered();
+        if requests == 0 {
+            return self.wants_top_up(r, max);
+        }
+        if max - r < 2 * ALIGNMENT {
+            return false;
+        }
         let unreplied = credit::internal_allowance_sum(u64::from(requests), blocks);
         let peer_balance = r.saturating_sub(unreplied);
         if peer_balance >= max / 2 {
@@ -228,6 +265,17 @@ impl Tx {
         }
         self.want_read = true;
         false
+    }
+
+    /// [`wants_grant`](Self::wants_grant) with none of the peer's requests unanswered
+    /// and `R` below the cap `max`: whether the invariant leaves a grant now. If it does
+    /// not, the peer's next batch (its credit return, which a call refused for credit
+    /// sends, `credit_wanted`) brings this back. Out of line: it runs only while the
+    /// peer is short.
+    #[cold]
+    #[inline(never)]
+    fn wants_top_up(&self, r: u64, max: u64) -> bool {
+        credit::grant(self.in_flight(), r, max, self.credit.remote_ring_size()) >= ALIGNMENT
     }
 
     /// Refuses a response allowance no reply could carry: the reply travels in the
@@ -324,10 +372,27 @@ mod tests {
         let mut t = tx(&mut buf, 1024 + 40);
         assert!(!t.wants_grant(short_peer));
         assert!(!t.read_wanted());
-        // A peer with balance to spare wants nothing either, at any headroom.
+        // A peer with balance to spare and calls unanswered here wants nothing either,
+        // at any headroom: the replies will carry grants.
         let mut t = tx(&mut buf, 1024 + 512);
-        assert!(!t.wants_grant(|| (0, 0)));
+        assert!(!t.wants_grant(|| (1, 0)));
         assert!(!t.read_wanted());
         assert!(t.wants_grant(short_peer));
+    }
+
+    /// With nothing of the peer's unanswered, no reply will carry a grant: any the
+    /// invariant leaves goes out, a single unit too, up to the cap, whatever the peer
+    /// holds (it may need all of it for one call). No READ is wanted for it: a refused
+    /// call of the peer's returns its consumed bytes instead.
+    #[test]
+    fn with_nothing_unanswered_any_grant_up_to_the_cap_is_wanted() {
+        let mut buf = [0u8; 64];
+        let mut t = tx(&mut buf, 1024 + 512);
+        assert!(t.wants_grant(|| (0, 0)));
+        let mut t = tx(&mut buf, 1024 + ALIGNMENT);
+        assert!(t.wants_grant(|| (0, 0)));
+        let mut t = tx(&mut buf, 1024 + ALIGNMENT - 1);
+        assert!(!t.wants_grant(|| (0, 0)), "no whole unit to grant");
+        assert!(!t.read_wanted());
     }
 }

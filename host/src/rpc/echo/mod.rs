@@ -155,14 +155,18 @@ pub struct EchoReport {
 
 const SIZES: [usize; 14] = [0, 1, 8, 20, 21, 52, 53, 200, 204, 220, 221, 512, 1000, 4096];
 
-/// Payload size of call `k`, within `max`, the sequence shifted by `seed`.
+/// Payload size of call `k`, within `max`: the edge cases of [`SIZES`] (one above `max`
+/// gives way to a size that moves with `k`), then `max` itself, then a size anywhere up
+/// to `max` that moves with `k`. The last two make a `max` above the table count: with
+/// the table alone, every `--max-payload` from 4 096 up moved the same bytes. `seed`
+/// shifts where each peer's sequence starts (0: the edge cases first).
 fn size_of_call(k: u32, max: usize, seed: u64) -> usize {
-    let i = (u64::from(k) + seed) % SIZES.len() as u64;
-    let s = SIZES[i as usize];
-    if s <= max {
-        s
-    } else {
-        ((k as usize * 37) + (seed % (max as u64 + 1)) as usize) % (max + 1)
+    let k = (u64::from(k).wrapping_add(seed)) as usize;
+    let spread = |k: usize| k.wrapping_mul(2_654_435_761) % (max + 1);
+    match k % (SIZES.len() + 2) {
+        i if i < SIZES.len() && SIZES[i] <= max => SIZES[i],
+        i if i == SIZES.len() => max,
+        _ => spread(k),
     }
 }
 
@@ -413,5 +417,25 @@ fn trace_of(f: &Fabric) -> String {
     match f {
         Fabric::Sim(s) => format!("\nsim trace:\n{}", s.engine().trace_dump()),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_of_call;
+
+    /// Every size is within `max`, `max` itself is sent, and so are sizes above the
+    /// table's largest edge case when `max` is above it.
+    #[test]
+    fn item7_the_sizes_reach_a_max_payload_above_the_table() {
+        for max in [0, 20, 4096, 4097, 8000, 12_000, 16_000, 16_384] {
+            let sizes: Vec<usize> = (0..2000).map(|k| size_of_call(k, max, 0)).collect();
+            assert!(sizes.iter().all(|&s| s <= max), "max {max}");
+            assert!(sizes.contains(&max), "max {max} never sent");
+            if max > 4096 {
+                let above = sizes.iter().filter(|&&s| s > 4096).count();
+                assert!(above >= 100, "max {max}: {above} of 2000 above 4096");
+            }
+        }
     }
 }
