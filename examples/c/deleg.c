@@ -37,16 +37,15 @@ static void report(const char *who, const char *what, int32_t rc) {
 
 struct client_state {
     uint64_t index, answered, bad;
-    uint64_t seq_of_call[RESP_DEPTH];
 };
 
-static void on_response(void *arg, uint32_t call, const copyrpc_shm_msg *resp) {
+/* Each call's token is its sequence number: the response must answer that request. */
+static void on_response(void *arg, uint64_t seq, const copyrpc_shm_msg *resp) {
     struct client_state *s = arg;
-    uint64_t seq = call < RESP_DEPTH ? s->seq_of_call[call] : UINT64_MAX;
     if (resp->words[0] != s->index || resp->words[1] != seq || resp->words[2] != answer(s->index, seq)) {
         if (s->bad++ == 0)
-            fprintf(stderr, "deleg client %llu: response on call %u does not answer request %llu\n",
-                    (unsigned long long)s->index, call, (unsigned long long)seq);
+            fprintf(stderr, "deleg client %llu: the response to request %llu answers another\n",
+                    (unsigned long long)s->index, (unsigned long long)seq);
     }
     s->answered++;
 }
@@ -68,10 +67,10 @@ static int client(uint64_t index, const char *region, uint64_t calls) {
         }
         while (next < calls && in_flight < RESP_DEPTH) {
             copyrpc_shm_msg req = {.words = {index, next}};
-            rc = copyrpc_deleg_client_call(c, &req);
+            rc = copyrpc_deleg_client_call(c, &req, next);
             if (rc == COPYRPC_E_TOO_MANY_CALLS || rc == COPYRPC_E_RING_FULL) break; /* poll first */
             if (rc < 0) return report("client", "call", rc), 1;
-            s.seq_of_call[rc] = next++;
+            next++;
             in_flight++;
         }
         rc = copyrpc_deleg_client_poll(c, on_response, &s);
@@ -88,6 +87,12 @@ static int client(uint64_t index, const char *region, uint64_t calls) {
 }
 
 int main(int argc, char **argv) {
+    /* First: the library must be of the ABI this program was built for. */
+    if (copyrpc_init(COPYRPC_VERSION) != COPYRPC_OK) {
+        fprintf(stderr, "%s: libcopyrpc %#x does not run programs built with copyrpc.h %#x\n", argv[0],
+                copyrpc_version(), COPYRPC_VERSION);
+        return 1;
+    }
     uint64_t calls = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
     if (calls == 0) {
         fprintf(stderr, "usage: deleg [CALLS]  (calls per client, at least 1)\n");

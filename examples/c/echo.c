@@ -245,6 +245,12 @@ static int run(uint64_t rank, struct link *l, uint64_t calls) {
 }
 
 int main(int argc, char **argv) {
+    /* First: the library must be of the ABI this program was built for. */
+    if (copyrpc_init(COPYRPC_VERSION) != COPYRPC_OK) {
+        fprintf(stderr, "%s: libcopyrpc %#x does not run programs built with copyrpc.h %#x\n", argv[0],
+                copyrpc_version(), COPYRPC_VERSION);
+        return 1;
+    }
     uint64_t calls = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000;
     if (calls == 0 || calls > UINT32_MAX) {
         fprintf(stderr, "usage: echo [CALLS]  (1..=%u calls per process)\n", UINT32_MAX);

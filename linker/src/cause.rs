@@ -6,7 +6,7 @@ use core::ffi::{c_char, CStr};
 use copyrpc_core::copyrpc::{EndpointId, FailureCause, FailureKind, Side};
 use mlx5_raw::layout::Syndrome;
 
-use crate::ctx::{copyrpc_ctx, handle};
+use crate::ctx::{copyrpc_ctx, with_ctx};
 use crate::status::{self, COPYRPC_E_NULL, COPYRPC_OK};
 
 /// No failure.
@@ -41,7 +41,8 @@ pub struct copyrpc_cause {
 }
 
 /// Writes why endpoint `ep` failed into `*out` (`kind == COPYRPC_CAUSE_NONE` while it
-/// works).
+/// works). Returns `COPYRPC_OK`, `COPYRPC_E_NULL`, `COPYRPC_E_NO_SUCH_ENDPOINT`, or a
+/// handle refusal.
 ///
 /// # Safety
 ///
@@ -52,19 +53,25 @@ pub unsafe extern "C" fn copyrpc_failure_cause(
     ep: u16,
     out: *mut copyrpc_cause,
 ) -> i32 {
-    // SAFETY: forwarded.
-    let h = match unsafe { handle(ctx) } {
-        Ok(h) => h,
-        Err(e) => return e,
-    };
-    if out.is_null() {
-        return COPYRPC_E_NULL;
-    }
-    if let Err(e) = h.ctx.qpn(EndpointId(ep)) {
-        return status::of(e);
-    }
+    with_ctx!(ctx, |h, _m| {
+        // SAFETY: a live context of this class, used by this thread.
+        let h = unsafe { &mut *h };
+        if out.is_null() {
+            return COPYRPC_E_NULL;
+        }
+        if let Err(e) = h.ctx.qpn(EndpointId(ep)) {
+            return status::of(e);
+        }
+        // SAFETY: non-null, caller contract.
+        unsafe { out.write(cause_of(h.ctx.failure_cause(EndpointId(ep)))) };
+        COPYRPC_OK
+    })
+}
+
+/// The C form of an endpoint's failure cause.
+fn cause_of(cause: Option<FailureCause>) -> copyrpc_cause {
     let side = |s: Side| i32::from(s == Side::Recv);
-    let c = match h.ctx.failure_cause(EndpointId(ep)) {
+    match cause {
         None => copyrpc_cause::default(),
         Some(FailureCause::Application) => copyrpc_cause {
             kind: COPYRPC_CAUSE_APPLICATION,
@@ -97,10 +104,7 @@ pub unsafe extern "C" fn copyrpc_failure_cause(
             kind: COPYRPC_CAUSE_POST_REJECTED,
             ..Default::default()
         },
-    };
-    // SAFETY: non-null, caller contract.
-    unsafe { out.write(c) };
-    COPYRPC_OK
+    }
 }
 
 /// What `*c` (from `copyrpc_failure_cause`) means, as a static string that is never

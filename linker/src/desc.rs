@@ -2,7 +2,8 @@
 //! descriptions (written by the setup API, opaque to C) and the peer info two endpoints
 //! exchange (plain bytes with a checksum, so a damaged or foreign one is refused).
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use copyrpc_core::copyrpc::{EndpointInfo, EndpointMem, Queues};
 use mlx5_raw::SqDesc;
@@ -47,15 +48,95 @@ pub const COPYRPC_PEER_INFO_MAGIC: u32 = 0x4950_5243; // "CRPI"
 /// `copyrpc_peer_info.version`.
 pub const COPYRPC_PEER_INFO_VERSION: u32 = 1;
 
-const QUEUES_MAGIC: u64 = u64::from_le_bytes(*b"CRPCQUE1");
-const EP_DESC_MAGIC: u64 = u64::from_le_bytes(*b"CRPCEPD1");
+const QUEUES_MAGIC: u64 = u64::from_le_bytes(*b"CRPCQUE2");
+const EP_DESC_MAGIC: u64 = u64::from_le_bytes(*b"CRPCEPD2");
 
-/// What a description's queues or endpoint are taken with, kept by whoever wrote the
+/// The word of an open fabric's shell ([`FabricShell`]).
+pub const FABRIC_MAGIC: u64 = u64::from_le_bytes(*b"CRPCFAB1");
+
+/// What C holds as a `copyrpc_fabric *`: the part of a fabric that is never freed nor
+/// reused, so a pointer to a closed fabric always finds its own shell, closed (its word
+/// 0), and is refused, even after another fabric was opened (whose shell is another).
+/// The descriptions and contexts point at it too, to ask whether their fabric is open
+/// and whether its queues are taken.
+#[repr(C)]
+#[derive(Debug)]
+pub struct FabricShell {
+    /// [`FABRIC_MAGIC`] while open (with the polling mark while its exchange callback
+    /// runs), 0 once closed. First, as in every handle.
+    pub magic: u64,
+    /// The fabric's queues: [`QUEUES_FREE`], then [`QUEUES_TAKEN`] by the one context
+    /// they serve, then [`QUEUES_RETIRED`] when it ends.
+    queues: AtomicU32,
+    /// Endpoints the fabric's context class holds (16, 64, 256 or 1 024).
+    pub endpoints: u32,
+    /// The setup side's state (the C library's boxed fabric); null once closed.
+    pub parts: *mut c_void,
+}
+
+/// [`FabricShell`]'s queues: no context took them yet.
+pub const QUEUES_FREE: u32 = 0;
+/// A live context uses them: the fabric refuses to close.
+pub const QUEUES_TAKEN: u32 = 1;
+/// The context that used them ended; they serve no other.
+pub const QUEUES_RETIRED: u32 = 2;
+
+impl FabricShell {
+    /// An open fabric's shell for contexts of `endpoints` endpoints.
+    pub fn new(endpoints: u32, parts: *mut c_void) -> Self {
+        Self {
+            magic: FABRIC_MAGIC,
+            queues: AtomicU32::new(QUEUES_FREE),
+            endpoints,
+            parts,
+        }
+    }
+
+    /// Whether the fabric is open (also while its exchange callback runs).
+    pub fn is_open(&self) -> bool {
+        // SAFETY: reading the word of a shell this thread uses (one thread at a time).
+        let word = unsafe { (&raw const self.magic).read_volatile() };
+        word == FABRIC_MAGIC || word == crate::kind::polling(FABRIC_MAGIC)
+    }
+
+    /// The state of the queues (`QUEUES_*`).
+    pub fn queues(&self) -> u32 {
+        // Acquire (pairs with the Release in `retire_queues`): a context that ended on
+        // another thread is seen ended before the fabric is closed.
+        self.queues.load(Ordering::Acquire)
+    }
+
+    /// Takes the queues for a context: false if a context took them before.
+    pub fn take_queues(&self) -> bool {
+        // Relaxed: the swap decides who takes them; nothing is published through it.
+        self.queues
+            .compare_exchange(
+                QUEUES_FREE,
+                QUEUES_TAKEN,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Gives the queues back when the context that took them failed to start.
+    pub fn give_back_queues(&self) {
+        // Relaxed: as in `take_queues`.
+        self.queues.store(QUEUES_FREE, Ordering::Relaxed);
+    }
+
+    /// The context that took the queues ended.
+    pub fn retire_queues(&self) {
+        // Release (pairs with the Acquire in `queues`).
+        self.queues.store(QUEUES_RETIRED, Ordering::Release);
+    }
+}
+
+/// What an endpoint description's QP and rings are taken with, kept by whoever wrote the
 /// description (the setup API's fabric) for as long as they exist: the first
-/// `copyrpc_ctx_init` / `copyrpc_ep_create` sets it. A description is a plain struct C
-/// copies freely, and its magic, cleared on use, stays in every copy; this flag does
-/// not, so a copy cannot give the same queues to a second context or the same QP to a
-/// second endpoint.
+/// `copyrpc_ep_create` sets it. A description is a plain struct C copies freely, and its
+/// magic, cleared on use, stays in every copy; this flag does not, so a copy cannot give
+/// the same QP to a second endpoint.
 pub type Claim = AtomicBool;
 
 /// A description's claim flag (none for a description whose writer keeps none).
@@ -94,7 +175,7 @@ impl ClaimRef {
 #[derive(Clone, Copy)]
 struct QueuesInner {
     magic: u64,
-    claim: *const Claim,
+    shell: *const FabricShell,
     q: Queues,
 }
 
@@ -102,6 +183,7 @@ struct QueuesInner {
 #[derive(Clone, Copy)]
 struct EpInner {
     magic: u64,
+    shell: *const FabricShell,
     claim: *const Claim,
     sq: SqDesc,
     mem: EndpointMem,
@@ -117,11 +199,9 @@ const _: () = {
     assert!(size_of::<copyrpc_peer_info>() == 96);
 };
 
-/// Writes `q` into a queue description (setup side).
-///
-/// `claim` is the queues' flag (see [`Claim`]): the writer keeps it, unset, for as long
-/// as the queues exist.
-pub fn write_queues(out: &mut copyrpc_queues, q: Queues, claim: &Claim) {
+/// Writes the queues `q` of the fabric whose shell is `shell` into a description (setup
+/// side).
+pub fn write_queues(out: &mut copyrpc_queues, q: Queues, shell: &FabricShell) {
     *out = copyrpc_queues { opaque: [0; 24] };
     let p = (out as *mut copyrpc_queues).cast::<QueuesInner>();
     // SAFETY: `QueuesInner` fits in and is no more aligned than `copyrpc_queues`
@@ -129,31 +209,39 @@ pub fn write_queues(out: &mut copyrpc_queues, q: Queues, claim: &Claim) {
     unsafe {
         p.write(QueuesInner {
             magic: QUEUES_MAGIC,
-            claim,
+            shell,
             q,
         })
     };
 }
 
-/// The queues of a description and their claim flag, if its magic says the setup API
-/// wrote it.
-pub fn read_queues(d: &copyrpc_queues) -> Result<(Queues, ClaimRef), i32> {
-    let p = (d as *const copyrpc_queues).cast::<QueuesInner>();
+/// The fabric shell and queues a description names. `COPYRPC_E_BAD_DESC` if the setup
+/// API did not write it. Whether the fabric is open and its queues free is the shell's
+/// to say ([`FabricShell::is_open`], [`FabricShell::take_queues`]).
+///
+/// # Safety
+///
+/// A description with the setup API's magic names a shell of the setup API (shells are
+/// never freed, so a description outliving its fabric still names a readable one).
+pub unsafe fn read_queues(d: &copyrpc_queues) -> Result<(&'static FabricShell, Queues), i32> {
     if d.opaque[0] != QUEUES_MAGIC {
         return Err(COPYRPC_E_BAD_DESC);
     }
+    let p = (d as *const copyrpc_queues).cast::<QueuesInner>();
     // SAFETY: in bounds and aligned (checked above); the magic says `write_queues` wrote
     // it, and every field is plain data (pointers and integers), so any bytes are a
     // valid value. Whether the queues are real is the setup API's contract.
     let i = unsafe { p.read() };
-    Ok((i.q, ClaimRef(i.claim)))
+    // SAFETY: shells are never freed (caller contract).
+    Ok((unsafe { &*i.shell }, i.q))
 }
 
 /// Writes an endpoint description (setup side).
 ///
-/// `claim` as in [`write_queues`], for this QP and its rings.
+/// `claim` as in [`Claim`], for this QP and its rings; `shell` names its fabric.
 pub fn write_ep(
     out: &mut copyrpc_ep_desc,
+    shell: &FabricShell,
     sq: SqDesc,
     mem: EndpointMem,
     qp: [u8; 32],
@@ -165,6 +253,7 @@ pub fn write_ep(
     unsafe {
         p.write(EpInner {
             magic: EP_DESC_MAGIC,
+            shell,
             claim,
             sq,
             mem,
@@ -173,14 +262,27 @@ pub fn write_ep(
     };
 }
 
-/// The QP, memory, fabric address and claim flag of a description the setup API wrote.
-pub fn read_ep(d: &copyrpc_ep_desc) -> Result<(SqDesc, EndpointMem, [u8; 32], ClaimRef), i32> {
+/// The QP, memory, fabric address and claim flag of a description the setup API wrote
+/// for the fabric whose shell is `shell` (`COPYRPC_E_BAD_DESC` for another fabric's).
+///
+/// # Safety
+///
+/// As [`read_queues`].
+pub unsafe fn read_ep(
+    d: &copyrpc_ep_desc,
+    shell: *const FabricShell,
+) -> Result<(SqDesc, EndpointMem, [u8; 32], ClaimRef), i32> {
     if d.opaque[0] != EP_DESC_MAGIC {
         return Err(COPYRPC_E_BAD_DESC);
     }
     let p = (d as *const copyrpc_ep_desc).cast::<EpInner>();
     // SAFETY: as in `read_queues`.
     let e = unsafe { p.read() };
+    // The claim flag lives in the fabric's state, which only an open fabric has: the
+    // context's own fabric is (it refuses to close while the context lives).
+    if e.shell != shell {
+        return Err(COPYRPC_E_BAD_DESC);
+    }
     Ok((e.sq, e.mem, e.qp, ClaimRef(e.claim)))
 }
 

@@ -19,7 +19,9 @@ pub mod cause;
 pub mod ctx;
 pub mod desc;
 pub mod kind;
+pub mod live;
 pub mod status;
+pub mod version;
 
 use copyrpc_core::wire;
 

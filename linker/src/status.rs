@@ -3,7 +3,8 @@
 //! the rest are permanent for the arguments given.
 
 use core::ffi::{c_char, CStr};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::fmt::Write;
+use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
 use copyrpc_core::copyrpc::Error;
 
@@ -34,8 +35,12 @@ pub const COPYRPC_E_BAD_DESC: i32 = -15;
 /// An argument is out of range (a size, a kind, a name).
 pub const COPYRPC_E_BAD_ARG: i32 = -16;
 /// Called from inside the same handle's poll callback, or a fabric's exchange callback
-/// (re-entrant use is refused).
+/// (re-entrant use is refused); or a set-up call found the list of live handles locked
+/// by another thread for too long (retry).
 pub const COPYRPC_E_BUSY: i32 = -18;
+/// The memory area given to an init or attach holds (or overlaps) a live handle, or the
+/// fabric to close still serves a live context: end that first.
+pub const COPYRPC_E_IN_USE: i32 = -19;
 /// A setup step failed in the host (an errno, a fabric error): `copyrpc_last_error`
 /// has the cause.
 pub const COPYRPC_E_SYSTEM: i32 = -17;
@@ -64,10 +69,26 @@ pub const COPYRPC_E_BAD_SETUP: i32 = -28;
 pub const COPYRPC_E_SHM_UNAVAILABLE: i32 = -30;
 /// A shared-memory reply was refused (duplicate, evicted client, bad slot).
 pub const COPYRPC_E_SHM_REPLY: i32 = -31;
+/// The header the program was built with is not of this library's ABI
+/// (`copyrpc_init`).
+pub const COPYRPC_E_VERSION: i32 = -32;
+/// A callback unwound (a C++ exception) out of this context's poll, leaving its state
+/// unfinished: every call but `copyrpc_ctx_fini` is refused.
+pub const COPYRPC_E_UNWOUND: i32 = -33;
 
 /// The core's text for the last refusal a code stands for several of (see
 /// [`copyrpc_refusal_detail`]); null until the first.
 static DETAIL: AtomicPtr<c_char> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Bytes of [`LIMIT_TEXT`], its final NUL included.
+const LIMIT_TEXT_BYTES: usize = 160;
+
+/// The text of the last `COPYRPC_E_TOO_LARGE` whose limit is known: what was asked and
+/// the most it can be, written here by [`too_large`] (the data path keeps no thread
+/// state and allocates nothing, so the text has one place in the process). The last
+/// byte is never written: it is always NUL-terminated, even while a concurrent refusal
+/// writes it.
+static LIMIT_TEXT: [AtomicU8; LIMIT_TEXT_BYTES] = [const { AtomicU8::new(0) }; LIMIT_TEXT_BYTES];
 
 /// The code of a core refusal. The codes that stand for several refusals
 /// (`COPYRPC_E_BAD_SETUP`, `COPYRPC_E_TOO_LARGE`) keep the core's text for
@@ -76,30 +97,84 @@ static DETAIL: AtomicPtr<c_char> = AtomicPtr::new(core::ptr::null_mut());
 pub fn of(e: Error) -> i32 {
     let code = code_of(e);
     if matches!(code, COPYRPC_E_BAD_SETUP | COPYRPC_E_TOO_LARGE) {
-        // Relaxed: the pointer is to a static string, whose bytes need no ordering.
-        DETAIL.store(e.text().as_ptr().cast_mut(), Ordering::Relaxed);
+        // Release (pairs with the Acquire in `copyrpc_refusal_detail`); a static
+        // string's bytes need no ordering, but `too_large`'s text shares the pointer.
+        DETAIL.store(e.text().as_ptr().cast_mut(), Ordering::Release);
     }
     code
+}
+
+/// A fixed-size text being written: what does not fit is dropped.
+struct Text {
+    buf: [u8; LIMIT_TEXT_BYTES - 1],
+    len: usize,
+}
+
+impl Write for Text {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let n = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// `COPYRPC_E_TOO_LARGE` for `what` (a request payload, a response allowance) of
+/// `asked` bytes where the endpoint's limit is `limit` bytes (`None`: not even 0 fits),
+/// with both numbers in the text `copyrpc_refusal_detail` returns.
+#[cold]
+#[inline(never)]
+pub fn too_large(what: &str, asked: u64, limit: Option<u32>, ask_for: &str) -> i32 {
+    let mut t = Text {
+        buf: [0; LIMIT_TEXT_BYTES - 1],
+        len: 0,
+    };
+    let _ = match limit {
+        Some(l) => write!(
+            t,
+            "{what} of {asked} B above this endpoint's limit of {l} B ({ask_for}): it can never fit"
+        ),
+        None => write!(
+            t,
+            "{what} of {asked} B: this endpoint's rings hold none at all ({ask_for}): it can never fit"
+        ),
+    };
+    for (i, cell) in LIMIT_TEXT.iter().take(LIMIT_TEXT_BYTES - 1).enumerate() {
+        // Relaxed: published by the Release store of the pointer below.
+        cell.store(
+            t.buf.get(i).copied().filter(|_| i < t.len).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+    }
+    // Release (pairs with the Acquire in `copyrpc_refusal_detail`): the text above is
+    // written before a reader that sees the pointer reads it.
+    DETAIL.store(
+        LIMIT_TEXT.as_ptr().cast::<c_char>().cast_mut(),
+        Ordering::Release,
+    );
+    COPYRPC_E_TOO_LARGE
 }
 
 /// Keeps `text` for `copyrpc_refusal_detail`: for a code of the C library's own that
 /// stands for several causes (`COPYRPC_E_SHM_UNAVAILABLE`).
 #[cold]
 pub fn set_detail(text: &'static CStr) {
-    // Relaxed: as in `of`.
-    DETAIL.store(text.as_ptr().cast_mut(), Ordering::Relaxed);
+    // Release: as in `of`.
+    DETAIL.store(text.as_ptr().cast_mut(), Ordering::Release);
 }
 
 /// Which rule or cause lies behind the last refusal, in this process, that was
 /// returned as `COPYRPC_E_BAD_SETUP` or `COPYRPC_E_TOO_LARGE` (for example "send ring
-/// smaller than the peer's recv ring"), or as `COPYRPC_E_SHM_UNAVAILABLE` (whether
-/// the ring stayed full, which a later call may get past, or the server is gone or
-/// its region overwritten, which no retry mends): a static string, never NULL, ""
-/// before the first. Process-wide, not per thread (the data path keeps no thread
-/// state): read it right after the refusal, on the thread that made the call.
+/// smaller than the peer's recv ring", or "payload of 8160 B above this endpoint's limit
+/// of 8148 B ..."), or as `COPYRPC_E_SHM_UNAVAILABLE` (the delegation server gone, or
+/// its region overwritten): a string that is never NULL, "" before the first.
+/// Process-wide, not per thread (the data path keeps no thread state), and rewritten
+/// by the next such refusal: read it right after the refusal, on the thread that made
+/// the call.
 #[unsafe(no_mangle)]
 pub extern "C" fn copyrpc_refusal_detail() -> *const c_char {
-    let p = DETAIL.load(Ordering::Relaxed);
+    // Acquire (pairs with the Release stores in `of`, `too_large` and `set_detail`).
+    let p = DETAIL.load(Ordering::Acquire);
     if p.is_null() {
         c"".as_ptr()
     } else {
@@ -143,7 +218,9 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
             c"the description was not written by the setup API, or was used already"
         }
         COPYRPC_E_BAD_ARG => c"an argument is out of range",
-        COPYRPC_E_BUSY => c"called from inside the same handle's poll or exchange callback",
+        COPYRPC_E_BUSY => {
+            c"called from inside the same handle's poll or exchange callback (or set-up lock taken)"
+        }
         COPYRPC_E_SYSTEM => c"a host setup step failed (see copyrpc_last_error)",
         COPYRPC_E_TOO_LARGE => {
             c"the payload or allowance can never fit the rings (copyrpc_refusal_detail says which)"
@@ -162,6 +239,13 @@ pub extern "C" fn copyrpc_strerror(code: i32) -> *const core::ffi::c_char {
             c"the shared-memory ring is full or its server is gone (copyrpc_refusal_detail says which)"
         }
         COPYRPC_E_SHM_REPLY => c"the shared-memory reply was refused",
+        COPYRPC_E_IN_USE => {
+            c"the memory holds a live handle, or the fabric serves a live context (end it first)"
+        }
+        COPYRPC_E_VERSION => c"the program's copyrpc.h is not of this library's ABI",
+        COPYRPC_E_UNWOUND => {
+            c"a callback unwound out of this context's poll: only copyrpc_ctx_fini is taken"
+        }
         _ => c"unknown copyrpc code",
     };
     s.as_ptr()

@@ -6,7 +6,7 @@
 //!
 //! | type | ranks are | for |
 //! |---|---|---|
-//! | [`MpiExchange`] | MPI processes (`mpirun -np N`), via rsmpi | multi-host and multi-process runs |
+//! | `MpiExchange` | MPI processes (`mpirun -np N`), via rsmpi (feature `mpi`, on by default) | multi-host and multi-process runs |
 //! | [`ThreadExchange`] | threads of one process, sharing a board | single-process multi-rank runs and tests |
 //!
 //! Each offers `rank`, `size`, `barrier`, `all_to_all` and `all_gather` of fixed-size
@@ -16,10 +16,12 @@
 //! of a job must share.
 
 pub mod launch;
+#[cfg(feature = "mpi")]
 mod mpi;
 pub mod options;
 mod threads;
 
+#[cfg(feature = "mpi")]
 pub use self::mpi::MpiExchange;
 pub use self::threads::ThreadExchange;
 
@@ -128,5 +130,6 @@ macro_rules! collectives_by_inherent_methods {
         }
     };
 }
+#[cfg(feature = "mpi")]
 collectives_by_inherent_methods!(MpiExchange);
 collectives_by_inherent_methods!(ThreadExchange);

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 /// One rank of a thread group made by [`ThreadExchange::group`]; move each into its
 /// thread.
 ///
-/// Same methods as [`MpiExchange`](super::MpiExchange). Collectives block until every
+/// Same methods as `MpiExchange` (feature `mpi`). Collectives block until every
 /// rank has called them. If a rank drops its handle (returns early, or panics) while the
 /// others are waiting or call another collective, they get
 /// [`Error::ExchangePeerGone`] instead of waiting forever. A rank that is alive but never

@@ -348,6 +348,35 @@ impl<Req: Payload, Resp: Payload> DelegClient<Req, Resp> {
         }
     }
 
+    /// [`call`](Self::call) that never waits for room: with the ring full it returns
+    /// `RingFull` after the core's first few hundred spins, keeping the claimed position
+    /// for the next call (so a refused call holds one position, as a timed-out `call`
+    /// does, and the server skips it after its hole timeout if no call comes back for
+    /// it). The server's process is checked then too, at most once a millisecond
+    /// (`ServerDisconnected`). For a poll loop that must not block.
+    pub fn try_call(&mut self, req: &Req) -> Result<u32, CallError> {
+        let (refused, region) = (&mut self.refused, &self.region);
+        let r = self.client.call_with(req, || {
+            if refused.server_gone(region) {
+                Err(CallError::ServerDisconnected)
+            } else {
+                Err(CallError::RingFull)
+            }
+        });
+        match r {
+            Err(CallError::NoResponseSlot) if self.refused.server_gone(&self.region) => {
+                Err(CallError::ServerDisconnected)
+            }
+            r => r,
+        }
+    }
+
+    /// Calls a client may have in flight (the region's response depth): the response
+    /// slots [`call`](Self::call) returns are below it.
+    pub fn resp_depth(&self) -> u32 {
+        self.region.config().resp_depth
+    }
+
     /// Core `poll`.
     pub fn poll(&mut self, f: impl FnMut(u32, &Resp)) -> usize {
         self.client.poll(f)
@@ -736,6 +765,45 @@ mod tests {
         assert_eq!(s.poll(), 1);
         assert_eq!(s.recv().unwrap().payload, [3, 3]);
         assert_eq!(s.stats().abandoned, 0);
+    }
+
+    /// `try_call` on a full ring returns `RingFull` without waiting out any bound (the
+    /// client's bound is set far beyond the test's so only the non-blocking path can
+    /// pass), keeps one position for both refusals, and delivers once the server made
+    /// room; with the server gone it says so.
+    #[test]
+    fn try_call_on_a_full_ring_returns_at_once_and_resumes() {
+        let name = unique("try");
+        let cfg = Config {
+            max_clients: 1,
+            ring_depth: 2,
+            resp_depth: 4,
+        };
+        let mut s = DelegServer::<Req, Resp>::create(&name, cfg, ServerOptions::default()).unwrap();
+        let mut c = DelegClient::<Req, Resp>::connect(&name).unwrap();
+        c.set_call_wait(Duration::from_secs(3600));
+        assert_eq!(c.resp_depth(), 4);
+        c.try_call(&[1, 1]).unwrap();
+        c.try_call(&[2, 2]).unwrap();
+        assert_eq!(c.try_call(&[3, 3]), Err(CallError::RingFull));
+        assert_eq!(c.try_call(&[3, 3]), Err(CallError::RingFull));
+        let head = s
+            .server
+            .region()
+            .ring_control()
+            .head
+            .load(Ordering::Relaxed);
+        assert_eq!(head, 3, "one position claimed for both refusals");
+        assert_eq!(s.poll(), 2);
+        while let Some(e) = s.recv() {
+            s.reply(e.token, &e.payload).unwrap();
+        }
+        s.advance_tail();
+        c.try_call(&[3, 3]).unwrap();
+        assert_eq!(s.poll(), 1);
+        assert_eq!(s.recv().unwrap().payload, [3, 3]);
+        drop(s);
+        assert_eq!(c.try_call(&[4, 4]), Err(CallError::ServerDisconnected));
     }
 
     /// A connecting client that finds every id taken declares the dead owner's id dead

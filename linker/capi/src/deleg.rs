@@ -7,18 +7,18 @@ use std::mem::{align_of, size_of};
 
 use copyrpc_core::deleg::{CallError, Config, ReplyToken};
 use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
-use copyrpc_linker::kind;
+use copyrpc_linker::kind::Restore;
 use copyrpc_linker::status::*;
 
 use crate::last_error::{guard, system};
-use crate::shm::{check_area, close, copyrpc_shm_msg, handle, name, place};
+use crate::shm::{close, copyrpc_shm_msg, handle, name, Handle, Reserved};
 
 type Msg = copyrpc_shm_msg;
 
 /// Bytes of the memory area a delegation server handle needs.
 pub const COPYRPC_DELEG_SERVER_BYTES: usize = 384;
 /// Bytes of the memory area a delegation client handle needs.
-pub const COPYRPC_DELEG_CLIENT_BYTES: usize = 320;
+pub const COPYRPC_DELEG_CLIENT_BYTES: usize = 384;
 /// Alignment of both areas.
 pub const COPYRPC_SHM_HANDLE_ALIGN: usize = 16;
 
@@ -37,17 +37,15 @@ pub struct copyrpc_deleg_client {
 const SERVER_MAGIC: u64 = u64::from_le_bytes(*b"CRPCDSV1");
 const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"CRPCDCL1");
 
-#[repr(C)]
-struct Server {
-    magic: u64,
-    s: DelegServer<Msg, Msg>,
+type Server = Handle<DelegServer<Msg, Msg>>;
+
+/// A client and the token of each call in flight, by response slot.
+struct ClientState {
+    c: DelegClient<Msg, Msg>,
+    tokens: Box<[u64]>,
 }
 
-#[repr(C)]
-struct Client {
-    magic: u64,
-    c: DelegClient<Msg, Msg>,
-}
+type Client = Handle<ClientState>;
 
 const _: () = {
     assert!(size_of::<Server>() <= COPYRPC_DELEG_SERVER_BYTES);
@@ -82,22 +80,34 @@ pub struct copyrpc_deleg_request {
     pub msg: copyrpc_shm_msg,
 }
 
-/// Called by `copyrpc_deleg_client_poll` for each response: the call's id (what
-/// `copyrpc_deleg_client_call` returned) and the response, valid during the call.
+/// Called by `copyrpc_deleg_client_poll` for each response: the token the call was made
+/// with and the response, valid during the callback only. Responses may come in another
+/// order than the calls.
+///
+/// It may call any function of the library but on the client being polled (refused with
+/// `COPYRPC_E_BUSY`). It must not `longjmp` out. A C++ exception thrown from it leaves
+/// `copyrpc_deleg_client_poll` (the library unwinds through its frames) with the client
+/// usable: the response it was given counts as delivered, the others wait for the next
+/// poll.
 pub type copyrpc_deleg_response_fn =
-    Option<unsafe extern "C" fn(arg: *mut c_void, call: u32, resp: *const copyrpc_shm_msg)>;
+    Option<unsafe extern "C-unwind" fn(arg: *mut c_void, token: u64, resp: *const copyrpc_shm_msg)>;
 
 /// Creates region `name` ("/something") for up to `max_clients` clients, a request ring
 /// of `ring_depth` slots and `resp_depth` calls in flight per client (powers of two),
-/// and serves it from the handle placed in `mem`. A stale region of a dead server is
-/// replaced; any other object of that name is left alone and refused with
-/// `COPYRPC_E_SYSTEM` (`copyrpc_last_error` says which: a live server, one being
-/// created, or an object that is not a copyrpc region).
+/// and serves it from the handle placed in `mem` (`COPYRPC_DELEG_SERVER_BYTES`, aligned
+/// to `COPYRPC_SHM_HANDLE_ALIGN`; untouched by the caller until the close). A stale
+/// region of a dead server is replaced; any other object of that name is left alone.
+///
+/// Returns `COPYRPC_OK` with the handle in `*out` (NULL on every refusal);
+/// `COPYRPC_E_NULL`, `_TOO_SMALL`, `_MISALIGNED`; `COPYRPC_E_IN_USE` (the area holds or
+/// overlaps a live handle); `COPYRPC_E_BAD_ARG` (the name or a size); `COPYRPC_E_SYSTEM`
+/// (`copyrpc_last_error` says which: a live server of that name, one being created, an
+/// object that is not a copyrpc region, or an errno).
 ///
 /// # Safety
 ///
-/// `mem` is writable for `len` bytes and not otherwise used until the close; `name` is
-/// NULL or NUL-terminated; `out` is NULL or writable.
+/// `mem` is writable for `len` bytes; `name` is NULL or NUL-terminated; `out` is NULL
+/// or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn copyrpc_deleg_server_open(
     mem: *mut c_void,
@@ -108,17 +118,19 @@ pub unsafe extern "C" fn copyrpc_deleg_server_open(
     resp_depth: u32,
     out: *mut *mut copyrpc_deleg_server,
 ) -> i32 {
-    if let Err(e) = check_area(
-        mem.cast(),
-        len,
-        COPYRPC_DELEG_SERVER_BYTES,
-        COPYRPC_SHM_HANDLE_ALIGN,
-    ) {
-        return e;
-    }
-    if out.is_null() {
-        return COPYRPC_E_NULL;
-    }
+    // SAFETY: forwarded (caller contract); the sizes are this handle's.
+    let area = match unsafe {
+        Reserved::<DelegServer<Msg, Msg>>::new(
+            mem,
+            len,
+            COPYRPC_DELEG_SERVER_BYTES,
+            COPYRPC_SHM_HANDLE_ALIGN,
+            out,
+        )
+    } {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     // SAFETY: forwarded.
     let n = match unsafe { name(region) } {
         Ok(n) => n,
@@ -137,17 +149,8 @@ pub unsafe extern "C" fn copyrpc_deleg_server_open(
         ..ServerOptions::default()
     };
     guard(|| match DelegServer::create(n, cfg, opts) {
-        // SAFETY: the area was checked for a `Server`; `out` is non-NULL (checked).
-        Ok(s) => unsafe {
-            place(
-                mem,
-                out,
-                Server {
-                    magic: SERVER_MAGIC,
-                    s,
-                },
-            )
-        },
+        // SAFETY: `out` is non-NULL (checked by `Reserved::new`).
+        Ok(s) => unsafe { area.place(out, SERVER_MAGIC, s) },
         Err(e) => system(format_args!("creating delegation region {n}: {e}")),
     })
 }
@@ -163,14 +166,16 @@ pub unsafe extern "C" fn copyrpc_deleg_server_poll(s: *mut copyrpc_deleg_server)
     // SAFETY: forwarded.
     match unsafe { handle(s.cast::<Server>(), SERVER_MAGIC) } {
         Ok(h) => {
-            h.s.advance_tail();
-            i32::try_from(h.s.poll()).unwrap_or(i32::MAX)
+            h.inner.advance_tail();
+            i32::try_from(h.inner.poll()).unwrap_or(i32::MAX)
         }
         Err(e) => e,
     }
 }
 
-/// Takes the next request into `*out`: 1, or 0 when none is ready.
+/// Takes the next request into `*out` (a copy: `*out` is the caller's); returns 1, 0
+/// when none is ready, `COPYRPC_E_NULL`, `COPYRPC_E_WRONG_KIND`. Requests may be held
+/// and answered in any order.
 ///
 /// # Safety
 ///
@@ -188,7 +193,7 @@ pub unsafe extern "C" fn copyrpc_deleg_server_recv(
     if out.is_null() {
         return COPYRPC_E_NULL;
     }
-    let Some(r) = h.s.recv() else {
+    let Some(r) = h.inner.recv() else {
         return 0;
     };
     let (client_id, slot, epoch, call) = r.token.into_raw();
@@ -205,10 +210,11 @@ pub unsafe extern "C" fn copyrpc_deleg_server_recv(
     1
 }
 
-/// Answers `req` with `*resp`. Each request is answered once: `COPYRPC_E_SHM_REPLY` if
-/// the client has left, `req` names no slot, or its call is not one this server took and
-/// has not answered (a second reply, whether or not the client read the first, or a
-/// request another server received).
+/// Answers `req` with `*resp` (copied before it returns). Returns `COPYRPC_OK`,
+/// `COPYRPC_E_NULL`, `COPYRPC_E_WRONG_KIND`. Each request is answered once:
+/// `COPYRPC_E_SHM_REPLY` if the client has left, `req` names no slot, or its call is
+/// not one this server took and has not answered (a second reply, whether or not the
+/// client read the first, or a request another server received).
 ///
 /// # Safety
 ///
@@ -229,13 +235,14 @@ pub unsafe extern "C" fn copyrpc_deleg_server_reply(
         return COPYRPC_E_NULL;
     };
     let token = ReplyToken::from_raw((req.client_id, req.slot, req.epoch, req.call));
-    match h.s.reply(token, resp) {
+    match h.inner.reply(token, resp) {
         Ok(()) => COPYRPC_OK,
         Err(_) => COPYRPC_E_SHM_REPLY,
     }
 }
 
-/// Stops serving, unlinks the region; the memory is the caller's again.
+/// Stops serving, unlinks the region; the memory is the caller's again. Returns as
+/// `copyrpc_deleg_client_close`.
 ///
 /// # Safety
 ///
@@ -247,8 +254,12 @@ pub unsafe extern "C" fn copyrpc_deleg_server_close(s: *mut copyrpc_deleg_server
 }
 
 /// Attaches to the delegation region `name` as a new client, in the handle placed in
-/// `mem`. A full ring makes `copyrpc_deleg_client_call` wait up to 5 s (checking that
-/// the server lives) before it fails.
+/// `mem` (`COPYRPC_DELEG_CLIENT_BYTES`, aligned to `COPYRPC_SHM_HANDLE_ALIGN`).
+///
+/// Returns `COPYRPC_OK` with the handle in `*out` (NULL on every refusal), the area
+/// refusals of `copyrpc_deleg_server_open`, `COPYRPC_E_BAD_ARG` (the name), or
+/// `COPYRPC_E_SYSTEM` (no such region, its server gone, no free client id within 2 s:
+/// `copyrpc_last_error`).
 ///
 /// # Safety
 ///
@@ -260,44 +271,44 @@ pub unsafe extern "C" fn copyrpc_deleg_client_attach(
     region: *const c_char,
     out: *mut *mut copyrpc_deleg_client,
 ) -> i32 {
-    if let Err(e) = check_area(
-        mem.cast(),
-        len,
-        COPYRPC_DELEG_CLIENT_BYTES,
-        COPYRPC_SHM_HANDLE_ALIGN,
-    ) {
-        return e;
-    }
-    if out.is_null() {
-        return COPYRPC_E_NULL;
-    }
+    // SAFETY: forwarded (caller contract); the sizes are this handle's.
+    let area = match unsafe {
+        Reserved::<ClientState>::new(
+            mem,
+            len,
+            COPYRPC_DELEG_CLIENT_BYTES,
+            COPYRPC_SHM_HANDLE_ALIGN,
+            out,
+        )
+    } {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     // SAFETY: forwarded.
     let n = match unsafe { name(region) } {
         Ok(n) => n,
         Err(e) => return e,
     };
     guard(|| match DelegClient::connect(n) {
-        // SAFETY: the area was checked for a `Client`; `out` is non-NULL (checked).
-        Ok(c) => unsafe {
-            place(
-                mem,
-                out,
-                Client {
-                    magic: CLIENT_MAGIC,
-                    c,
-                },
-            )
-        },
+        Ok(c) => {
+            let tokens = vec![0; c.resp_depth() as usize].into_boxed_slice();
+            // SAFETY: `out` is non-NULL (checked by `Reserved::new`).
+            unsafe { area.place(out, CLIENT_MAGIC, ClientState { c, tokens }) }
+        }
         Err(e) => system(format_args!("attaching to delegation region {n}: {e}")),
     })
 }
 
-/// Sends `*req`; returns the call's id (>= 0, handed to the poll callback with the
-/// response) or an error code. `COPYRPC_E_TOO_MANY_CALLS`: poll and retry.
-/// `COPYRPC_E_SHM_UNAVAILABLE`: the ring stayed full past the bound, or the server is
-/// gone, also when every call is in flight (its process is checked at most once a
-/// millisecond then, so a killed server ends the retrying), or the region was
-/// overwritten; `copyrpc_refusal_detail` says which.
+/// Sends `*req` (copied before it returns); `token` comes back with the response in the
+/// poll callback. Never waits: a full ring is refused at once.
+///
+/// Returns `COPYRPC_OK`; to poll and retry: `COPYRPC_E_TOO_MANY_CALLS` (every call slot
+/// of the client is in flight: poll for responses), `COPYRPC_E_RING_FULL` (the server has
+/// not drained the shared request ring: retry later; the refused call keeps its ring
+/// position for the next call, and a client that never calls again leaves the server a
+/// gap it skips after 100 ms); for good: `COPYRPC_E_SHM_UNAVAILABLE` (the server is gone
+/// or its region was overwritten: `copyrpc_refusal_detail` says which); `COPYRPC_E_NULL`;
+/// `COPYRPC_E_WRONG_KIND` / `COPYRPC_E_BUSY` (the handle).
 ///
 /// # Safety
 ///
@@ -306,6 +317,7 @@ pub unsafe extern "C" fn copyrpc_deleg_client_attach(
 pub unsafe extern "C" fn copyrpc_deleg_client_call(
     c: *mut copyrpc_deleg_client,
     req: *const copyrpc_shm_msg,
+    token: u64,
 ) -> i32 {
     // SAFETY: forwarded.
     let h = match unsafe { handle(c.cast::<Client>(), CLIENT_MAGIC) } {
@@ -316,17 +328,19 @@ pub unsafe extern "C" fn copyrpc_deleg_client_call(
     let Some(req) = (unsafe { req.as_ref() }) else {
         return COPYRPC_E_NULL;
     };
-    match h.c.call(req) {
-        Ok(id) => i32::try_from(id).unwrap_or(COPYRPC_E_BAD_SETUP),
+    let st = &mut h.inner;
+    match st.c.try_call(req) {
+        Ok(slot) => {
+            // The core hands out slots below the depth `tokens` was sized for.
+            if let Some(t) = st.tokens.get_mut(slot as usize) {
+                *t = token;
+            }
+            COPYRPC_OK
+        }
         Err(CallError::NoResponseSlot) => COPYRPC_E_TOO_MANY_CALLS,
-        Err(CallError::Abandoned) => COPYRPC_E_RING_FULL,
+        Err(CallError::RingFull | CallError::Abandoned) => COPYRPC_E_RING_FULL,
         Err(e) => {
             set_detail(match e {
-                CallError::RingFull => {
-                    c"the delegation ring stayed full past the bounded wait: the server \
-                      released no slot (the client keeps its claimed position, and its next \
-                      call waits for it again)"
-                }
                 CallError::RingCorrupt => {
                     c"the delegation ring's head or tail hold values no run of the protocol \
                       produces: the region was overwritten"
@@ -338,13 +352,14 @@ pub unsafe extern "C" fn copyrpc_deleg_client_call(
     }
 }
 
-/// Hands each arrived response to `cb`; returns how many.
+/// Hands each arrived response to `cb` with its call's token; returns how many,
+/// `COPYRPC_E_NULL` (`cb` NULL), `COPYRPC_E_WRONG_KIND` or `COPYRPC_E_BUSY`.
 ///
 /// # Safety
 ///
 /// `c` as in `copyrpc_deleg_client_call`; `cb` is safe to call with `arg`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn copyrpc_deleg_client_poll(
+pub unsafe extern "C-unwind" fn copyrpc_deleg_client_poll(
     c: *mut copyrpc_deleg_client,
     cb: copyrpc_deleg_response_fn,
     arg: *mut c_void,
@@ -359,19 +374,28 @@ pub unsafe extern "C" fn copyrpc_deleg_client_poll(
     };
     // SAFETY: `p` is a live client (checked above), used by this thread. As in
     // `copyrpc_poll`: the word is marked through the raw pointer and the client borrowed
-    // field by field, so a call from inside the callback stops at the word (BUSY).
-    let client = unsafe {
-        (&raw mut (*p).magic).write(kind::polling(CLIENT_MAGIC));
-        &mut (*p).c
+    // field by field, so a call from inside the callback stops at the word (BUSY). The
+    // core hands a response out after taking it, so the client is whole at every
+    // callback: the guard makes it usable again if one unwinds.
+    let (guard, st) = unsafe {
+        (
+            Restore::mark(&raw mut (*p).magic, CLIENT_MAGIC, CLIENT_MAGIC),
+            &mut (*p).inner,
+        )
     };
-    // SAFETY: the callback's contract is the caller's; `r` lives through the call.
-    let n = client.poll(|id, r| unsafe { cb(arg, id, r) });
-    // SAFETY: `p` is live; the borrow of its client ended with the poll.
-    unsafe { (&raw mut (*p).magic).write(CLIENT_MAGIC) };
+    let tokens = &st.tokens;
+    let n = st.c.poll(|slot, r| {
+        let token = tokens.get(slot as usize).copied().unwrap_or(0);
+        // SAFETY: the callback's contract is the caller's; `r` lives through the call.
+        unsafe { cb(arg, token, r) }
+    });
+    guard.finish(CLIENT_MAGIC);
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-/// Leaves the region (the id is freed); the memory is the caller's again.
+/// Leaves the region (the id is freed); the memory is the caller's again. Returns
+/// `COPYRPC_OK`, `COPYRPC_E_NULL`, `COPYRPC_E_WRONG_KIND` (closed already, or another
+/// kind) or `COPYRPC_E_BUSY` (from inside its poll callback).
 ///
 /// # Safety
 ///

@@ -7,12 +7,12 @@ use std::mem::{align_of, size_of};
 
 use copyrpc_core::ipc::{Config, IpcCallError, IpcRequest};
 use copyrpc_host::shm::ipc::{IpcClient, IpcServer};
-use copyrpc_linker::kind;
+use copyrpc_linker::kind::Restore;
 use copyrpc_linker::status::*;
 
 use crate::deleg::COPYRPC_SHM_HANDLE_ALIGN;
 use crate::last_error::{guard, system};
-use crate::shm::{check_area, close, copyrpc_shm_msg, handle, name, place};
+use crate::shm::{close, copyrpc_shm_msg, handle, name, Handle, Reserved};
 
 type Msg = copyrpc_shm_msg;
 
@@ -36,17 +36,8 @@ pub struct copyrpc_ipc_client {
 const SERVER_MAGIC: u64 = u64::from_le_bytes(*b"CRPCISV1");
 const CLIENT_MAGIC: u64 = u64::from_le_bytes(*b"CRPCICL1");
 
-#[repr(C)]
-struct Server {
-    magic: u64,
-    s: IpcServer<Msg, Msg>,
-}
-
-#[repr(C)]
-struct Client {
-    magic: u64,
-    c: IpcClient<Msg, Msg, u64>,
-}
+type Server = Handle<IpcServer<Msg, Msg>>;
+type Client = Handle<IpcClient<Msg, Msg, u64>>;
 
 const _: () = {
     assert!(size_of::<Server>() <= COPYRPC_IPC_SERVER_BYTES);
@@ -70,15 +61,22 @@ pub struct copyrpc_ipc_request {
 }
 
 /// Called by `copyrpc_ipc_client_poll` for each response with the call's token and the
-/// response, valid during the call.
+/// response, valid during the callback only. Responses come in the order the server
+/// answered.
+///
+/// It may call any function of the library but on the client being polled (refused with
+/// `COPYRPC_E_BUSY`). It must not `longjmp` out. A C++ exception thrown from it leaves
+/// `copyrpc_ipc_client_poll` with the client usable: the response it was given counts
+/// as delivered, the others wait for the next poll.
 pub type copyrpc_ipc_response_fn =
-    Option<unsafe extern "C" fn(arg: *mut c_void, token: u64, resp: *const copyrpc_shm_msg)>;
+    Option<unsafe extern "C-unwind" fn(arg: *mut c_void, token: u64, resp: *const copyrpc_shm_msg)>;
 
 /// Creates ipc region `name` for up to `max_clients` clients with `depth` calls in
-/// flight each (a power of two), served from the handle placed in `mem`. A stale region
-/// of a dead server is replaced; any other object of that name is left alone and refused
-/// with `COPYRPC_E_SYSTEM` (`copyrpc_last_error` says which: a live server, one being
-/// created, or an object that is not a copyrpc region).
+/// flight each (a power of two), served from the handle placed in `mem`
+/// (`COPYRPC_IPC_SERVER_BYTES`, aligned to `COPYRPC_SHM_HANDLE_ALIGN`). A stale region
+/// of a dead server is replaced; any other object of that name is left alone.
+///
+/// Returns as `copyrpc_deleg_server_open`.
 ///
 /// # Safety
 ///
@@ -92,17 +90,19 @@ pub unsafe extern "C" fn copyrpc_ipc_server_open(
     depth: u32,
     out: *mut *mut copyrpc_ipc_server,
 ) -> i32 {
-    if let Err(e) = check_area(
-        mem.cast(),
-        len,
-        COPYRPC_IPC_SERVER_BYTES,
-        COPYRPC_SHM_HANDLE_ALIGN,
-    ) {
-        return e;
-    }
-    if out.is_null() {
-        return COPYRPC_E_NULL;
-    }
+    // SAFETY: forwarded (caller contract); the sizes are this handle's.
+    let area = match unsafe {
+        Reserved::<IpcServer<Msg, Msg>>::new(
+            mem,
+            len,
+            COPYRPC_IPC_SERVER_BYTES,
+            COPYRPC_SHM_HANDLE_ALIGN,
+            out,
+        )
+    } {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     // SAFETY: forwarded.
     let n = match unsafe { name(region) } {
         Ok(n) => n,
@@ -113,17 +113,8 @@ pub unsafe extern "C" fn copyrpc_ipc_server_open(
         return COPYRPC_E_BAD_ARG;
     }
     guard(|| match IpcServer::create(n, cfg, true) {
-        // SAFETY: the area was checked for a `Server`; `out` is non-NULL (checked).
-        Ok(s) => unsafe {
-            place(
-                mem,
-                out,
-                Server {
-                    magic: SERVER_MAGIC,
-                    s,
-                },
-            )
-        },
+        // SAFETY: `out` is non-NULL (checked by `Reserved::new`).
+        Ok(s) => unsafe { area.place(out, SERVER_MAGIC, s) },
         Err(e) => system(format_args!("creating ipc region {n}: {e}")),
     })
 }
@@ -139,7 +130,7 @@ pub unsafe extern "C" fn copyrpc_ipc_server_open(
 pub unsafe extern "C" fn copyrpc_ipc_server_poll(s: *mut copyrpc_ipc_server) -> i32 {
     // SAFETY: forwarded.
     match unsafe { handle(s.cast::<Server>(), SERVER_MAGIC) } {
-        Ok(h) => i32::try_from(h.s.poll()).unwrap_or(i32::MAX),
+        Ok(h) => i32::try_from(h.inner.poll()).unwrap_or(i32::MAX),
         Err(e) => e,
     }
 }
@@ -156,12 +147,14 @@ pub unsafe extern "C" fn copyrpc_ipc_server_poll(s: *mut copyrpc_ipc_server) -> 
 pub unsafe extern "C" fn copyrpc_ipc_server_reap(s: *mut copyrpc_ipc_server) -> i32 {
     // SAFETY: forwarded.
     match unsafe { handle(s.cast::<Server>(), SERVER_MAGIC) } {
-        Ok(h) => i32::try_from(h.s.reap_dead_clients()).unwrap_or(i32::MAX),
+        Ok(h) => i32::try_from(h.inner.reap_dead_clients()).unwrap_or(i32::MAX),
         Err(e) => e,
     }
 }
 
-/// Takes the next request into `*out`: 1, or 0 when none is waiting.
+/// Takes the next request into `*out` (a copy: `*out` is the caller's); returns 1, 0
+/// when none is waiting, `COPYRPC_E_NULL`, `COPYRPC_E_WRONG_KIND`. Requests may be held
+/// and answered in any order.
 ///
 /// # Safety
 ///
@@ -179,7 +172,7 @@ pub unsafe extern "C" fn copyrpc_ipc_server_recv(
     if out.is_null() {
         return COPYRPC_E_NULL;
     }
-    let Some(r) = h.s.recv() else {
+    let Some(r) = h.inner.recv() else {
         return 0;
     };
     let ((client_id, epoch, token), msg) = r.into_raw();
@@ -195,11 +188,12 @@ pub unsafe extern "C" fn copyrpc_ipc_server_recv(
     1
 }
 
-/// Answers `req` with `*resp`. Each request is answered once: `COPYRPC_E_SHM_REPLY` if
-/// the client has left, `req` names no client, `req` was received by another server, or
-/// every request the client sent is answered already (a second reply while the same
-/// client has other requests unanswered cannot be told from theirs and takes the place of
-/// one of them).
+/// Answers `req` with `*resp` (copied before it returns). Returns `COPYRPC_OK`,
+/// `COPYRPC_E_NULL`, `COPYRPC_E_WRONG_KIND`. Each request is answered once:
+/// `COPYRPC_E_SHM_REPLY` if the client has left, `req` names no client, `req` was
+/// received by another server, or every request the client sent is answered already (a
+/// second reply while the same client has other requests unanswered cannot be told from
+/// theirs and takes the place of one of them).
 ///
 /// # Safety
 ///
@@ -220,13 +214,15 @@ pub unsafe extern "C" fn copyrpc_ipc_server_reply(
         return COPYRPC_E_NULL;
     };
     let r = IpcRequest::from_raw((req.client_id, req.epoch, req.token), req.msg);
-    match h.s.reply(r, resp) {
+    match h.inner.reply(r, resp) {
         Ok(()) => COPYRPC_OK,
         Err(_) => COPYRPC_E_SHM_REPLY,
     }
 }
 
-/// Stops serving, unlinks the region; the memory is the caller's again.
+/// Stops serving, unlinks the region; the memory is the caller's again. Returns
+/// `COPYRPC_OK`, `COPYRPC_E_NULL`, `COPYRPC_E_WRONG_KIND` (closed already, or another
+/// kind).
 ///
 /// # Safety
 ///
@@ -237,7 +233,10 @@ pub unsafe extern "C" fn copyrpc_ipc_server_close(s: *mut copyrpc_ipc_server) ->
     unsafe { close(s.cast::<Server>(), SERVER_MAGIC) }
 }
 
-/// Attaches to ipc region `name` as a new client, in the handle placed in `mem`.
+/// Attaches to ipc region `name` as a new client, in the handle placed in `mem`
+/// (`COPYRPC_IPC_CLIENT_BYTES`, aligned to `COPYRPC_SHM_HANDLE_ALIGN`).
+///
+/// Returns as `copyrpc_deleg_client_attach`.
 ///
 /// # Safety
 ///
@@ -249,42 +248,36 @@ pub unsafe extern "C" fn copyrpc_ipc_client_attach(
     region: *const c_char,
     out: *mut *mut copyrpc_ipc_client,
 ) -> i32 {
-    if let Err(e) = check_area(
-        mem.cast(),
-        len,
-        COPYRPC_IPC_CLIENT_BYTES,
-        COPYRPC_SHM_HANDLE_ALIGN,
-    ) {
-        return e;
-    }
-    if out.is_null() {
-        return COPYRPC_E_NULL;
-    }
+    // SAFETY: forwarded (caller contract); the sizes are this handle's.
+    let area = match unsafe {
+        Reserved::<IpcClient<Msg, Msg, u64>>::new(
+            mem,
+            len,
+            COPYRPC_IPC_CLIENT_BYTES,
+            COPYRPC_SHM_HANDLE_ALIGN,
+            out,
+        )
+    } {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     // SAFETY: forwarded.
     let n = match unsafe { name(region) } {
         Ok(n) => n,
         Err(e) => return e,
     };
     guard(|| match IpcClient::connect(n) {
-        // SAFETY: the area was checked for a `Client`; `out` is non-NULL (checked).
-        Ok(c) => unsafe {
-            place(
-                mem,
-                out,
-                Client {
-                    magic: CLIENT_MAGIC,
-                    c,
-                },
-            )
-        },
+        // SAFETY: `out` is non-NULL (checked by `Reserved::new`).
+        Ok(c) => unsafe { area.place(out, CLIENT_MAGIC, c) },
         Err(e) => system(format_args!("attaching to ipc region {n}: {e}")),
     })
 }
 
-/// Sends `*req`; `token` comes back with the response. `COPYRPC_E_TOO_MANY_CALLS`:
-/// poll and retry. `COPYRPC_E_SHM_UNAVAILABLE`: the server is gone, also when every
-/// call is in flight (its process is checked at most once a millisecond then, so a
-/// killed server ends the retrying).
+/// Sends `*req` (copied before it returns); `token` comes back with the response. Never
+/// waits. Returns `COPYRPC_OK`; `COPYRPC_E_TOO_MANY_CALLS`: poll and retry;
+/// `COPYRPC_E_SHM_UNAVAILABLE`: the server is gone, also when every call is in flight
+/// (its process is checked at most once a millisecond then, so a killed server ends the
+/// retrying); `COPYRPC_E_NULL`; `COPYRPC_E_WRONG_KIND` / `COPYRPC_E_BUSY` (the handle).
 ///
 /// # Safety
 ///
@@ -304,7 +297,7 @@ pub unsafe extern "C" fn copyrpc_ipc_client_call(
     let Some(req) = (unsafe { req.as_ref() }) else {
         return COPYRPC_E_NULL;
     };
-    match h.c.call(req, token) {
+    match h.inner.call(req, token) {
         Ok(()) => COPYRPC_OK,
         Err(IpcCallError::Full) => COPYRPC_E_TOO_MANY_CALLS,
         Err(IpcCallError::ServerDisconnected) => {
@@ -320,7 +313,7 @@ pub unsafe extern "C" fn copyrpc_ipc_client_call(
 ///
 /// `c` as in `copyrpc_ipc_client_call`; `cb` is safe to call with `arg`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn copyrpc_ipc_client_poll(
+pub unsafe extern "C-unwind" fn copyrpc_ipc_client_poll(
     c: *mut copyrpc_ipc_client,
     cb: copyrpc_ipc_response_fn,
     arg: *mut c_void,
@@ -335,19 +328,24 @@ pub unsafe extern "C" fn copyrpc_ipc_client_poll(
     };
     // SAFETY: `p` is a live client (checked above), used by this thread. As in
     // `copyrpc_poll`: the word is marked through the raw pointer and the client borrowed
-    // field by field, so a call from inside the callback stops at the word (BUSY).
-    let client = unsafe {
-        (&raw mut (*p).magic).write(kind::polling(CLIENT_MAGIC));
-        &mut (*p).c
+    // field by field, so a call from inside the callback stops at the word (BUSY). The
+    // core takes a response before it hands it out, so the client is whole at every
+    // callback: the guard makes it usable again if one unwinds.
+    let (guard, client) = unsafe {
+        (
+            Restore::mark(&raw mut (*p).magic, CLIENT_MAGIC, CLIENT_MAGIC),
+            &mut (*p).inner,
+        )
     };
     // SAFETY: the callback's contract is the caller's; `r` lives through the call.
     let n = client.poll(|token, r| unsafe { cb(arg, token, r) });
-    // SAFETY: `p` is live; the borrow of its client ended with the poll.
-    unsafe { (&raw mut (*p).magic).write(CLIENT_MAGIC) };
+    guard.finish(CLIENT_MAGIC);
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-/// Leaves the region; the memory is the caller's again.
+/// Leaves the region; the memory is the caller's again. Returns `COPYRPC_OK`,
+/// `COPYRPC_E_NULL`, `COPYRPC_E_WRONG_KIND` (closed already, or another kind) or
+/// `COPYRPC_E_BUSY` (from inside its poll callback).
 ///
 /// # Safety
 ///

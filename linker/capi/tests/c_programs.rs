@@ -1,97 +1,49 @@
-//! The C programs, built with gcc against this build's `libcopyrpc.so` and run:
-//! `tests/c/abi_errors.c` (refusals instead of crashes, every function exercised) and
-//! the examples `examples/c/echo.c` (two processes over the device model) and
+//! The C programs, built with gcc against this build's library as it ships
+//! (`scripts/package-c.sh`) and run: under valgrind, `tests/c/abi_errors.c` (refusals
+//! instead of crashes, every function exercised), `tests/c/misuse.c` (issue 50's misuse
+//! cases) and `tests/c/throw.cpp` (C++ exceptions out of callbacks); and
+//! the examples `examples/c/echo.c` (two processes over the device model),
+//! `examples/c/busy_poll.c` (the same in manual mode, never yielding) and
 //! `examples/c/deleg.c` (a delegation server and 4 client processes), with fewer calls
 //! than their defaults so a debug build runs them quickly. `scripts/c-examples.sh` runs
 //! the examples at full size from an installed prefix.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
 use std::time::Duration;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use common::{assert_ok, build, run, run_valgrind, VALGRIND_ERROR};
 
-/// Where cargo put `libcopyrpc.so` for this test run: `deps/`, next to us (the copy one
-/// level up is refreshed only by `cargo build`, so it can be stale).
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let dir = exe
-        .parent()
-        .expect("test binaries live in <target>/<profile>/deps");
-    assert!(
-        dir.join("libcopyrpc.so").exists(),
-        "{} has no libcopyrpc.so",
-        dir.display()
-    );
-    dir.to_owned()
-}
-
-/// Builds `source` into the test's temp dir; returns the executable.
-fn build(source: &str, name: &str) -> PathBuf {
-    let lib = lib_dir();
-    let exe = lib.join(format!("c-{name}"));
-    let out = Command::new("gcc")
-        .args(["-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-Werror"])
-        .arg("-I")
-        .arg(repo().join("linker/include"))
-        .arg(repo().join(source))
-        .arg("-L")
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-lcopyrpc", "-o"])
-        .arg(&exe)
-        .output()
-        .expect("running gcc");
-    assert!(
-        out.status.success(),
-        "gcc {source}:\n{}",
+/// Runs `exe` under valgrind; a memcheck error fails the test with valgrind's report.
+fn assert_valgrind_clean(what: &str, exe: &std::path::Path, ok_lines: usize) {
+    let out = run_valgrind(exe, &[], Duration::from_secs(600));
+    assert_ne!(
+        out.status.code(),
+        Some(VALGRIND_ERROR),
+        "{what}: valgrind found errors:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    exe
-}
-
-/// Runs `exe args`, killed after `limit` by coreutils' `timeout` (as
-/// `copyrpc_host::exchange::launch::run_local` runs jobs); its output, or a panic naming
-/// what hung.
-fn run(exe: &Path, args: &[&str], limit: Duration) -> Output {
-    let out = Command::new("timeout")
-        .args(["--kill-after=10", &limit.as_secs().to_string()])
-        .arg(exe)
-        .args(args)
-        // cargo points this at target/<profile> too, whose libcopyrpc.so may be stale;
-        // the program's rpath names the one this run built.
-        .env_remove("LD_LIBRARY_PATH")
-        .output()
-        .unwrap_or_else(|e| panic!("starting timeout {}: {e}", exe.display()));
-    if matches!(out.status.code(), Some(124 | 137)) {
-        panic!(
-            "{} {args:?} still ran after {limit:?}; its stderr:\n{}",
-            exe.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    out
-}
-
-fn assert_ok(what: &str, out: &Output, ok_lines: usize) {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let oks = stdout.lines().filter(|l| l.ends_with(": ok")).count();
-    assert_eq!(oks, ok_lines, "{what}: lines ending in ': ok':\n{stdout}");
+    assert_ok(what, &out, ok_lines);
 }
 
 #[test]
 fn abi_refuses_bad_input_without_crashing() {
     let exe = build("linker/capi/tests/c/abi_errors.c", "abi_errors");
-    let out = run(&exe, &[], Duration::from_secs(120));
-    assert_ok("abi_errors", &out, 1);
+    assert_valgrind_clean("abi_errors", &exe, 1);
+}
+
+/// Issue 50's misuse cases, one line each (tests/c/misuse.c), valgrind-clean.
+#[test]
+fn misuse_is_refused_with_its_code() {
+    let exe = build("linker/capi/tests/c/misuse.c", "misuse");
+    assert_valgrind_clean("misuse", &exe, 6);
+}
+
+/// A C++ exception out of each kind of callback (tests/c/throw.cpp), valgrind-clean.
+#[test]
+fn cxx_exceptions_leave_the_callbacks_poll() {
+    let exe = build("linker/capi/tests/c/throw.cpp", "throw");
+    assert_valgrind_clean("throw", &exe, 3);
 }
 
 #[test]
@@ -106,6 +58,29 @@ fn c_echo_answers_every_call() {
             "rank {rank} did not answer and get answered 20000 times:\n{stdout}"
         );
     }
+}
+
+/// The busy-poll loop in manual mode: two processes, and both sides in one.
+#[test]
+fn c_busy_poll_answers_every_call() {
+    let exe = build("examples/c/busy_poll.c", "busy_poll");
+    for args in [&["20000"][..], &["20000", "1"]] {
+        let out = run(&exe, args, Duration::from_secs(300));
+        assert_ok(&format!("busy_poll {args:?}"), &out, 2);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for rank in 0..2 {
+            assert!(
+                stdout.contains(&format!("rank {rank}/2: responses=20000 served=20000 ")),
+                "busy_poll {args:?}: rank {rank} did not answer and get answered 20000 times:\n{stdout}"
+            );
+        }
+    }
+    let out = run(&exe, &["20000", "2"], Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad argument is a usage error"
+    );
 }
 
 #[test]

@@ -110,7 +110,7 @@ fn side() -> Side {
 }
 
 /// The exchange of two sides in one process: the other side's info, computed before.
-unsafe extern "C" fn swap(
+unsafe extern "C-unwind" fn swap(
     arg: *mut c_void,
     mine: *const copyrpc_peer_info,
     theirs: *mut copyrpc_peer_info,
@@ -125,7 +125,13 @@ unsafe extern "C" fn swap(
     0
 }
 
-unsafe extern "C" fn count(arg: *mut c_void, _token: u64, status: i32, _d: *const u8, len: usize) {
+unsafe extern "C-unwind" fn count(
+    arg: *mut c_void,
+    _token: u64,
+    status: i32,
+    _d: *const u8,
+    len: usize,
+) {
     assert_eq!(status, COPYRPC_OK);
     assert_eq!(len, 8);
     // SAFETY: `arg` is the counter below.
@@ -214,12 +220,12 @@ fn copyrpc_calls_allocate_nothing() {
 #[repr(C, align(16))]
 struct Area([u8; 512]);
 
-unsafe extern "C" fn ipc_got(arg: *mut c_void, _token: u64, _r: *const copyrpc_shm_msg) {
+unsafe extern "C-unwind" fn ipc_got(arg: *mut c_void, _token: u64, _r: *const copyrpc_shm_msg) {
     // SAFETY: `arg` is the counter below.
     unsafe { *arg.cast::<u64>() += 1 };
 }
 
-unsafe extern "C" fn deleg_got(arg: *mut c_void, _call: u32, _r: *const copyrpc_shm_msg) {
+unsafe extern "C-unwind" fn deleg_got(arg: *mut c_void, _token: u64, _r: *const copyrpc_shm_msg) {
     // SAFETY: `arg` is the counter below.
     unsafe { *arg.cast::<u64>() += 1 };
 }
@@ -322,7 +328,7 @@ fn shm_calls_allocate_nothing() {
     for k in 0..2000u64 {
         // SAFETY: live handles, valid pointers.
         unsafe {
-            n += allocations_in(|| ok("deleg call", copyrpc_deleg_client_call(dc, &msg)));
+            n += allocations_in(|| ok("deleg call", copyrpc_deleg_client_call(dc, &msg, k)));
             while got <= k {
                 assert!(
                     Instant::now() < deadline,

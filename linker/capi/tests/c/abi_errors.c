@@ -104,12 +104,12 @@ static void on_ipc(void *arg, uint64_t token, const copyrpc_shm_msg *resp) {
     }
 }
 
-static void on_deleg(void *arg, uint32_t call, const copyrpc_shm_msg *resp) {
+static void on_deleg(void *arg, uint64_t token, const copyrpc_shm_msg *resp) {
     struct got *g = arg;
     g->n++;
-    g->token = call + resp->words[0];
+    g->token = token + resp->words[0];
     if (g->reenter) {
-        g->reentered[0] = copyrpc_deleg_client_call(g->reenter, resp);
+        g->reentered[0] = copyrpc_deleg_client_call(g->reenter, resp, 1);
         g->reentered[1] = copyrpc_deleg_client_poll(g->reenter, on_deleg, arg);
         g->reentered[2] = copyrpc_deleg_client_close(g->reenter);
     }
@@ -222,6 +222,7 @@ static void set_up_at_exit(void) {
 
 int main(void) {
     atexit(set_up_at_exit);
+    EXPECT(copyrpc_init(COPYRPC_VERSION), COPYRPC_OK);
     /* --- NULL everywhere ------------------------------------------------------------ */
     copyrpc_queues q0;
     memset(&q0, 0, sizeof q0);
@@ -254,7 +255,7 @@ int main(void) {
     EXPECT(copyrpc_deleg_server_reply(NULL, NULL, NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_deleg_server_close(NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_deleg_client_attach(NULL, 4096, "/x", NULL), COPYRPC_E_NULL);
-    EXPECT(copyrpc_deleg_client_call(NULL, NULL), COPYRPC_E_NULL);
+    EXPECT(copyrpc_deleg_client_call(NULL, NULL, 0), COPYRPC_E_NULL);
     EXPECT(copyrpc_deleg_client_poll(NULL, on_deleg, NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_deleg_client_close(NULL), COPYRPC_E_NULL);
     EXPECT(copyrpc_ipc_server_open(NULL, 4096, "/x", 4, 4, NULL), COPYRPC_E_NULL);
@@ -516,11 +517,13 @@ int main(void) {
     copyrpc_deleg_client *dc;
     EXPECT(copyrpc_deleg_client_attach(smem[3], 512, region, &dc), COPYRPC_OK);
     EXPECT(copyrpc_ipc_server_poll((copyrpc_ipc_server *)ds), COPYRPC_E_WRONG_KIND);
-    EXPECT(copyrpc_deleg_client_call((copyrpc_deleg_client *)ds, &m), COPYRPC_E_WRONG_KIND);
+    EXPECT(copyrpc_deleg_client_call((copyrpc_deleg_client *)ds, &m, 0), COPYRPC_E_WRONG_KIND);
     EXPECT(copyrpc_deleg_server_recv((copyrpc_deleg_server *)dc, NULL), COPYRPC_E_WRONG_KIND);
-    int32_t call = copyrpc_deleg_client_call(dc, &m);
-    if (call < 0) {
-        fprintf(stderr, "deleg call: %s\n", copyrpc_strerror(call));
+    /* Any 64-bit token comes back, as with copyrpc and ipc calls. */
+    const uint64_t call = 0xfedcba9876543210ull;
+    int32_t rc = copyrpc_deleg_client_call(dc, &m, call);
+    if (rc != COPYRPC_OK) {
+        fprintf(stderr, "deleg call: %s\n", copyrpc_strerror(rc));
         return 1;
     }
     copyrpc_deleg_request dr;
@@ -541,9 +544,9 @@ int main(void) {
     while (dg.n == 0 && now_s() < end) {
         if (copyrpc_deleg_client_poll(dc, on_deleg, &dg) == 0) sched_yield();
     }
-    if (dg.n != 1 || dg.token != (uint64_t)call + 6) {
-        fprintf(stderr, "deleg: %d responses, call+word %llu (expected %d)\n", dg.n, (unsigned long long)dg.token,
-                call + 6);
+    if (dg.n != 1 || dg.token != call + 6) {
+        fprintf(stderr, "deleg: %d responses, token+word %llu (expected %llu)\n", dg.n, (unsigned long long)dg.token,
+                (unsigned long long)(call + 6));
         failures++;
     }
     expect_busy("copyrpc_deleg_client_poll", &dg, 3);
@@ -558,7 +561,7 @@ int main(void) {
     }
     /* A server gone: the code stands for several causes, the detail says which. */
     EXPECT(copyrpc_deleg_server_close(ds), COPYRPC_OK);
-    EXPECT(copyrpc_deleg_client_call(dc, &m), COPYRPC_E_SHM_UNAVAILABLE);
+    EXPECT(copyrpc_deleg_client_call(dc, &m, 2), COPYRPC_E_SHM_UNAVAILABLE);
     if (!strstr(copyrpc_refusal_detail(), "delegation server is gone")) {
         fprintf(stderr, "SHM_UNAVAILABLE detail: \"%s\"\n", copyrpc_refusal_detail());
         failures++;
