@@ -542,7 +542,7 @@ fn adaptive_or_stand_in() -> String {
 
 /// Issue 48: the adaptive budget against the fixed budgets that each lose one of two
 /// plants. With 5 µs extra polls on the default NIC (nothing collapses) any budget costs
-/// half the rate, so 1 and the bound (16) lose; on the collapsing plant of seed 001
+/// half the rate, so 1 and the bound (16) lose; on the collapsing plant of docs/spec/poll-budget.md#bistability
 /// (7 µs QP packets) no budget collapses, so 0 loses. Deterministic, so no flake.
 #[test]
 fn the_adaptive_budget_beats_a_fixed_budget_of_one_zero_and_its_bound() {

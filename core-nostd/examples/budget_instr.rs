@@ -1,9 +1,9 @@
 //! Instructions per poll-budget update, for docs/PERFORMANCE.md: run under callgrind,
 //! `scripts/budget-instr.sh` divides the inclusive count of `steady_rate` (the
-//! `--poll-budget adaptive` controller, `budget::steady`) or `steady_seed` (with a second
+//! `--poll-budget adaptive` controller, `budget::steady`) or `steady_seed` (given a second
 //! argument `seed`: `budget::Controller` with `Params::SEED`) by the updates.
 //!
-//! The plant: loops of 900 ns finding 0, 1 or 2 answers (the seed's also an RTT sample
+//! The plant: loops of 900 ns finding 0, 1 or 2 answers (for `Params::SEED` also an RTT sample
 //! every fourth loop), after the warm-up, so the windows close and trials run.
 
 use copyrpc_core::budget::{steady, Controller, Observation, Params};
