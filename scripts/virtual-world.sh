@@ -4,13 +4,18 @@
 #   scripts/virtual-world.sh memory  wall time and peak memory, NP = 8..256 (K 2, C 8, 10 ms)
 #   scripts/virtual-world.sh seed001 the bistability settings (docs/spec/poll-budget.md#bistability) at NP = 2, 8, 16, 32
 #   scripts/virtual-world.sh budget  the adaptive poll budget against fixed ones (issue 18)
+#   scripts/virtual-world.sh budget-steady  the same in steady state: 21 ms, the first excluded,
+#                                    five seeds (issue 48); budget-stall: a 1 ms NIC stall
 #   scripts/virtual-world.sh dvm     Delegation against Meta at NP = 16, 32, K = 1, 2, 4
 # Each line is one run; the runs are deterministic (same flags, same output), the wall
 # times are this machine's (one core: the world runs on one thread).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --quiet --release -p benchkv
-B=target/release/benchkv
+# BENCHKV: a benchkv binary to run instead of building this tree's.
+if [ -z "${BENCHKV:-}" ]; then
+    cargo build --quiet --release -p benchkv
+fi
+B=${BENCHKV:-target/release/benchkv}
 
 summary() {
     python3 -c '
@@ -82,6 +87,54 @@ budget)
             --sample-every 25us --plot "docs/figures/budget-$3.svg" >/dev/null 2>&1
     done
     ;;
+budget-steady)
+    # Issue 48: the adaptive poll budget against fixed ones in steady state. Each run is
+    # 21 back-to-back runs of 1 ms (`--runs 21 --duration 1ms`); the first (the cold
+    # start's synchronised wave) is left out and the rate is the mean of the other 20.
+    # One line per run: NP poll_ns budget seed M-req/s-per-rank; scripts/budget_table.py
+    # makes the table of docs/PERFORMANCE.md. NPS, POLLS, BUDGETS and SEEDS select.
+    plant=(-C 46 --queue-depth 32 --rpc-ring 256k --nic wqe_ns=7000)
+    for np in ${NPS:-2 4 8 16 32 64}; do
+        for poll in ${POLLS:-1000 5000}; do
+            for pb in ${BUDGETS:-off 1 2 4 8 16 adaptive}; do
+                for seed in ${SEEDS:-1 2 3 4 5}; do
+                    $B --world "virtual:$np" "${plant[@]}" --cost "item_ns=40,jitter=0.3,poll_ns=$poll" \
+                        --duration 1ms --runs 21 --poll-budget "$pb" --seed "$seed" --output json 2>/dev/null \
+                        | python3 -c '
+import json, sys
+runs = [json.loads(l) for l in sys.stdin if l.strip()]
+runs = [r["total_rps"] for r in runs if r["type"] == "run"][1:]
+np_ = int(sys.argv[1])
+print(" ".join(sys.argv[1:5]), "%.3f" % (sum(runs) / len(runs) / 1e6 / np_) if runs else "failed")
+' "$np" "$poll" "$pb" "$seed"
+                done
+            done
+        done
+    done
+    ;;
+budget-stall)
+    # Issue 48: a 1 ms NIC stall of rank 3 at 5 ms, NP = 8 and 16, 21 ms in runs of 100 µs:
+    # every rank's rate per 100 µs (one line per run: NP poll_ns budget seed, then the
+    # rates in M req/s per rank); scripts/budget_table.py stall reads them.
+    plant=(-C 46 --queue-depth 32 --rpc-ring 256k --nic wqe_ns=7000)
+    for np in ${NPS:-8 16}; do
+        for poll in ${POLLS:-1000 5000}; do
+            for pb in ${BUDGETS:-off 1 adaptive}; do
+                for seed in ${SEEDS:-1}; do
+                    $B --world "virtual:$np" "${plant[@]}" --cost "item_ns=40,jitter=0.3,poll_ns=$poll" \
+                        --duration 100us --runs 210 --poll-budget "$pb" --seed "$seed" \
+                        --vfault stall:3@5ms+1ms --output json 2>/dev/null \
+                        | python3 -c '
+import json, sys
+runs = [json.loads(l) for l in sys.stdin if l.strip()]
+np_ = int(sys.argv[1])
+print(" ".join(sys.argv[1:5]), " ".join("%.2f" % (r["total_rps"] / 1e6 / np_) for r in runs if r["type"] == "run"))
+' "$np" "$poll" "$pb" "$seed"
+                done
+            done
+        done
+    done
+    ;;
 dvm)
     for np in 16 32; do
         for k in 1 2 4; do
@@ -131,7 +184,7 @@ print("NP=%s: wall %.1f s, peak RSS %.2f GiB, peak PSS %.2f GiB, /dev/shm %.2f G
     done
     ;;
 *)
-    echo "usage: $0 scale|memory|seed001|budget|dvm" >&2
+    echo "usage: $0 scale|memory|seed001|budget|budget-steady|budget-stall|dvm" >&2
     exit 2
     ;;
 esac

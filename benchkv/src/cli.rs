@@ -115,10 +115,10 @@ pub struct Cli {
     /// The poll budget (docs/spec/poll-budget.md#poll-budget): after the transport poll
     /// that drains the completion queue, the daemon keeps polling until N polls have found
     /// nothing (at most 4 N extra polls in all) before the rest of its loop, to let
-    /// completions accumulate: `off` (the default), N in 1..=65536, `adaptive`: the spec's
-    /// controller (warm-up self-identification, then hysteresis on the CQE batch and the
-    /// empty-loop ratio) steers it per daemon, or `adaptive-seed`: the same controller with
-    /// the specified parameters (hysteresis on loop time / RTT).
+    /// completions accumulate: `off` (the default), N in 1..=65536, `adaptive`: a controller
+    /// steers it per daemon on the answer rate, trying each step before keeping it, or
+    /// `adaptive-seed`: the controller of docs/spec/poll-budget.md as specified
+    /// (hysteresis on loop time / RTT).
     #[arg(long, default_value = "off", value_parser = parse_budget, value_name = "off|N|adaptive|adaptive-seed")]
     pub poll_budget: PollBudget,
 
@@ -296,7 +296,7 @@ pub enum PollBudget {
     Off,
     /// Up to this many extra empty polls per loop.
     Fixed(u32),
-    /// The adaptive controller, as benchkv runs it (`Params::ADAPTED`).
+    /// The adaptive controller, as benchkv runs it (`budget::steady`).
     Adaptive,
     /// The adaptive controller as specified (`Params::SEED`,
     /// docs/spec/poll-budget.md#controller), for comparison.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use copyrpc_core::budget::Params as BudgetParams;
+use copyrpc_core::budget::{steady, Params as BudgetParams};
 use copyrpc_host::fabric::verbs::gid;
 use copyrpc_host::fabric::{FabricKind, Qos};
 
@@ -14,7 +14,7 @@ use copyrpc_host::vworld::{
 use crate::cli::{
     BackendArg, Cli, DistributionArg, FabricArg, InjectFaultArg, OutputArg, PinArg, PollBudget,
 };
-use crate::daemon::InjectFault;
+use crate::daemon::{Adaptive, InjectFault};
 use crate::remote::RingSize;
 use crate::workload::{Distribution, PatternSpec};
 
@@ -82,9 +82,8 @@ pub struct Config {
     pub take_per_turn: usize,
     /// The poll budget's extra empty polls per loop (0 = off).
     pub poll_budget: u32,
-    /// `--poll-budget adaptive|adaptive-seed`: the self-identifying controller
-    /// (docs/spec/poll-budget.md#controller) steers it, with these parameters.
-    pub adaptive: Option<BudgetParams>,
+    /// `--poll-budget adaptive|adaptive-seed`: a controller steers it.
+    pub adaptive: Option<Adaptive>,
     /// `--metrics`.
     pub metrics: bool,
     /// `--output`.
@@ -213,12 +212,9 @@ fn check_writable(path: &std::path::Path) -> Result<(), String> {
 impl Config {
     /// `--poll-budget`'s word for the controller, when one steers it.
     pub fn adaptive_label(&self) -> Option<&'static str> {
-        self.adaptive.map(|p| {
-            if p == BudgetParams::SEED {
-                "adaptive-seed"
-            } else {
-                "adaptive"
-            }
+        self.adaptive.map(|a| match a {
+            Adaptive::Rate(_) => "adaptive",
+            Adaptive::Seed(_) => "adaptive-seed",
         })
     }
 
@@ -307,8 +303,8 @@ impl Config {
         let (poll_budget, adaptive) = match cli.poll_budget {
             PollBudget::Off => (0, None),
             PollBudget::Fixed(n) => (n, None),
-            PollBudget::Adaptive => (0, Some(BudgetParams::ADAPTED)),
-            PollBudget::AdaptiveSeed => (0, Some(BudgetParams::SEED)),
+            PollBudget::Adaptive => (0, Some(Adaptive::Rate(steady::Params::DEFAULT))),
+            PollBudget::AdaptiveSeed => (0, Some(Adaptive::Seed(BudgetParams::SEED))),
         };
         let fabric = match cli.fabric {
             FabricArg::Auto => FabricKind::Auto,

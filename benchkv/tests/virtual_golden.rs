@@ -47,8 +47,8 @@ const CASES: &[Case] = &[
         name: "np8-deleg-adaptive",
         args: "--world virtual:8 -C 46 --queue-depth 32 --rpc-ring 256k --duration 2ms --poll-budget adaptive --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000",
         exit: 0,
-        len: 24050,
-        fnv: 0x38ce_9eb8_3d94_0b68,
+        len: 21318,
+        fnv: 0xda20_f5ca_92da_13e0,
     },
     Case {
         name: "np16-meta",

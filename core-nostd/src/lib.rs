@@ -13,7 +13,7 @@
 //! | [`deleg`] | delegationrpc: MPSC request ring + per-client response slots over a shared region (docs/spec/deleg.md#layout), hole recovery, client-id reuse |
 //! | [`ipc`] | per-client SPSC request/response rings over a shared region (the ring is [`shm::spsc`], which Flux uses too) |
 //! | [`copyrpc`] | the RPC engine over raw mlx5 queues: context, endpoints, call / poll / recv / reply, batching, wrap, credit, READ fallback, raw READ/WRITE |
-//! | [`budget`] | the adaptive poll budget (docs/spec/poll-budget.md): fixed-point EWMAs, hysteresis, warm-up self-identification; time passed in |
+//! | [`budget`] | the adaptive poll budget (docs/spec/poll-budget.md): `Params::SEED` (fixed-point EWMAs, hysteresis, warm-up self-identification) and `steady` (answer rate over windows of time, tried moves); time passed in |
 //! | [`ops`] | completion ownership (docs/spec/ownership.md): op identities never reused, slots leased and returned only when their work requests completed, generation-tagged wr_ids, primed receive windows, imm-recv matching, `cancel_all` |
 //! | [`bulk`] | the four RPC patterns (docs/spec/bulk.md): buffer descriptors in copyrpc requests, the server pulling by READ and pushing by WRITE in bounded, slot-leased chunks |
 //! | [`flux`] | N-to-N request/response mesh between threads over caller memory; user data in a per-node slab keyed by generation tokens |

@@ -36,7 +36,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use copyrpc_core::budget::{Controller, Observation, Params as BudgetParams};
+use copyrpc_core::budget::{steady, Controller, Observation, Params as BudgetParams};
 use copyrpc_core::flux::{FluxError, Node};
 use copyrpc_host::shm::deleg::DelegServer;
 use copyrpc_host::shm::ipc::IpcServer;
@@ -85,9 +85,9 @@ pub struct Parts<R> {
     /// find nothing before the rest of the loop runs, to let completions accumulate (at
     /// most [`EXTRA_POLL_CAP`] × this many extra polls in all). 0: none.
     pub poll_budget: u32,
-    /// Steer the poll budget with the self-identifying controller and these parameters
-    /// (`--poll-budget adaptive|adaptive-seed`), starting from `poll_budget`.
-    pub adaptive: Option<BudgetParams>,
+    /// Steer the poll budget with a controller (`--poll-budget adaptive|adaptive-seed`),
+    /// starting from `poll_budget`.
+    pub adaptive: Option<Adaptive>,
     /// Collect the loop metrics.
     pub metrics: bool,
     /// Loops between two samples of the outstanding count (`--metrics`).
@@ -105,6 +105,23 @@ pub struct Parts<R> {
     pub deleg: Option<DelegServer<Request, Response>>,
     /// The transport to the ranks this daemon holds.
     pub remote: Option<R>,
+}
+
+/// Which controller steers an adaptive poll budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adaptive {
+    /// `--poll-budget adaptive`: the answer rate over windows of time, each move tried
+    /// before it is kept (`copyrpc_core::budget::steady`).
+    Rate(steady::Params),
+    /// `--poll-budget adaptive-seed`: docs/spec/poll-budget.md#controller as written.
+    Seed(BudgetParams),
+}
+
+/// A running controller of [`Adaptive`].
+#[derive(Debug, Clone)]
+enum Ctl {
+    Rate(steady::Controller),
+    Seed(Controller),
 }
 
 /// A daemon's Flux node: the user data of a call is the pending index it answers.
@@ -178,13 +195,15 @@ pub struct Daemon<'m, 's, R: Remote> {
     step_a: StepA,
     /// The poll budget in force (the controller's, when adaptive).
     budget: u32,
-    /// The adaptive controller (`--poll-budget adaptive`).
-    ctl: Option<Controller>,
+    /// The adaptive controller (`--poll-budget adaptive|adaptive-seed`).
+    ctl: Option<Ctl>,
+    /// Answers the polls of this loop's step A delivered.
+    step_answers: usize,
     /// The time of the current turn, ns (as the caller of `turn_at` measures it).
     now_ns: u64,
-    /// When each pending transport call left (adaptive only; index = pending index).
+    /// When each pending transport call left (`adaptive-seed` only; index = pending index).
     sent_at: Vec<u64>,
-    /// The last round trip measured in this loop (adaptive only).
+    /// The last round trip measured in this loop (`adaptive-seed` only).
     rtt_ns: Option<u64>,
     m: DaemonMetrics,
 }
@@ -214,7 +233,11 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             done: Vec::new(),
             step_a: StepA::default(),
             budget,
-            ctl: adaptive.map(Controller::new),
+            ctl: adaptive.map(|a| match a {
+                Adaptive::Rate(p) => Ctl::Rate(steady::Controller::new(p)),
+                Adaptive::Seed(p) => Ctl::Seed(Controller::new(p)),
+            }),
+            step_answers: 0,
             now_ns: 0,
             sent_at: Vec::new(),
             rtt_ns: None,
@@ -255,15 +278,28 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
 
     fn record_budget(&mut self) {
         self.m.budget_u = u64::from(self.budget);
-        if let Some(c) = &self.ctl {
-            let s = c.snapshot();
-            self.m.budget_u_max = u64::from(s.u_max);
-            self.m.budget_rho_q16 = s.rho;
-            self.m.budget_batch_q16 = s.batch;
-            self.m.budget_empty_q16 = s.empty;
-            self.m.budget_ups = s.ups;
-            self.m.budget_downs = s.downs;
-            self.m.budget_recoveries = s.recoveries;
+        match &self.ctl {
+            Some(Ctl::Seed(c)) => {
+                let s = c.snapshot();
+                self.m.budget_u_max = u64::from(s.u_max);
+                self.m.budget_rho_q16 = s.rho;
+                self.m.budget_batch_q16 = s.batch;
+                self.m.budget_empty_q16 = s.empty;
+                self.m.budget_ups = s.ups;
+                self.m.budget_downs = s.downs;
+                self.m.budget_recoveries = s.recoveries;
+            }
+            Some(Ctl::Rate(c)) => {
+                let s = c.snapshot();
+                self.m.budget_u_max = u64::from(self.p.adaptive.map_or(0, |a| match a {
+                    Adaptive::Rate(p) => p.u_max,
+                    Adaptive::Seed(_) => 0,
+                }));
+                self.m.budget_ups = s.ups;
+                self.m.budget_downs = s.downs;
+                self.m.budget_recoveries = s.recoveries;
+            }
+            None => {}
         }
     }
 
@@ -299,7 +335,8 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         let done = &mut self.done;
         let before = done.len();
         let n = remote.poll(&mut |token, resp| done.push((token as u32, resp)));
-        if self.ctl.is_some() {
+        self.step_answers += self.done.len() - before;
+        if matches!(self.ctl, Some(Ctl::Seed(_))) {
             for &(idx, _) in &self.done[before..] {
                 if let Some(t) = self.sent_at.get_mut(idx as usize).filter(|t| **t != 0) {
                     self.rtt_ns = Some(now_ns.saturating_sub(*t));
@@ -329,12 +366,19 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         if work == 0 {
             self.m.idle_loops += 1;
         }
-        if let Some(c) = self.ctl.as_mut() {
-            self.budget = c.update(Observation {
-                cqes: cqes.min(u32::MAX as usize) as u32,
-                now_ns: self.now_ns,
-                rtt_ns: self.rtt_ns.take(),
-            });
+        let answers = std::mem::take(&mut self.step_answers);
+        match self.ctl.as_mut() {
+            Some(Ctl::Seed(c)) => {
+                self.budget = c.update(Observation {
+                    cqes: cqes.min(u32::MAX as usize) as u32,
+                    now_ns: self.now_ns,
+                    rtt_ns: self.rtt_ns.take(),
+                });
+            }
+            Some(Ctl::Rate(c)) => {
+                self.budget = c.update(answers.min(u32::MAX as usize) as u32, self.now_ns);
+            }
+            None => {}
         }
         if self.p.metrics && self.m.loops.is_multiple_of(self.p.sample_every.max(1)) {
             self.m.sample_outstanding(self.pending.len() as u64);
@@ -638,7 +682,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         match r {
             Ok(()) => {
                 self.m.remote_calls += 1;
-                if self.ctl.is_some() {
+                if matches!(self.ctl, Some(Ctl::Seed(_))) {
                     let i = idx as usize;
                     if self.sent_at.len() <= i {
                         self.sent_at.resize(i + 1, 0);
