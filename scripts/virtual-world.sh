@@ -46,7 +46,7 @@ seed001)
         for np in 2 4 8 16 32; do
             for pb in off 2 16 adaptive; do
                 $B --world "virtual:$np" -C 46 --queue-depth 32 --duration 5ms --rpc-ring 256k \
-                    --poll-budget "$pb" --cost "item_ns=40,jitter=0.3,poll_ns=$poll" --nic wqe_ns=7000 \
+                    --poll-budget "$pb" --cost "item_ns=40,jitter=0.3,poll_ns=$poll" --nic qp_packet_ns=14000,nic_ns=7000 \
                     --output json 2>/dev/null | summary "poll_ns=$poll NP=$np poll-budget=$pb"
             done
         done
@@ -56,7 +56,7 @@ seed001)
     for v in "8 off 1000 collapse-np8" "16 off 1000 hold-np16" "8 16 1000 rescue-np8" "16 16 1000 cost-np16"; do
         set -- $v
         $B --world "virtual:$1" -C 46 --queue-depth 32 --duration 5ms --rpc-ring 256k \
-            --poll-budget "$2" --cost "item_ns=40,jitter=0.3,poll_ns=$3" --nic wqe_ns=7000 \
+            --poll-budget "$2" --cost "item_ns=40,jitter=0.3,poll_ns=$3" --nic qp_packet_ns=14000,nic_ns=7000 \
             --sample-every 25us --plot "docs/figures/seed001-$4.svg" >/dev/null 2>&1
     done
     ;;
@@ -64,7 +64,7 @@ budget)
     # Issue 18: the adaptive poll budget against every fixed one on the same plant (the
     # bistability settings with a 7 µs QP packet time, 1 µs extra polls), from a cold start,
     # then after a 1 ms stall of rank 3's NIC at 2 ms (10 ms runs), and the plot of u.
-    plant=(-C 46 --queue-depth 32 --rpc-ring 256k --cost item_ns=40,jitter=0.3 --nic wqe_ns=7000)
+    plant=(-C 46 --queue-depth 32 --rpc-ring 256k --cost item_ns=40,jitter=0.3 --nic qp_packet_ns=14000,nic_ns=7000)
     for np in 2 8 16 32; do
         for pb in off 1 2 3 4 8 16 adaptive adaptive-seed; do
             $B --world "virtual:$np" "${plant[@]}" --duration 5ms --poll-budget "$pb" \

@@ -203,9 +203,9 @@ pub struct Cli {
     #[arg(long, default_value = "", value_name = "KEY=NS,...")]
     pub cost: String,
 
-    /// Virtual world: the NIC profile, `key=value,...` over the defaults (ConnectX-6,
-    /// HDR100) latency_ns=600, doorbell_ns=250, wqe_ns=100, dma_ns=350, gbps=100,
-    /// ack_timeout_ns=1048576, rnr_timer_ns=640000.
+    /// Virtual world: the NIC profile, `key=value,...` over the defaults (ConnectX-7
+    /// class) latency_ns=300, doorbell_ns=250, nic_ns=500, dma_ns=350, qp_packet_ns=50,
+    /// ack_ns=0, nic_packet_ns=3, gbps=400, ack_timeout_ns=1048576, rnr_timer_ns=640000.
     #[arg(long, default_value = "", value_name = "KEY=VALUE,...")]
     pub nic: String,
 

@@ -15,7 +15,8 @@
 //! - **the fabric**: each actor that drives a NIC owns a manually stepped sim device
 //!   ([`VirtualNic`]), stepped at the start of each of its turns (delivering what arrived
 //!   by then) and at the end (sending what the turn posted, stamped with the end time);
-//!   its links carry the [`NicProfile`]'s one-way time, bandwidth and packet time.
+//!   its links carry the [`NicProfile`]'s one-way time and bandwidth, its QPs and the
+//!   device the profile's packet spacings.
 //!
 //! ## Why one thread computes what N machines would
 //!
@@ -135,11 +136,13 @@ pub fn parse_world(
 
 impl WorldSpec {
     /// The options of one of the world's NICs: manually stepped, with the profile's
-    /// link, transport timers, [`LINK_SLOTS`], and a sparse region of `region_bytes`.
+    /// link and NIC-wide packet rate, transport timers, [`LINK_SLOTS`], and a sparse
+    /// region of `region_bytes`.
     pub fn sim_options(&self, region_bytes: usize) -> SimOptions {
         SimOptions {
             region_bytes,
             link: self.nic.link(),
+            nic_packet_ns: self.nic.nic_spacing_ns(),
             link_slots: LINK_SLOTS,
             stepping: Stepping::Manual,
             ack_timeout_ns: Some(self.nic.ack_timeout_ns.round() as u64),

@@ -54,24 +54,33 @@ impl Default for CostModel {
     }
 }
 
-/// One NIC and its link, in the units of a data sheet. A packet's one-way time is
-/// `doorbell_ns + latency_ns + dma_ns` plus its time on its QP's send side: `wqe_ns`
-/// and its bytes at `gbps`, after every earlier packet of that QP has had its own (a
-/// NIC works through one QP's packets in order, so a QP sends at most one packet per
-/// `wqe_ns`; an idle QP adds exactly `wqe_ns`).
+/// One NIC and its link, in the units of a data sheet. A packet's one-way time is fixed
+/// (`doorbell_ns + nic_ns + latency_ns + dma_ns`, plus its bytes at `gbps`); what a NIC
+/// can send is bounded apart from it, by three spacings that only delay a packet when
+/// the NIC or its QP is busy: `nic_packet_ns` between any two packets of the NIC (its
+/// message rate), `qp_packet_ns` between two data packets of one QP, `ack_ns` between
+/// two acknowledgements of one QP. Where each default comes from is in docs/BENCHKV.md.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NicProfile {
     /// Wire and switch, one way.
     pub latency_ns: f64,
-    /// From the doorbell (BlueFlame write) to the NIC starting on the WQE.
+    /// From the CPU's doorbell (the BlueFlame write crossing PCIe) to the NIC starting
+    /// on the WQE.
     pub doorbell_ns: f64,
-    /// The NIC's processing of one packet of one QP (WQE fetch and parse, headers),
-    /// serialised per QP: the QP's packet-rate limit. The research code's own 2-rank
-    /// analysis saw one endpoint's NIC path top out near 1 M small WRITEs/s with its
-    /// one-way time growing with load (docs/BENCHKV.md).
-    pub wqe_ns: f64,
+    /// The NICs' own processing of a packet, sending and receiving side together: a
+    /// pipeline's latency, not a rate (many packets are in it at once).
+    pub nic_ns: f64,
     /// The receiving NIC's PCIe write of the payload and the CQE.
     pub dma_ns: f64,
+    /// Least time between two data packets of one QP: the per-QP packet rate (a NIC
+    /// works through one QP's WQEs in order). An idle QP's packet leaves at once.
+    pub qp_packet_ns: f64,
+    /// Least time between two ACKs of one QP. A ConnectX builds ACKs in its receive
+    /// pipeline, so they neither wait for the QP's data packets nor hold them.
+    pub ack_ns: f64,
+    /// Least time between two packets of the whole NIC, over all its QPs (data and
+    /// ACKs): its message rate. A NIC is one daemon's device here (docs/BENCHKV.md).
+    pub nic_packet_ns: f64,
     /// Link bandwidth, Gbit/s.
     pub gbps: f64,
     /// The transport's acknowledgement timeout; a cut link fails a QP after 8 of these
@@ -84,14 +93,17 @@ pub struct NicProfile {
 }
 
 impl Default for NicProfile {
-    /// ConnectX-6 on HDR100 (100 Gbit/s) through one switch.
+    /// ConnectX-7 class (docs/BENCHKV.md, "The virtual world's figures").
     fn default() -> Self {
         Self {
-            latency_ns: 600.0,
+            latency_ns: 300.0,
             doorbell_ns: 250.0,
-            wqe_ns: 100.0,
+            nic_ns: 500.0,
             dma_ns: 350.0,
-            gbps: 100.0,
+            qp_packet_ns: 50.0,
+            ack_ns: 0.0,
+            nic_packet_ns: 3.0,
+            gbps: 400.0,
             // IB local_ack_timeout 8: 4.096 us << 8.
             ack_timeout_ns: 1_048_576.0,
             rnr_timer_ns: 640_000.0,
@@ -156,14 +168,20 @@ impl NicProfile {
         SimLinkConfig {
             latency_ns: self.one_way_ns(),
             bandwidth_bytes_per_s: self.bytes_per_s(),
-            packet_ns: ns(self.wqe_ns),
+            packet_ns: spacing(self.qp_packet_ns),
+            ack_ns: spacing(self.ack_ns),
         }
     }
 
-    /// A packet's fixed one-way time besides its QP's send side (`wqe_ns` and the
-    /// bytes, which the link serialises), ns.
+    /// A packet's fixed one-way time besides its bytes (which the link serialises) and
+    /// any wait for a busy NIC or QP, ns.
     pub fn one_way_ns(&self) -> u64 {
-        (self.latency_ns + self.doorbell_ns + self.dma_ns).round() as u64
+        (self.latency_ns + self.doorbell_ns + self.nic_ns + self.dma_ns).round() as u64
+    }
+
+    /// The NIC-wide spacing in whole ns (0: none).
+    pub fn nic_spacing_ns(&self) -> u64 {
+        spacing(self.nic_packet_ns)
     }
 
     /// The smallest IBA `min_rnr_timer` code whose wait is at least `rnr_timer_ns`
@@ -274,9 +292,22 @@ impl CostModel {
     }
 }
 
+/// The key the NIC's one packet time had before it was split: what replaces it.
+const SPLIT_WQE_NS: &str = "--nic: wqe_ns was split (it was at once a QP's packet rate, an \
+     ACK's cost and a latency): qp_packet_ns (least time between two data packets of a QP), \
+     ack_ns (between two ACKs of a QP), nic_packet_ns (between two packets of the NIC) and \
+     nic_ns (the NIC's processing latency); the old wqe_ns=X was close to \
+     qp_packet_ns=X,nic_ns=X with every ACK waiting X on its QP's data";
+
 impl NicProfile {
     /// The defaults with `text` (`--nic`) applied.
     pub fn parse(text: &str) -> Result<Self, String> {
+        if text
+            .split(',')
+            .any(|i| i.split_once('=').map_or(i, |(k, _)| k).trim() == "wqe_ns")
+        {
+            return Err(SPLIT_WQE_NS.to_string());
+        }
         let mut n = Self::default();
         apply(
             "--nic",
@@ -284,13 +315,24 @@ impl NicProfile {
             &mut [
                 ("latency_ns", &mut n.latency_ns, ABSURD),
                 ("doorbell_ns", &mut n.doorbell_ns, ABSURD),
-                ("wqe_ns", &mut n.wqe_ns, ABSURD),
+                ("nic_ns", &mut n.nic_ns, ABSURD),
                 ("dma_ns", &mut n.dma_ns, ABSURD),
+                ("qp_packet_ns", &mut n.qp_packet_ns, ABSURD),
+                ("ack_ns", &mut n.ack_ns, ABSURD),
+                ("nic_packet_ns", &mut n.nic_packet_ns, ABSURD),
                 ("gbps", &mut n.gbps, ABSURD_GBPS),
                 ("ack_timeout_ns", &mut n.ack_timeout_ns, ABSURD * 10.0),
                 ("rnr_timer_ns", &mut n.rnr_timer_ns, 655_360_000.0),
             ],
-            &[],
+            &[
+                "latency_ns",
+                "doorbell_ns",
+                "nic_ns",
+                "dma_ns",
+                "qp_packet_ns",
+                "ack_ns",
+                "nic_packet_ns",
+            ],
         )?;
         // The link holds bandwidth in whole bytes per second, and 0 there means no limit:
         // a figure that rounds to it would run at full speed instead of refusing.
@@ -306,15 +348,27 @@ impl NicProfile {
     /// `key=value` list of every figure, for the report.
     pub fn describe(&self) -> String {
         format!(
-            "latency_ns={},doorbell_ns={},wqe_ns={},dma_ns={},gbps={},ack_timeout_ns={},rnr_timer_ns={}",
+            "latency_ns={},doorbell_ns={},nic_ns={},dma_ns={},qp_packet_ns={},ack_ns={},nic_packet_ns={},gbps={},ack_timeout_ns={},rnr_timer_ns={}",
             self.latency_ns,
             self.doorbell_ns,
-            self.wqe_ns,
+            self.nic_ns,
             self.dma_ns,
+            self.qp_packet_ns,
+            self.ack_ns,
+            self.nic_packet_ns,
             self.gbps,
             self.ack_timeout_ns,
             rnr_timer_ns(self.rnr_timer_code())
         )
+    }
+}
+
+/// A spacing in whole ns; 0 stays 0 (no limit), anything above rounds to at least 1.
+fn spacing(x: f64) -> u64 {
+    if x > 0.0 {
+        ns(x)
+    } else {
+        0
     }
 }
 
@@ -335,7 +389,7 @@ mod tests {
         assert_eq!(c.post_ns, CostModel::default().post_ns);
         let n = NicProfile::parse("gbps=200,latency_ns=1000").unwrap();
         assert_eq!(n.bytes_per_s(), 25_000_000_000);
-        assert_eq!(n.one_way_ns(), 1000 + 250 + 350);
+        assert_eq!(n.one_way_ns(), 1000 + 250 + 500 + 350);
         for (bad, needle) in [
             ("loop_ns=0", "more than 0"),
             ("loop_ns=-5", "more than 0"),
@@ -350,6 +404,21 @@ mod tests {
             assert!(e.contains("--cost") && e.contains(needle), "{bad}: {e}");
         }
         assert!(NicProfile::parse("gbps=1e6").unwrap_err().contains("gbps"));
+        // The old single packet time is refused with what replaced it.
+        for old in ["wqe_ns=7000", "gbps=100, wqe_ns = 1", "wqe_ns"] {
+            let e = NicProfile::parse(old).unwrap_err();
+            assert!(
+                e.contains("wqe_ns was split") && e.contains("qp_packet_ns"),
+                "{e}"
+            );
+        }
+        // A spacing of 0 is no limit; the others round to whole ns, at least 1.
+        let z = NicProfile::parse("qp_packet_ns=0,ack_ns=0.2,nic_packet_ns=0").unwrap();
+        assert_eq!((z.link().packet_ns, z.link().ack_ns), (0, 1));
+        assert_eq!(z.nic_spacing_ns(), 0);
+        assert!(NicProfile::parse("ack_ns=-1")
+            .unwrap_err()
+            .contains("at least 0"));
         // A bandwidth that rounds to 0 B/s (the link's "no limit") is refused.
         assert!(NicProfile::parse("gbps=1e-9")
             .unwrap_err()
