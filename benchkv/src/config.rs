@@ -8,7 +8,8 @@ use copyrpc_host::fabric::verbs::gid;
 use copyrpc_host::fabric::{FabricKind, Qos};
 
 use copyrpc_host::vworld::{
-    parse_world, CostModel, Fault as VFault, NicProfile, WorldSpec, MAX_RANKS,
+    default_profile, load_profile, parse_world, CostModel, Fault as VFault, NicProfile, WorldSpec,
+    MAX_RANKS,
 };
 
 use crate::cli::{
@@ -109,6 +110,9 @@ pub struct Config {
     pub fault: Option<InjectFault>,
     /// `--world virtual:N`; `None` for threads.
     pub world: Option<WorldSpec>,
+    /// Where the virtual world's turn costs come from, for the report: the
+    /// `--cost-profile` file, or the built-in profile and its machine.
+    pub cost_source: String,
     /// `--rpc-ring`, resolved: the ring of every copyrpc endpoint.
     pub copyrpc_ring: RingSize,
     /// Whether `copyrpc_ring` was chosen by `--rpc-ring auto`.
@@ -139,6 +143,7 @@ fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<WorldSpec>, Stri
     if w == "threads" {
         let stray = [
             ("--cost", !cli.cost.is_empty()),
+            ("--cost-profile", cli.cost_profile.is_some()),
             ("--nic", !cli.nic.is_empty()),
             ("--vfault", !cli.vfault.is_empty()),
             ("--sample-every", cli.sample_every.is_some()),
@@ -161,11 +166,28 @@ fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<WorldSpec>, Stri
     };
     Ok(Some(WorldSpec {
         ranks,
-        cost: CostModel::parse(&cli.cost)?,
+        cost: cost_of(cli)?,
         nic: NicProfile::parse(&cli.nic)?,
         faults,
         sample_ns,
     }))
+}
+
+/// The turns' costs: `--cost-profile` (or the built-in profile) with `--cost` applied.
+fn cost_of(cli: &Cli) -> Result<CostModel, String> {
+    let base = match &cli.cost_profile {
+        Some(path) => load_profile(path)?.cost,
+        None => CostModel::default(),
+    };
+    CostModel::with_profile(base, &cli.cost)
+}
+
+/// Where the turns' costs come from, for the report.
+fn cost_source(path: Option<&std::path::Path>) -> String {
+    match path {
+        Some(p) => p.display().to_string(),
+        None => format!("built-in ({})", default_profile().machine),
+    }
 }
 
 /// Fails now, not after the run, when `path` cannot be written: opens it for appending
@@ -376,6 +398,7 @@ impl Config {
                 InjectFaultArg::DropRequest => InjectFault::DropRequest,
             }),
             world,
+            cost_source: cost_source(cli.cost_profile.as_deref()),
             port: cli.port,
             gid_index: cli.gid_index.0,
             qos,

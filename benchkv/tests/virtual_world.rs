@@ -340,6 +340,148 @@ fn a_stalled_nic_delays_but_loses_nothing_and_a_cut_link_fails_its_calls_once() 
     );
 }
 
+/// The built-in cost profile with every figure (and `instructions_per_ns`) scaled by `k`.
+fn scaled_profile(k: f64) -> String {
+    copyrpc_host::vworld::DEFAULT_PROFILE
+        .lines()
+        .map(|l| match l.split_once(" = ") {
+            Some((key, v)) if key.ends_with("_ns") || key == "instructions_per_ns" => {
+                format!("{key} = {}", v.parse::<f64>().unwrap() * k)
+            }
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_cost_profile_sets_the_figures_it_gives() {
+    let dir = std::env::temp_dir().join(format!("benchkv-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (same, double) = (dir.join("same.cost"), dir.join("double.cost"));
+    std::fs::write(&same, scaled_profile(1.0)).unwrap();
+    std::fs::write(&double, scaled_profile(2.0)).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--world",
+            "virtual:2",
+            "-C",
+            "2",
+            "--queue-depth",
+            "2",
+            "--duration",
+            "300us",
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let out = benchkv(&args);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        json_lines(&out)
+    };
+    let report = |lines: &[Value]| -> Vec<Value> {
+        // The run's figures (the setup line names the profile file, which differs).
+        lines
+            .iter()
+            .filter(|l| l["type"] != "setup")
+            .cloned()
+            .collect()
+    };
+    let builtin = run(&[]);
+    let s = same.to_str().unwrap();
+    let d = double.to_str().unwrap();
+    // The built-in figures from a file: the same run.
+    assert_eq!(report(&run(&["--cost-profile", s])), report(&builtin));
+    // Every figure twice as large: what the clock ratio 1/2 gives, and a slower run.
+    let doubled = run(&["--cost-profile", d]);
+    assert_eq!(
+        report(&doubled),
+        report(&run(&["--cost", "clock_ratio=0.5"]))
+    );
+    let rps = |l: &[Value]| of_type(l, "run")[0]["total_rps"].as_f64().unwrap();
+    assert!(
+        rps(&doubled) < rps(&builtin),
+        "{} against {}",
+        rps(&doubled),
+        rps(&builtin)
+    );
+    let cfg = |l: &[Value]| of_type(l, "setup")[0]["cost_profile"].clone();
+    assert_eq!(cfg(&doubled), Value::from(d));
+    assert!(cfg(&builtin).as_str().unwrap().starts_with("built-in ("));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bad_cost_profile_is_refused_naming_the_file_and_the_field() {
+    let dir = std::env::temp_dir().join(format!("benchkv-badprofile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = scaled_profile(1.0);
+    for (name, body, needle) in [
+        (
+            "version.cost",
+            good.replace("copyrpc-cost-profile 1", "copyrpc-cost-profile 9"),
+            "format version `9`",
+        ),
+        (
+            "negative.cost",
+            good.replacen("item_ns = ", "item_ns = -", 1),
+            "item_ns = -",
+        ),
+        (
+            "nan.cost",
+            good.replacen("\nloop_ns = ", "\nloop_ns = NaN #", 1),
+            "loop_ns = NaN",
+        ),
+        (
+            "inf.cost",
+            good.replacen("\npoll_ns = ", "\npoll_ns = inf #", 1),
+            "poll_ns = inf",
+        ),
+        (
+            "malformed.cost",
+            good.replacen("\npost_ns = ", "\npost_ns ", 1),
+            "is not `key = value`",
+        ),
+        (
+            "missing.cost",
+            good.lines()
+                .filter(|l| !l.starts_with("echo_item_ns"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            "no `echo_item_ns` line",
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        let out = benchkv(&[
+            "--world",
+            "virtual:2",
+            "--cost-profile",
+            path.to_str().unwrap(),
+        ]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(&format!("--cost-profile {}", path.display())),
+            "{name}: {err}"
+        );
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name} ran");
+    }
+    let out = benchkv(&[
+        "--world",
+        "virtual:2",
+        "--cost-profile",
+        "/nonexistent/x.cost",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--cost-profile /nonexistent/x.cost: cannot read it"));
+    let out = benchkv(&["--cost-profile", "/nonexistent/x.cost"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--cost-profile applies only with --world virtual:N"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn bad_world_cost_nic_and_fault_flags_are_refused_before_anything_runs() {
     for (args, needle) in [
@@ -357,7 +499,14 @@ fn bad_world_cost_nic_and_fault_flags_are_refused_before_anything_runs() {
         (&["--world", "virtual:2", "--cost", "speed=3"], "--cost"),
         // Loops whose floor (loop_ns and the empty polls) outlasts a quarter of the drain.
         (
-            &["--world", "virtual:2", "--poll-budget", "65536"],
+            &[
+                "--world",
+                "virtual:2",
+                "--poll-budget",
+                "65536",
+                "--cost",
+                "poll_ns=1000",
+            ],
             "--poll-budget",
         ),
         (

@@ -28,7 +28,9 @@ use copyrpc_host::fabric::{self, Fabric, FabricKind, FabricOptions, Qos};
 use copyrpc_host::placement;
 use copyrpc_host::rpc::echo::{self, EchoConfig, MAX_DEADLINE, MAX_RING, MAX_VIRTUAL_RANKS};
 use copyrpc_host::rpc::{sizing, RpcConfig};
-use copyrpc_host::vworld::{launched_by_mpi, parse_world, CostModel, NicProfile, WorldSpec};
+use copyrpc_host::vworld::{
+    launched_by_mpi, load_profile, parse_world, CostModel, NicProfile, WorldSpec,
+};
 
 /// Every rank calls every other rank with checksummed payloads over copyrpc and checks
 /// every answer; `mpirun -np N copyrpc-echo` for N ranks.
@@ -107,13 +109,19 @@ struct Cli {
     world: String,
 
     /// Virtual world: CPU cost of each echo pass, `key=ns,...` (as benchkv's --cost; a
-    /// pass is charged like a daemon loop: loop_ns + item_ns per call, answer and reply).
+    /// pass costs echo_pass_ns + echo_peer_ns per peer + echo_item_ns per call, answer
+    /// and reply + echo_post_ns per WQE).
     #[arg(long, default_value = "", value_name = "KEY=NS,...")]
     cost: String,
 
     /// Virtual world: the NIC profile, `key=value,...` (as benchkv's --nic).
     #[arg(long, default_value = "", value_name = "KEY=VALUE,...")]
     nic: String,
+
+    /// Virtual world: the cost profile the passes' figures come from (as benchkv's
+    /// --cost-profile; default: the built-in one).
+    #[arg(long, value_name = "FILE")]
+    cost_profile: Option<std::path::PathBuf>,
 }
 
 /// `--gid-index`: `None` for `auto`.
@@ -171,6 +179,7 @@ fn world_of(cli: &Cli) -> Result<Option<WorldSpec>, String> {
     let Some(ranks) = parse_world(&cli.world, 2..=MAX_VIRTUAL_RANKS)? else {
         for (flag, set) in [
             ("--cost", !cli.cost.is_empty()),
+            ("--cost-profile", cli.cost_profile.is_some()),
             ("--nic", !cli.nic.is_empty()),
         ] {
             if set {
@@ -193,7 +202,13 @@ fn world_of(cli: &Cli) -> Result<Option<WorldSpec>, String> {
     }
     Ok(Some(WorldSpec {
         ranks,
-        cost: CostModel::parse(&cli.cost)?,
+        cost: CostModel::with_profile(
+            match &cli.cost_profile {
+                Some(path) => load_profile(path)?.cost,
+                None => CostModel::default(),
+            },
+            &cli.cost,
+        )?,
         nic: NicProfile::parse(&cli.nic)?,
         faults: Vec::new(),
         sample_ns: 1_000,
@@ -389,6 +404,11 @@ fn run_virtual(cfg: &EchoConfig, w: &WorldSpec) -> ExitCode {
             eprintln!(
                 "copyrpc-echo: virtual world of {n} ranks in {:.2} s wall, one core",
                 wall.elapsed().as_secs_f64()
+            );
+            let p = v.passes;
+            eprintln!(
+                "copyrpc-echo: passes={} peers={} items={} completions={} wqes={}",
+                p.passes, p.peers, p.items, p.completions, p.wqes
             );
             ExitCode::SUCCESS
         }

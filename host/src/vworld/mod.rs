@@ -39,6 +39,7 @@
 //! |---|---|
 //! | [`Actor`], [`Turn`], [`Runtime`] (the scheduler and its fault events) | `sched.rs` |
 //! | [`CostModel`], [`NicProfile`], [`Jitter`] | `model.rs` |
+//! | [`Profile`]: cost profiles, the built-in one | `profile.rs`, `default.cost` |
 //! | [`VirtualNic`] (a sim device stepped at virtual times) | `nic.rs` |
 //! | [`Fault`], [`FaultKind`] | `faults.rs` |
 //! | [`transpose`] (the N-ranks-on-one-thread exchange) | `exchange.rs` |
@@ -48,6 +49,7 @@ mod exchange;
 mod faults;
 mod model;
 mod nic;
+mod profile;
 mod sched;
 mod series;
 
@@ -55,6 +57,9 @@ pub use exchange::transpose;
 pub use faults::{Fault, FaultKind};
 pub use model::{ns, CostModel, Jitter, NicProfile};
 pub use nic::VirtualNic;
+pub use profile::{
+    default_profile, load_profile, parse_profile, Profile, DEFAULT_PROFILE, PROFILE_HEADER,
+};
 pub use sched::{Actor, RunEnd, Runtime, Turn};
 pub use series::{Sample, Series};
 

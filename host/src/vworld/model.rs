@@ -6,21 +6,29 @@
 use crate::fabric::sim::{rnr_timer_ns, SimLinkConfig};
 use crate::rng::Rng;
 
-/// Nanoseconds of CPU per piece of a turn. A daemon loop costs
-/// `loop_ns + item_ns × items + cqe_ns × completions + post_ns × WQEs posted`; a step-A poll that the poll
-/// budget repeats costs `poll_ns`; a client turn that did something costs
-/// `client_ns + client_item_ns × (issued + answered)`, one that found nothing
-/// `client_idle_ns` (its polling period).
+/// Nanoseconds of CPU per piece of a turn. A daemon loop costs `loop_ns +
+/// loop_client_ns × clients it serves + loop_peer_ns × endpoints it holds + item_ns ×
+/// items + cqe_ns × completions + post_ns × WQEs posted`; a step-A poll that the poll
+/// budget repeats costs `poll_ns`; a client turn costs `client_idle_ns + client_slot_ns ×
+/// requests outstanding`, and when it did something `client_ns + client_item_ns ×
+/// (issued + answered)` more; an echo pass `echo_pass_ns + echo_peer_ns × peers +
+/// echo_item_ns × (calls, responses and answers) + echo_post_ns × WQEs posted`. The figures come from a cost profile
+/// (`profile.rs`: the built-in one, measured from the real code, or `--cost-profile`),
+/// then `--cost` keys, and are then divided by `clock_ratio`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostModel {
     /// A daemon loop's fixed cost: every phase's poll of shared lines.
     pub loop_ns: f64,
+    /// A loop's look at one client's ipc ring.
+    pub loop_client_ns: f64,
+    /// A loop's look at one endpoint it holds.
+    pub loop_peer_ns: f64,
     /// Per item a loop handles (a completion, a request taken, served or forwarded).
     pub item_ns: f64,
     /// Per WQE the loop posted (build, doorbell record, BlueFlame copy).
     pub post_ns: f64,
     /// Per completion (receive CQE: one arrived batch) the loop took, on top of its item:
-    /// the CQE read, the SRQ repost, the batch parse. 0 by default (the item covers it).
+    /// the CQE read, the SRQ repost, the batch parse.
     pub cqe_ns: f64,
     /// One extra transport poll in step A (docs/spec/poll-budget.md#poll-budget).
     pub poll_ns: f64,
@@ -28,29 +36,36 @@ pub struct CostModel {
     pub client_ns: f64,
     /// Per request a client issued or collected.
     pub client_item_ns: f64,
-    /// A client turn that found nothing: the period of its polling.
+    /// Every client turn: one look at its queues (so the period of an idle client's
+    /// polling).
     pub client_idle_ns: f64,
+    /// Per request outstanding, in every client turn (the look at its answer slot).
+    pub client_slot_ns: f64,
+    /// An echo pass's fixed cost.
+    pub echo_pass_ns: f64,
+    /// An echo pass's look at one peer.
+    pub echo_peer_ns: f64,
+    /// Per call, response or answer of an echo pass.
+    pub echo_item_ns: f64,
+    /// Per WQE an echo pass posted.
+    pub echo_post_ns: f64,
+    /// A turn's read of a cache line another core wrote last: the line's transfer.
+    pub line_ns: f64,
     /// Every turn's cost is drawn uniformly from `cost × (1 ± jitter)` (a seeded stream per
     /// actor, so runs stay deterministic): the run-to-run variation of real loops (cache
     /// misses, interrupts) that starts the dispersion
     /// (docs/spec/poll-budget.md#bistability) of the synchronised first wave. 0 makes every
     /// turn cost exactly its figure.
     pub jitter: f64,
+    /// How much faster the modeled CPU runs the same instructions than the machine the
+    /// profile was measured on; every figure above is already divided by it.
+    pub clock_ratio: f64,
 }
 
 impl Default for CostModel {
+    /// The built-in profile's figures (docs/BENCHKV.md, "The virtual world's figures").
     fn default() -> Self {
-        Self {
-            loop_ns: 550.0,
-            item_ns: 160.0,
-            post_ns: 120.0,
-            cqe_ns: 0.0,
-            poll_ns: 1000.0,
-            client_ns: 100.0,
-            client_item_ns: 40.0,
-            client_idle_ns: 500.0,
-            jitter: 0.0,
-        }
+        super::profile::default_profile().cost
     }
 }
 
@@ -112,24 +127,43 @@ impl Default for NicProfile {
 }
 
 impl CostModel {
-    /// A whole daemon loop that handled `items` and took `cqes` completions.
-    pub fn daemon_loop(&self, items: usize, cqes: u64) -> f64 {
-        self.loop_ns + self.item_ns * items as f64 + self.cqe_ns * cqes as f64
+    /// A daemon loop's fixed cost when it serves `clients` clients and holds `peers`
+    /// endpoints.
+    pub fn loop_fixed(&self, clients: usize, peers: usize) -> f64 {
+        self.loop_ns + self.loop_client_ns * clients as f64 + self.loop_peer_ns * peers as f64
     }
 
-    /// A client turn that issued or collected `items` requests (`client_idle_ns` when
-    /// it found nothing to do).
-    pub fn client_turn(&self, items: usize) -> f64 {
+    /// A whole daemon loop of fixed cost `fixed` that handled `items` and took `cqes`
+    /// completions.
+    pub fn daemon_loop(&self, fixed: f64, items: usize, cqes: u64) -> f64 {
+        fixed + self.item_ns * items as f64 + self.cqe_ns * cqes as f64
+    }
+
+    /// A client turn that began with `outstanding` requests out and issued or collected
+    /// `items` requests.
+    pub fn client_turn(&self, outstanding: u64, items: usize) -> f64 {
+        let look = self.client_idle_ns + self.client_slot_ns * outstanding as f64;
         if items > 0 {
-            self.client_ns + self.client_item_ns * items as f64
+            look + self.client_ns + self.client_item_ns * items as f64
         } else {
-            self.client_idle_ns
+            look
         }
     }
 
     /// The CPU time of posting `wqes` WQEs.
     pub fn posts(&self, wqes: u32) -> f64 {
         self.post_ns * f64::from(wqes)
+    }
+
+    /// An echo pass over `peers` peers that handled `items` calls, responses and
+    /// answers.
+    pub fn echo_pass(&self, peers: usize, items: usize) -> f64 {
+        self.echo_pass_ns + self.echo_peer_ns * peers as f64 + self.echo_item_ns * items as f64
+    }
+
+    /// The CPU time of an echo pass's `wqes` WQEs.
+    pub fn echo_posts(&self, wqes: u32) -> f64 {
+        self.echo_post_ns * f64::from(wqes)
     }
 }
 
@@ -253,15 +287,25 @@ fn apply(
 }
 
 impl CostModel {
-    /// The defaults with `text` (`--cost`) applied.
+    /// The built-in profile with `text` (`--cost`) applied.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let mut c = Self::default();
+        Self::with_profile(Self::default(), text)
+    }
+
+    /// `base` (a profile's figures) with `text` (`--cost`) applied, every figure then
+    /// divided by the `clock_ratio` key (1 unless given).
+    pub fn with_profile(base: Self, text: &str) -> Result<Self, String> {
+        let mut c = base;
+        c.clock_ratio = 1.0;
         apply(
             "--cost",
             text,
             &mut [
                 ("jitter", &mut c.jitter, 0.9),
+                ("clock_ratio", &mut c.clock_ratio, 1000.0),
                 ("loop_ns", &mut c.loop_ns, ABSURD),
+                ("loop_client_ns", &mut c.loop_client_ns, ABSURD),
+                ("loop_peer_ns", &mut c.loop_peer_ns, ABSURD),
                 ("item_ns", &mut c.item_ns, ABSURD),
                 ("post_ns", &mut c.post_ns, ABSURD),
                 ("cqe_ns", &mut c.cqe_ns, ABSURD),
@@ -269,17 +313,60 @@ impl CostModel {
                 ("client_ns", &mut c.client_ns, ABSURD),
                 ("client_item_ns", &mut c.client_item_ns, ABSURD),
                 ("client_idle_ns", &mut c.client_idle_ns, ABSURD),
+                ("client_slot_ns", &mut c.client_slot_ns, ABSURD),
+                ("echo_pass_ns", &mut c.echo_pass_ns, ABSURD),
+                ("echo_peer_ns", &mut c.echo_peer_ns, ABSURD),
+                ("echo_item_ns", &mut c.echo_item_ns, ABSURD),
+                ("echo_post_ns", &mut c.echo_post_ns, ABSURD),
+                ("line_ns", &mut c.line_ns, ABSURD),
             ],
-            &["jitter", "cqe_ns"],
+            &[
+                "jitter",
+                "cqe_ns",
+                "line_ns",
+                "loop_client_ns",
+                "loop_peer_ns",
+                "client_slot_ns",
+                "echo_peer_ns",
+            ],
         )?;
+        if c.clock_ratio < 0.001 {
+            return Err(format!(
+                "--cost: clock_ratio={} must be at least 0.001 and at most 1000",
+                c.clock_ratio
+            ));
+        }
+        let r = c.clock_ratio;
+        for f in [
+            &mut c.loop_ns,
+            &mut c.loop_client_ns,
+            &mut c.loop_peer_ns,
+            &mut c.item_ns,
+            &mut c.post_ns,
+            &mut c.cqe_ns,
+            &mut c.poll_ns,
+            &mut c.client_ns,
+            &mut c.client_item_ns,
+            &mut c.client_idle_ns,
+            &mut c.client_slot_ns,
+            &mut c.echo_pass_ns,
+            &mut c.echo_peer_ns,
+            &mut c.echo_item_ns,
+            &mut c.echo_post_ns,
+            &mut c.line_ns,
+        ] {
+            *f /= r;
+        }
         Ok(c)
     }
 
     /// `key=value` list of every figure, for the report.
     pub fn describe(&self) -> String {
         format!(
-            "loop_ns={},item_ns={},post_ns={},cqe_ns={},poll_ns={},client_ns={},client_item_ns={},client_idle_ns={},jitter={}",
+            "loop_ns={},loop_client_ns={},loop_peer_ns={},item_ns={},post_ns={},cqe_ns={},poll_ns={},client_ns={},client_item_ns={},client_idle_ns={},client_slot_ns={},echo_pass_ns={},echo_peer_ns={},echo_item_ns={},echo_post_ns={},line_ns={},jitter={},clock_ratio={}",
             self.loop_ns,
+            self.loop_client_ns,
+            self.loop_peer_ns,
             self.item_ns,
             self.post_ns,
             self.cqe_ns,
@@ -287,7 +374,14 @@ impl CostModel {
             self.client_ns,
             self.client_item_ns,
             self.client_idle_ns,
-            self.jitter
+            self.client_slot_ns,
+            self.echo_pass_ns,
+            self.echo_peer_ns,
+            self.echo_item_ns,
+            self.echo_post_ns,
+            self.line_ns,
+            self.jitter,
+            self.clock_ratio
         )
     }
 }
