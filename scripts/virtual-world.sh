@@ -5,12 +5,15 @@
 #   scripts/virtual-world.sh seed001 the bistability settings (docs/spec/poll-budget.md#bistability) at NP = 2, 8, 16, 32
 #   scripts/virtual-world.sh budget  the adaptive poll budget against fixed ones (issue 18)
 #   scripts/virtual-world.sh dvm     Delegation against Meta at NP = 16, 32, K = 1, 2, 4
+#   scripts/virtual-world.sh validate the virtual echo against the research code's CX-7
+#                                     figures, and benchkv's idle round trip (docs/BENCHKV.md)
 # Each line is one run; the runs are deterministic (same flags, same output), the wall
 # times are this machine's (one core: the world runs on one thread).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --quiet --release -p benchkv
+cargo build --quiet --release -p benchkv -p copyrpc-host --bin benchkv --bin copyrpc-echo
 B=target/release/benchkv
+E=target/release/copyrpc-echo
 
 summary() {
     python3 -c '
@@ -96,6 +99,23 @@ dvm)
             --cost item_ns=40 --output json 2>/dev/null | summary "reference-figures shape: NP=2 K=2 C=4 QD=4 $be"
     done
     ;;
+validate)
+    # The research code's copyrpc on a ConnectX-7 (memo/PERFORMANCE_ANALYSIS.md §4.1):
+    # 1 endpoint x QD 1 ping-pong 3.76 us, 1 x 32 5.89 M calls/s, 8 x 256 28.8 M calls/s,
+    # two threads (client, server). The virtual echo is symmetric: two ranks each call
+    # and answer, so two CPUs carry both roles as the memo's two threads did, and the
+    # calls/s of both ranks together compare with the memo's client's.
+    for w in 1 16 256; do
+        echo "echo 32 B, 2 ranks, window $w per rank: $($E --world virtual:2 --window $w --calls $((w == 1 ? 4000 : 40000)) --max-payload 32 2>/dev/null | tail -1)"
+    done
+    # benchkv's idle request: 2 ranks, 1 client, QD 1 (half local, half remote).
+    $B --world virtual:2 -C 1 --queue-depth 1 --duration 2ms --output json 2>/dev/null \
+        | python3 -c '
+import json, sys
+ls = [json.loads(l) for l in sys.stdin if l.strip()]
+r = [l for l in ls if l["type"] == "run"][0]
+print("benchkv idle (2 ranks, C 1, QD 1): p50 %.2f us, p99 %.2f us" % (r["p50_ns"] / 1e3, r["p99_ns"] / 1e3))'
+    ;;
 memory)
     # Peak memory three ways: the kernel's VmHWM (counts a /dev/shm page once per
     # mapping, and the world maps each link twice: its sender's and its receiver's),
@@ -131,7 +151,7 @@ print("NP=%s: wall %.1f s, peak RSS %.2f GiB, peak PSS %.2f GiB, /dev/shm %.2f G
     done
     ;;
 *)
-    echo "usage: $0 scale|memory|seed001|budget|dvm" >&2
+    echo "usage: $0 scale|memory|seed001|budget|dvm|validate" >&2
     exit 2
     ;;
 esac
