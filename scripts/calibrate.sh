@@ -8,6 +8,12 @@
 #
 #   scripts/calibrate.sh [OUT]     (default: print the profile on stdout)
 #
+# Cache lines: `line_ns` is half the one-line ping-pong floor of the shm bench, run here
+# (pinned threads; a quiet machine matters, the run is printed); `line_overlap`, the
+# transfers a turn overlaps, is LINE_OVERLAP (default 3.4: what makes the ipc echo's
+# window of 32 (docs/PERFORMANCE.md) cost its measured time per call with one line per
+# hand-off and ipc's instructions per call).
+#
 # Instructions per ns: each benchkv shape also runs natively three times; the fastest
 # run loop's wall time against the instructions callgrind counted in that loop
 # (`Runtime::run`, the device model and the scheduler included). The machine is shared:
@@ -78,11 +84,18 @@ for s in "${echoes[@]}"; do
     i=$((i + 1))
 done
 
+floor=$(cargo bench --quiet -p copyrpc-host --bench shm -- --exact rtt/floor_one_line 2>&1 \
+    | sed -n 's/.*time: *\[[0-9.]* ns \([0-9.]*\) ns.*/\1/p' | head -1)
+if [ -z "$floor" ]; then
+    echo "calibrate: no figure from the shm bench's rtt/floor_one_line" >&2
+    exit 1
+fi
+echo "calibrate: one-line floor $floor ns (load $(cut -d' ' -f1 /proc/loadavg))" >&2
 machine="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cpus, $(uname -m)"
-python3 - "$work" "$machine" "$(date -u +%Y-%m-%d)" >"$out" <<'PY'
+python3 - "$work" "$machine" "$(date -u +%Y-%m-%d)" "$floor" "${LINE_OVERLAP:-3.4}" >"$out" <<'PY'
 import glob, os, sys
 
-work, machine, day = sys.argv[1:4]
+work, machine, day, floor, overlap = sys.argv[1:6]
 
 def call_cost(path, name):
     """Instructions of every call to function `name`: callgrind's inclusive cost of the
@@ -207,5 +220,7 @@ for key, instr in [("loop_ns", d["loop"]), ("loop_client_ns", d["loop_client"]),
                    ("echo_pass_ns", e["echo_pass"]), ("echo_peer_ns", e["echo_peer"]),
                    ("echo_item_ns", e["echo_item"]), ("echo_post_ns", e["echo_post"])]:
     print("%s = %s" % (key, ns(instr)))
-print("line_ns = 0")
+print("# line_ns: half the shm bench's one-line floor, %s ns; line_overlap as LINE_OVERLAP." % floor)
+print("line_ns = %.1f" % (float(floor) / 2))
+print("line_overlap = %s" % overlap)
 PY

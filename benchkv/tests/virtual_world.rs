@@ -262,6 +262,50 @@ fn the_nic_spacings_are_deterministic_and_the_nic_wide_one_slows_a_busy_nic() {
 }
 
 #[test]
+fn a_message_between_threads_pays_for_its_cache_line() {
+    // One rank, one client, one request at a time: each goes to the daemon over ipc and
+    // comes back, two hand-offs of a line between cores. The client sees its answer a
+    // line transfer after its turn starts, and the daemon's turn pays for the request's
+    // line: with the transfer free, the answer comes that much sooner and more requests
+    // fit in the run.
+    let run = |cost: &str| {
+        let out = benchkv(&[
+            "--world",
+            "virtual:1",
+            "-C",
+            "1",
+            "--queue-depth",
+            "1",
+            "--duration",
+            "200us",
+            "--cost",
+            cost,
+            "--output",
+            "json",
+        ]);
+        assert!(out.status.success(), "{cost}: {}", text(&out.stderr));
+        let lines = json_lines(&out);
+        let r = of_type(&lines, "run")[0].clone();
+        (
+            r["p50_ns"].as_f64().unwrap(),
+            r["total_rps"].as_f64().unwrap(),
+        )
+    };
+    let line = copyrpc_host::vworld::CostModel::default().line_ns;
+    assert!(line > 0.0, "the built-in profile charges line transfers");
+    let (p50, rps) = run("jitter=0");
+    let (p50_free, rps_free) = run("line_ns=0");
+    assert!(
+        p50 >= p50_free + line - 1.0,
+        "p50 {p50} ns with transfers, {p50_free} ns without; a line is {line} ns"
+    );
+    assert!(
+        rps < 0.9 * rps_free,
+        "{rps} req/s with transfers, {rps_free} without"
+    );
+}
+
+#[test]
 fn the_poll_budget_runs_in_virtual_time_and_adds_loops_with_nothing_in_them() {
     let without = verified_run(4, "delegation", &[]);
     let with = verified_run(4, "delegation", &["--poll-budget", "16"]);
@@ -340,12 +384,15 @@ fn a_stalled_nic_delays_but_loses_nothing_and_a_cut_link_fails_its_calls_once() 
     );
 }
 
-/// The built-in cost profile with every figure (and `instructions_per_ns`) scaled by `k`.
+/// The built-in cost profile with every CPU figure (and `instructions_per_ns`) scaled by
+/// `k`: what `clock_ratio` 1/k does (it leaves `line_ns`, a memory figure, alone).
 fn scaled_profile(k: f64) -> String {
     copyrpc_host::vworld::DEFAULT_PROFILE
         .lines()
         .map(|l| match l.split_once(" = ") {
-            Some((key, v)) if key.ends_with("_ns") || key == "instructions_per_ns" => {
+            Some((key, v))
+                if (key.ends_with("_ns") && key != "line_ns") || key == "instructions_per_ns" =>
+            {
                 format!("{key} = {}", v.parse::<f64>().unwrap() * k)
             }
             _ => l.to_string(),
@@ -650,7 +697,8 @@ fn answer_rate(lines: &[Value], from_us: f64, to_us: f64) -> f64 {
 /// The bistability settings (docs/spec/poll-budget.md#bistability) on a NIC no
 /// ConnectX is, which collapses: 14 µs between two packets of a QP and 7 µs of NIC
 /// latency (the old 7 µs packet time, which every ACK also paid on the answer's QP),
-/// a plant for the budget's tests, not a claim about hardware,
+/// and free cache-line transfers (with them the loops are long enough to hold): a plant
+/// for the budget's tests, not a claim about hardware,
 /// JSON out.
 const SEED_001_PLANT: &[&str] = &[
     "-C",
@@ -660,7 +708,7 @@ const SEED_001_PLANT: &[&str] = &[
     "--rpc-ring",
     "256k",
     "--cost",
-    "item_ns=40,jitter=0.3",
+    "item_ns=40,jitter=0.3,line_ns=0",
     "--nic",
     "qp_packet_ns=14000,nic_ns=7000",
     "--output",

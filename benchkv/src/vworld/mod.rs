@@ -201,6 +201,9 @@ struct TurnTotals {
     wqes: u64,
     /// Turns of a daemon the poll budget held in step A (one extra poll each).
     polls: u64,
+    /// Cache lines another thread wrote that daemons and clients read (each charged
+    /// `line_ns`, overlapped `line_overlap` at a time within a turn).
+    lines: u64,
     /// Client turns that issued or collected something, their items, idle ones, and
     /// the requests outstanding at the start of every client turn (summed).
     client_busy: u64,
@@ -215,7 +218,7 @@ impl TurnTotals {
         format!(
             "benchkv: turns: loops={} loop_clients={} loop_peers={} items={} cqes={} wqes={} \
              polls={} client_busy={} client_items={} client_idle={} client_slots={} \
-             run_wall_ns={loop_wall_ns}",
+             lines={} run_wall_ns={loop_wall_ns}",
             self.loops,
             self.loop_clients,
             self.loop_peers,
@@ -226,9 +229,15 @@ impl TurnTotals {
             self.client_busy,
             self.client_items,
             self.client_idle,
-            self.client_slots
+            self.client_slots,
+            self.lines
         )
     }
+}
+
+/// Whole ns of a cost that may be 0 (a line transfer when none was read).
+fn ns_or_0(x: f64) -> u64 {
+    x.round() as u64
 }
 
 /// A daemon's loop, apart from the NIC steps around it: the code whose instructions
@@ -238,15 +247,31 @@ fn daemon_work(daemon: &mut Daemon<'_, '_, AnyRemote>, t: u64) -> usize {
     daemon.turn_at(t)
 }
 
-/// A client's turn, as [`daemon_work`] is a daemon's.
+/// A client's turn, as [`daemon_work`] is a daemon's. Its issues are stamped `t`, its
+/// answers `seen`: when the first answer's line, written by a daemon, has reached it.
 #[inline(never)]
 fn client_work(
     cl: &mut Client<'_>,
-    t: u64,
+    (t, seen): (u64, u64),
     stopping: bool,
     run: usize,
 ) -> Result<ClientTurn, String> {
-    cl.turn(&mut || t, stopping, run)
+    // The turn asks the time once before issuing (if it issues) and once to stamp
+    // the answers it collects.
+    let mut stamps = usize::from(!stopping && cl.wants_to_issue());
+    cl.turn(
+        &mut || {
+            let issue = stamps > 0;
+            stamps = stamps.saturating_sub(1);
+            if issue {
+                t
+            } else {
+                seen
+            }
+        },
+        stopping,
+        run,
+    )
 }
 
 /// A daemon and the NIC it steps.
@@ -300,9 +325,12 @@ impl DaemonActor<'_, '_> {
             w.rnr_naks += u64::from(nic.step(t).rnr_naks);
         }
         let (loops, cqes) = (self.daemon.metrics().loops, self.daemon.metrics().cqes);
+        let reads = self.daemon.shm_reads();
         let work = daemon_work(&mut self.daemon, t);
         let whole = self.daemon.metrics().loops != loops;
         let took = self.daemon.metrics().cqes - cqes;
+        let lines = self.daemon.shm_reads() - reads;
+        w.turns.lines += lines;
         let spent = if whole {
             w.turns.loops += 1;
             w.turns.loop_clients += self.clients as u64;
@@ -315,7 +343,7 @@ impl DaemonActor<'_, '_> {
             w.turns.polls += 1;
             self.jitter.ns(self.cost.poll_ns)
         };
-        let mut next = t + spent;
+        let mut next = t + spent + ns_or_0(self.cost.transfers(lines));
         if let Some(nic) = &self.nic {
             let st = nic.step(next);
             w.rnr_naks += u64::from(st.rnr_naks);
@@ -355,7 +383,8 @@ impl ClientActor<'_> {
             (t / self.run_ns) as usize
         };
         let outstanding = cl.outstanding();
-        match client_work(cl, t, stopping, run) {
+        let seen = t + ns_or_0(self.cost.transfers(1));
+        match client_work(cl, (t, seen), stopping, run) {
             Ok(turn) => {
                 w.answers[r] += turn.completed as u64;
                 if stopping && cl.outstanding() == 0 {
@@ -371,8 +400,10 @@ impl ClientActor<'_> {
                     w.turns.client_idle += 1;
                 }
                 w.turns.client_slots += outstanding;
+                w.turns.lines += turn.completed as u64;
                 let spent = self.cost.client_turn(outstanding, items);
-                Turn::At(t + self.jitter.ns(spent))
+                let lines = self.cost.transfers(turn.completed as u64);
+                Turn::At(t + self.jitter.ns(spent) + ns_or_0(lines))
             }
             Err(e) => {
                 w.reports[r].push(Err(format!("client {}: {e}", self.index)));

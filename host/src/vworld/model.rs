@@ -49,8 +49,13 @@ pub struct CostModel {
     pub echo_item_ns: f64,
     /// Per WQE an echo pass posted.
     pub echo_post_ns: f64,
-    /// A turn's read of a cache line another core wrote last: the line's transfer.
+    /// A turn's read of a cache line another core wrote last: the line's transfer
+    /// (half the one-line ping-pong's round trip). A memory figure, not the core's:
+    /// `clock_ratio` leaves it alone.
     pub line_ns: f64,
+    /// How many such transfers a turn overlaps (independent loads in flight at once):
+    /// `k` lines cost `line_ns × max(1, k / line_overlap)`.
+    pub line_overlap: f64,
     /// Every turn's cost is drawn uniformly from `cost × (1 ± jitter)` (a seeded stream per
     /// actor, so runs stay deterministic): the run-to-run variation of real loops (cache
     /// misses, interrupts) that starts the dispersion
@@ -159,6 +164,15 @@ impl CostModel {
     /// answers.
     pub fn echo_pass(&self, peers: usize, items: usize) -> f64 {
         self.echo_pass_ns + self.echo_peer_ns * peers as f64 + self.echo_item_ns * items as f64
+    }
+
+    /// A turn's reads of `lines` cache lines another core wrote last.
+    pub fn transfers(&self, lines: u64) -> f64 {
+        if lines == 0 {
+            0.0
+        } else {
+            self.line_ns * (lines as f64 / self.line_overlap).max(1.0)
+        }
     }
 
     /// The CPU time of an echo pass's `wqes` WQEs.
@@ -319,6 +333,7 @@ impl CostModel {
                 ("echo_item_ns", &mut c.echo_item_ns, ABSURD),
                 ("echo_post_ns", &mut c.echo_post_ns, ABSURD),
                 ("line_ns", &mut c.line_ns, ABSURD),
+                ("line_overlap", &mut c.line_overlap, 64.0),
             ],
             &[
                 "jitter",
@@ -334,6 +349,12 @@ impl CostModel {
             return Err(format!(
                 "--cost: clock_ratio={} must be at least 0.001 and at most 1000",
                 c.clock_ratio
+            ));
+        }
+        if c.line_overlap < 1.0 {
+            return Err(format!(
+                "--cost: line_overlap={} must be at least 1 and at most 64",
+                c.line_overlap
             ));
         }
         let r = c.clock_ratio;
@@ -353,7 +374,6 @@ impl CostModel {
             &mut c.echo_peer_ns,
             &mut c.echo_item_ns,
             &mut c.echo_post_ns,
-            &mut c.line_ns,
         ] {
             *f /= r;
         }
@@ -363,7 +383,7 @@ impl CostModel {
     /// `key=value` list of every figure, for the report.
     pub fn describe(&self) -> String {
         format!(
-            "loop_ns={},loop_client_ns={},loop_peer_ns={},item_ns={},post_ns={},cqe_ns={},poll_ns={},client_ns={},client_item_ns={},client_idle_ns={},client_slot_ns={},echo_pass_ns={},echo_peer_ns={},echo_item_ns={},echo_post_ns={},line_ns={},jitter={},clock_ratio={}",
+            "loop_ns={},loop_client_ns={},loop_peer_ns={},item_ns={},post_ns={},cqe_ns={},poll_ns={},client_ns={},client_item_ns={},client_idle_ns={},client_slot_ns={},echo_pass_ns={},echo_peer_ns={},echo_item_ns={},echo_post_ns={},line_ns={},line_overlap={},jitter={},clock_ratio={}",
             self.loop_ns,
             self.loop_client_ns,
             self.loop_peer_ns,
@@ -380,6 +400,7 @@ impl CostModel {
             self.echo_item_ns,
             self.echo_post_ns,
             self.line_ns,
+            self.line_overlap,
             self.jitter,
             self.clock_ratio
         )

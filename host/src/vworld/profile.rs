@@ -25,7 +25,7 @@ pub const PROFILE_HEADER: &str = "copyrpc-cost-profile 1";
 pub const DEFAULT_PROFILE: &str = include_str!("default.cost");
 
 /// The figures a profile gives, each in ns except `instructions_per_ns`.
-pub const PROFILE_KEYS: [&str; 17] = [
+pub const PROFILE_KEYS: [&str; 18] = [
     "instructions_per_ns",
     "loop_ns",
     "loop_client_ns",
@@ -43,6 +43,7 @@ pub const PROFILE_KEYS: [&str; 17] = [
     "echo_item_ns",
     "echo_post_ns",
     "line_ns",
+    "line_overlap",
 ];
 
 /// A profile read and checked.
@@ -136,7 +137,7 @@ pub fn parse_profile(name: &str, text: &str) -> Result<Profile, String> {
         got[i] =
             v.ok_or_else(|| format!("--cost-profile {name}: no `{}` line", PROFILE_KEYS[i]))?;
     }
-    let [ipn, loop_ns, loop_client_ns, loop_peer_ns, item_ns, post_ns, cqe_ns, poll_ns, client_ns, client_item_ns, client_idle_ns, client_slot_ns, echo_pass_ns, echo_peer_ns, echo_item_ns, echo_post_ns, line_ns] =
+    let [ipn, loop_ns, loop_client_ns, loop_peer_ns, item_ns, post_ns, cqe_ns, poll_ns, client_ns, client_item_ns, client_idle_ns, client_slot_ns, echo_pass_ns, echo_peer_ns, echo_item_ns, echo_post_ns, line_ns, line_overlap] =
         got;
     Ok(Profile {
         machine,
@@ -158,6 +159,7 @@ pub fn parse_profile(name: &str, text: &str) -> Result<Profile, String> {
             echo_item_ns,
             echo_post_ns,
             line_ns,
+            line_overlap,
             jitter: 0.0,
             clock_ratio: 1.0,
         },
@@ -177,7 +179,8 @@ mod tests {
         instructions_per_ns = 2\nloop_ns = 100\nloop_client_ns = 5\nloop_peer_ns = 3\n\
         item_ns = 20\npost_ns = 30\ncqe_ns = 0\npoll_ns = 40\nclient_ns = 50\n\
         client_item_ns = 10\nclient_idle_ns = 60\nclient_slot_ns = 2\necho_pass_ns = 70\n\
-        echo_peer_ns = 4\necho_item_ns = 15\necho_post_ns = 25\nline_ns = 0\n";
+        echo_peer_ns = 4\necho_item_ns = 15\necho_post_ns = 25\nline_ns = 0\n\
+        line_overlap = 3\n";
 
     #[test]
     fn a_profile_gives_every_figure_and_the_builtin_one_parses() {
@@ -209,7 +212,16 @@ mod tests {
                 25.0, 0.0
             ]
         );
-        assert_eq!((c.jitter, c.clock_ratio), (0.0, 1.0));
+        assert_eq!((c.jitter, c.clock_ratio, c.line_overlap), (0.0, 1.0, 3.0));
+        assert_eq!(
+            (c.transfers(0), c.transfers(1), c.transfers(6)),
+            (0.0, 0.0, 0.0)
+        );
+        let lines = CostModel { line_ns: 60.0, ..c };
+        assert_eq!(
+            (lines.transfers(1), lines.transfers(2), lines.transfers(6)),
+            (60.0, 60.0, 120.0)
+        );
         let d = default_profile();
         assert!(!d.machine.is_empty());
         assert_eq!(d.cost, CostModel::default());
