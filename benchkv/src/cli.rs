@@ -226,6 +226,12 @@ pub struct Cli {
     /// Virtual world: the interval of the --plot time series (default: the run / 400).
     #[arg(long, value_parser = parse_duration, value_name = "TIME")]
     pub sample_every: Option<Duration>,
+
+    /// Virtual world: run this long before the first run (--duration × --runs) starts
+    /// and count nothing of it: the runs then measure a steady state, not the first
+    /// waves of a cold start. Default 0.
+    #[arg(long, value_parser = parse_duration, value_name = "TIME")]
+    pub warmup: Option<Duration>,
 }
 
 /// `--rpc-ring`: `None` for `auto` (a newtype, as [`GidIndexArg`]).

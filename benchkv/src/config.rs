@@ -102,6 +102,8 @@ pub struct Config {
     pub pattern_len: usize,
     /// `--drain-timeout`.
     pub drain_timeout: Duration,
+    /// `--warmup` (virtual world): time before the first run, counted in no run.
+    pub warmup: Duration,
     /// `--setup-timeout`.
     pub setup_timeout: Duration,
     /// `--plot`.
@@ -147,6 +149,7 @@ fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<WorldSpec>, Stri
             ("--nic", !cli.nic.is_empty()),
             ("--vfault", !cli.vfault.is_empty()),
             ("--sample-every", cli.sample_every.is_some()),
+            ("--warmup", cli.warmup.is_some()),
         ];
         if let Some((flag, _)) = stray.iter().find(|(_, set)| *set) {
             return Err(format!("{flag} applies only with --world virtual:N"));
@@ -391,6 +394,7 @@ impl Config {
             loopback_ranks: cli.loopback_ranks,
             pattern_len,
             drain_timeout: cli.drain_timeout,
+            warmup: cli.warmup.unwrap_or_default(),
             setup_timeout: cli.setup_timeout,
             plot: cli.plot.clone(),
             fault: cli.inject_fault.map(|f| match f {

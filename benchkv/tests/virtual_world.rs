@@ -306,6 +306,44 @@ fn a_message_between_threads_pays_for_its_cache_line() {
 }
 
 #[test]
+fn a_warmup_is_run_and_counted_in_no_run() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--world",
+            "virtual:2",
+            "-C",
+            "2",
+            "--queue-depth",
+            "4",
+            "--duration",
+            "300us",
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let out = benchkv(&args);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        json_lines(&out)
+    };
+    let cold = run(&[]);
+    let warm = run(&["--warmup", "500us"]);
+    let setup = |l: &[Value]| of_type(l, "setup")[0].clone();
+    // The world ran the warmup too, and says so.
+    assert_eq!(setup(&warm)["warmup_us"], 500);
+    assert_eq!(setup(&warm)["virtual_end_us"].as_u64().unwrap() / 100, 8);
+    assert!(setup(&cold).get("warmup_us").is_none());
+    // The run counts 300 µs either way, but another 300 µs: a warm one.
+    let run0 = |l: &[Value]| of_type(l, "run")[0].clone();
+    assert_eq!(run0(&warm)["seconds"], run0(&cold)["seconds"]);
+    assert_ne!(run0(&warm)["requests"], run0(&cold)["requests"]);
+    // The same flags, the same bytes.
+    assert_eq!(warm, run(&["--warmup", "500us"]));
+    let out = benchkv(&["--warmup", "1ms"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--warmup applies only with --world virtual:N"));
+}
+
+#[test]
 fn the_poll_budget_runs_in_virtual_time_and_adds_loops_with_nothing_in_them() {
     let without = verified_run(4, "delegation", &[]);
     let with = verified_run(4, "delegation", &["--poll-budget", "16"]);

@@ -297,6 +297,8 @@ struct ClientActor<'a> {
     cost: CostModel,
     jitter: Jitter,
     run_ns: u64,
+    /// `--warmup`: no run counts what happens before it.
+    warmup_ns: u64,
     end_ns: u64,
 }
 
@@ -377,10 +379,10 @@ impl ClientActor<'_> {
         };
         let r = self.rank as usize;
         let stopping = t >= self.end_ns;
-        let run = if stopping {
+        let run = if stopping || t < self.warmup_ns {
             NOT_MEASURING
         } else {
-            (t / self.run_ns) as usize
+            ((t - self.warmup_ns) / self.run_ns) as usize
         };
         let outstanding = cl.outstanding();
         let seen = t + ns_or_0(self.cost.transfers(1));
@@ -454,7 +456,7 @@ pub fn run(cfg: &Config, spec: &WorldSpec) -> Result<Outcome, Fail> {
         longest_loop_ns: 0,
         turns: TurnTotals::default(),
     };
-    let end_ns = cfg.duration.as_nanos() as u64 * cfg.runs as u64;
+    let end_ns = cfg.warmup.as_nanos() as u64 + cfg.duration.as_nanos() as u64 * cfg.runs as u64;
     let give_up_ns = end_ns + drain_window_ns(cfg, spec);
     let loop_wall = Instant::now();
     let end = rt.run(
@@ -637,7 +639,8 @@ fn add_clients<'a>(
                 cost: spec.cost,
                 jitter: Jitter::for_actor(cfg.seed, id, spec.cost.jitter),
                 run_ns,
-                end_ns: run_ns * cfg.runs as u64,
+                warmup_ns: cfg.warmup.as_nanos() as u64,
+                end_ns: cfg.warmup.as_nanos() as u64 + run_ns * cfg.runs as u64,
             })));
         }
     }
@@ -698,6 +701,9 @@ fn outcome(
         ("virtual_end_us", json!(end_ns / 1000)),
         ("rnr_naks", json!(rnr_naks)),
     ]);
+    if !cfg.warmup.is_zero() {
+        describe.push(("warmup_us", json!(cfg.warmup.as_nanos() as u64 / 1000)));
+    }
     Outcome {
         rank: 0,
         report: assemble(describe, cfg.runs, results, true),
