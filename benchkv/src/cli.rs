@@ -197,15 +197,23 @@ pub struct Cli {
     #[arg(long, default_value = "threads", value_name = "threads|virtual:N")]
     pub world: String,
 
-    /// Virtual world: CPU cost of each turn, `key=ns,...` over the defaults loop_ns=550,
-    /// item_ns=160, post_ns=120, cqe_ns=0, poll_ns=1000, client_ns=100, client_item_ns=40,
-    /// client_idle_ns=500, jitter=0 (a fraction).
+    /// Virtual world: CPU cost of each turn, `key=ns,...` over the cost profile's
+    /// figures (loop_ns, item_ns, post_ns, cqe_ns, poll_ns, client_ns, client_item_ns,
+    /// client_idle_ns, line_ns), and jitter (a fraction, default 0) and clock_ratio (the
+    /// modeled CPU's speed against the profile's machine, default 1; every figure is
+    /// divided by it).
     #[arg(long, default_value = "", value_name = "KEY=NS,...")]
     pub cost: String,
 
-    /// Virtual world: the NIC profile, `key=value,...` over the defaults (ConnectX-6,
-    /// HDR100) latency_ns=600, doorbell_ns=250, wqe_ns=100, dma_ns=350, gbps=100,
-    /// ack_timeout_ns=1048576, rnr_timer_ns=640000.
+    /// Virtual world: the cost profile the turns' figures come from (written by
+    /// scripts/calibrate.sh); default: the built-in one, measured from this code (its
+    /// machine is named in the report).
+    #[arg(long, value_name = "FILE")]
+    pub cost_profile: Option<std::path::PathBuf>,
+
+    /// Virtual world: the NIC profile, `key=value,...` over the defaults (ConnectX-7
+    /// class) latency_ns=300, doorbell_ns=250, nic_ns=500, dma_ns=350, qp_packet_ns=50,
+    /// ack_ns=0, nic_packet_ns=3, gbps=400, ack_timeout_ns=1048576, rnr_timer_ns=640000.
     #[arg(long, default_value = "", value_name = "KEY=VALUE,...")]
     pub nic: String,
 
@@ -218,6 +226,12 @@ pub struct Cli {
     /// Virtual world: the interval of the --plot time series (default: the run / 400).
     #[arg(long, value_parser = parse_duration, value_name = "TIME")]
     pub sample_every: Option<Duration>,
+
+    /// Virtual world: run this long before the first run (--duration × --runs) starts
+    /// and count nothing of it: the runs then measure a steady state, not the first
+    /// waves of a cold start. Default 0.
+    #[arg(long, value_parser = parse_duration, value_name = "TIME")]
+    pub warmup: Option<Duration>,
 }
 
 /// `--rpc-ring`: `None` for `auto` (a newtype, as [`GidIndexArg`]).

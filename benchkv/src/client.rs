@@ -371,6 +371,11 @@ impl<'a> Client<'a> {
         self.issued - self.tally.completed
     }
 
+    /// Whether a turn that is not stopping would issue: fewer than the queue depth out.
+    pub fn wants_to_issue(&self) -> bool {
+        self.outstanding() < u64::from(self.s.queue_depth)
+    }
+
     /// One pass of the closed loop: unless `stopping`, fill the queue depth from the
     /// pattern (a call refused for room is retried next turn), then collect every answer.
     /// `now()` stamps issues and completions (latency = their difference); completions

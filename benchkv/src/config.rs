@@ -8,7 +8,8 @@ use copyrpc_host::fabric::verbs::gid;
 use copyrpc_host::fabric::{FabricKind, Qos};
 
 use copyrpc_host::vworld::{
-    parse_world, CostModel, Fault as VFault, NicProfile, WorldSpec, MAX_RANKS,
+    default_profile, load_profile, parse_world, CostModel, Fault as VFault, NicProfile, WorldSpec,
+    MAX_RANKS,
 };
 
 use crate::cli::{
@@ -100,6 +101,8 @@ pub struct Config {
     pub pattern_len: usize,
     /// `--drain-timeout`.
     pub drain_timeout: Duration,
+    /// `--warmup` (virtual world): time before the first run, counted in no run.
+    pub warmup: Duration,
     /// `--setup-timeout`.
     pub setup_timeout: Duration,
     /// `--plot`.
@@ -108,6 +111,9 @@ pub struct Config {
     pub fault: Option<InjectFault>,
     /// `--world virtual:N`; `None` for threads.
     pub world: Option<WorldSpec>,
+    /// Where the virtual world's turn costs come from, for the report: the
+    /// `--cost-profile` file, or the built-in profile and its machine.
+    pub cost_source: String,
     /// `--rpc-ring`, resolved: the ring of every copyrpc endpoint.
     pub copyrpc_ring: RingSize,
     /// Whether `copyrpc_ring` was chosen by `--rpc-ring auto`.
@@ -138,9 +144,11 @@ fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<WorldSpec>, Stri
     if w == "threads" {
         let stray = [
             ("--cost", !cli.cost.is_empty()),
+            ("--cost-profile", cli.cost_profile.is_some()),
             ("--nic", !cli.nic.is_empty()),
             ("--vfault", !cli.vfault.is_empty()),
             ("--sample-every", cli.sample_every.is_some()),
+            ("--warmup", cli.warmup.is_some()),
         ];
         if let Some((flag, _)) = stray.iter().find(|(_, set)| *set) {
             return Err(format!("{flag} applies only with --world virtual:N"));
@@ -160,11 +168,28 @@ fn virtual_spec(cli: &Cli, duration: Duration) -> Result<Option<WorldSpec>, Stri
     };
     Ok(Some(WorldSpec {
         ranks,
-        cost: CostModel::parse(&cli.cost)?,
+        cost: cost_of(cli)?,
         nic: NicProfile::parse(&cli.nic)?,
         faults,
         sample_ns,
     }))
+}
+
+/// The turns' costs: `--cost-profile` (or the built-in profile) with `--cost` applied.
+fn cost_of(cli: &Cli) -> Result<CostModel, String> {
+    let base = match &cli.cost_profile {
+        Some(path) => load_profile(path)?.cost,
+        None => CostModel::default(),
+    };
+    CostModel::with_profile(base, &cli.cost)
+}
+
+/// Where the turns' costs come from, for the report.
+fn cost_source(path: Option<&std::path::Path>) -> String {
+    match path {
+        Some(p) => p.display().to_string(),
+        None => format!("built-in ({})", default_profile().machine),
+    }
 }
 
 /// Fails now, not after the run, when `path` cannot be written: opens it for appending
@@ -365,6 +390,7 @@ impl Config {
             loopback_ranks: cli.loopback_ranks,
             pattern_len,
             drain_timeout: cli.drain_timeout,
+            warmup: cli.warmup.unwrap_or_default(),
             setup_timeout: cli.setup_timeout,
             plot: cli.plot.clone(),
             fault: cli.inject_fault.map(|f| match f {
@@ -372,6 +398,7 @@ impl Config {
                 InjectFaultArg::DropRequest => InjectFault::DropRequest,
             }),
             world,
+            cost_source: cost_source(cli.cost_profile.as_deref()),
             port: cli.port,
             gid_index: cli.gid_index.0,
             qos,

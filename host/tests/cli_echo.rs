@@ -333,7 +333,47 @@ fn bad_virtual_world_flags_are_refused_naming_the_flag() {
         (&["--world", "virtual:2", "--cost", "loop_ns=-1"], "--cost"),
         (&["--world", "virtual:2", "--nic", "speed=1"], "--nic"),
         (&["--world", "virtual:2", "--fabric", "verbs"], "--world"),
+        (&["--cost-profile", "x.cost"], "--cost-profile"),
+        (
+            &[
+                "--world",
+                "virtual:2",
+                "--cost-profile",
+                "/nonexistent/x.cost",
+            ],
+            "--cost-profile /nonexistent/x.cost: cannot read it",
+        ),
+        (
+            &["--world", "virtual:2", "--nic", "wqe_ns=7000"],
+            "wqe_ns was split",
+        ),
     ] {
         assert_refused(&run(None, ECHO, args), args, needle);
     }
+    // A profile of another format version, or with a negative figure, names the file and
+    // the field.
+    let dir = std::env::temp_dir().join(format!("echo-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = copyrpc_host::vworld::DEFAULT_PROFILE;
+    for (name, body, needle) in [
+        (
+            "v2.cost",
+            good.replace("copyrpc-cost-profile 1", "copyrpc-cost-profile 2"),
+            "format version `2`",
+        ),
+        (
+            "neg.cost",
+            good.replacen("echo_item_ns = ", "echo_item_ns = -", 1),
+            "echo_item_ns = -",
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        let p = path.to_str().unwrap();
+        let args = ["--world", "virtual:2", "--cost-profile", p];
+        let out = run(None, ECHO, &args);
+        assert_refused(&out, &args, &format!("--cost-profile {p}: line"));
+        assert_refused(&out, &args, needle);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -496,6 +496,7 @@ fn latency_and_bandwidth_in_virtual_time() {
             latency_ns: 10_000,
             bandwidth_bytes_per_s: 1_000_000_000,
             packet_ns: 0,
+            ack_ns: 0,
         },
         link_slots: 128,
         tick,
@@ -523,8 +524,9 @@ fn latency_and_bandwidth_in_virtual_time() {
 #[test]
 fn per_packet_time_serialises_a_qps_packets() {
     // 20 one-packet WRITEs posted at once on one QP, 1 µs per packet, no bandwidth limit
-    // and 1 µs one way: the last cannot complete before the 20 packet times of its QP
-    // plus the round trip, which a QP without `packet_ns` would beat by 19 µs.
+    // and 1 µs one way: the last leaves 19 packet times after the first (the spacing is
+    // a rate, so the first leaves at once), and cannot complete before those plus the
+    // round trip, which a QP without `packet_ns` would beat by 19 µs.
     let tick = 100;
     let run = |packet_ns: u64| {
         let mut r = Rig::new(Opts {
@@ -532,6 +534,7 @@ fn per_packet_time_serialises_a_qps_packets() {
                 latency_ns: 1_000,
                 bandwidth_bytes_per_s: 0,
                 packet_ns,
+                ack_ns: 0,
             },
             link_slots: 128,
             tick,
@@ -551,11 +554,127 @@ fn per_packet_time_serialises_a_qps_packets() {
         r.now - start
     };
     let (free, held) = (run(0), run(1_000));
-    assert!(held >= 20 * 1_000 + 2 * 1_000, "completed after {held} ns");
+    assert!(held >= 19 * 1_000 + 2 * 1_000, "completed after {held} ns");
     assert!(
         held >= free + 19 * 1_000,
         "{held} ns against {free} ns without"
     );
+    // One packet on an idle QP: the spacing adds nothing to its round trip.
+    assert!(free < 2 * 1_000 + 4 * tick, "an idle QP took {free} ns");
+}
+
+#[test]
+fn acks_have_their_own_spacing_apart_from_the_data_packets() {
+    // QPs that send a data packet per 5 µs, 1 µs one way. a writes to b; b's responder
+    // acknowledges on the b -> a direction; b then writes back to a on the same QP, and
+    // a acknowledges that while its own data spacing still runs. A ConnectX builds ACKs
+    // in its receive pipeline, so neither waits: b's write is complete in a round trip.
+    // Were ACKs spaced like data on the data's own spacing, b's write would queue 5 µs
+    // behind its ACK and a's ACK behind a's write: what made every answer of the old
+    // model wait a packet time.
+    let tick = 100;
+    let rig = |packet_ns: u64, ack_ns: u64| {
+        Rig::new(Opts {
+            link: LinkConfig {
+                latency_ns: 1_000,
+                bandwidth_bytes_per_s: 0,
+                packet_ns,
+                ack_ns,
+            },
+            tick,
+            ..Opts::default()
+        })
+    };
+    let write = |r: &mut Rig, from_a: bool| {
+        let (side, to) = if from_a {
+            (&mut r.a, r.b.remote(0))
+        } else {
+            (&mut r.b, r.a.remote(0))
+        };
+        let g = [side.sge(0, 64)];
+        let mut b = side.sq.batch();
+        // SAFETY: SGE in the side's data region, untouched until completion.
+        b.rdma_write(to, unsafe { Payload::gather(&g) }, SIG)
+            .unwrap();
+        b.finish();
+    };
+    let mut r = rig(5_000, 0);
+    write(&mut r, true);
+    let c = r.a_sends(1);
+    assert!(c[0].error.is_none(), "{c:?}");
+    write(&mut r, false);
+    let start = r.now;
+    r.run_until("b's send completion", 100_000, |r| !r.b_send.is_empty());
+    assert!(r.b_send[0].error.is_none(), "{:?}", r.b_send);
+    let took = r.now - start;
+    assert!(took < 2 * 1_000 + 5 * tick, "b's write took {took} ns");
+
+    // ack_ns spaces the ACKs: two writes a step apart are acknowledged each on its own
+    // (they do not meet in b's response queue), so their completions are ack_ns apart.
+    let spaced = |ack_ns: u64| {
+        let mut r = rig(0, ack_ns);
+        write(&mut r, true);
+        r.step();
+        write(&mut r, true);
+        r.run_until("a's first completion", 100_000, |r| !r.a_send.is_empty());
+        let one = r.now;
+        r.run_until("a's second completion", 100_000, |r| r.a_send.len() >= 2);
+        assert!(r.a_send.iter().all(|c| c.error.is_none()), "{:?}", r.a_send);
+        (one, r.now)
+    };
+    let (one0, two0) = spaced(0);
+    let (one5, two5) = spaced(5_000);
+    assert!(two0 - one0 <= 2 * tick, "free ACKs: {one0} then {two0}");
+    assert!(two5 - one5 >= 4_000, "spaced ACKs: {one5} then {two5}");
+}
+
+#[test]
+fn the_nic_wide_packet_limit_spaces_every_qp_of_a_device() {
+    // a and b are two QPs of one device, each posting 10 one-packet WRITEs at once; no
+    // per-QP spacing, 1 µs one way. A NIC-wide limit of one packet per µs sends the 20
+    // packets (and the ACKs) one after another: the last cannot be complete before 19
+    // µs plus its round trip; without it both QPs finish in about a round trip.
+    let tick = 100;
+    let run = |nic_packet_ns: u64| {
+        let mut r = Rig::new(Opts {
+            link: LinkConfig {
+                latency_ns: 1_000,
+                ..LinkConfig::default()
+            },
+            dev: DeviceConfig {
+                nic_packet_ns,
+                ..DeviceConfig::DEFAULT
+            },
+            link_slots: 64,
+            tick,
+            ..Opts::default()
+        });
+        let (ga, gb) = ([r.a.sge(0, 64)], [r.b.sge(0, 64)]);
+        let (to_a, to_b) = (r.a.remote(0), r.b.remote(0));
+        for (sq, g, to) in [(&mut r.a.sq, &ga, to_b), (&mut r.b.sq, &gb, to_a)] {
+            let mut b = sq.batch();
+            for _ in 0..10 {
+                // SAFETY: SGEs in the sides' data regions, untouched until completion.
+                b.rdma_write(to, unsafe { Payload::gather(g) }, SIG)
+                    .unwrap();
+            }
+            b.finish();
+        }
+        let start = r.now;
+        r.run_until("both sides' send completions", 100_000, |r| {
+            r.a_send.len() >= 10 && r.b_send.len() >= 10
+        });
+        assert!(
+            r.a_send.iter().chain(&r.b_send).all(|c| c.error.is_none()),
+            "{:?} {:?}",
+            r.a_send,
+            r.b_send
+        );
+        r.now - start
+    };
+    let (free, paced) = (run(0), run(1_000));
+    assert!(free < 2 * 1_000 + 5 * tick, "unpaced: {free} ns");
+    assert!(paced >= 19 * 1_000 + 2 * 1_000, "paced: {paced} ns");
 }
 
 /// TV3 of docs/spec/mlx5.md#test-vectors and a requester CQE, byte for byte, from two

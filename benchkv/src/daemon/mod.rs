@@ -206,6 +206,11 @@ pub struct Daemon<'m, 's, R: Remote> {
     /// The last round trip measured in this loop (`adaptive-seed` only).
     rtt_ns: Option<u64>,
     m: DaemonMetrics,
+    /// Messages this daemon has taken from lines another thread wrote: requests from
+    /// the ipc rings and the delegation ring, Flux requests and answers. Each hand-off
+    /// moves a cache line between cores (docs/spec/ipc-flux.md), which the virtual world
+    /// charges.
+    shm_reads: u64,
 }
 
 impl<R: Remote> std::fmt::Debug for Daemon<'_, '_, R> {
@@ -242,7 +247,13 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             sent_at: Vec::new(),
             rtt_ns: None,
             m: DaemonMetrics::default(),
+            shm_reads: 0,
         }
+    }
+
+    /// Messages taken so far from lines another thread wrote (see the field).
+    pub fn shm_reads(&self) -> u64 {
+        self.shm_reads
     }
 
     /// Turns until `stop`; returns the metrics.
@@ -429,6 +440,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             let idx = self.pending.insert(Origin::Deleg(e.token));
             self.dispatch(e.payload, idx);
         }
+        self.shm_reads += taken as u64;
         if let Some(d) = self.p.deleg.as_mut() {
             d.advance_tail();
         }
@@ -445,6 +457,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                 break;
             };
             taken += 1;
+            self.shm_reads += 1;
             let req = h.payload;
             if self.is_mine(&req) {
                 if self.drop_this() {
@@ -481,6 +494,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                 };
                 done.push((idx, resp));
             });
+            self.shm_reads += n as u64;
             work += n + self.deliver_done() + self.retry_flux(lane);
         }
         // The owner lane first: what it takes is answered at once.
@@ -491,6 +505,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                     break;
                 };
                 taken += 1;
+                self.shm_reads += 1;
                 match h.payload {
                     DelegatePayload::Req(req) if self.is_mine(&req) => {
                         let resp = self.serve(&req);

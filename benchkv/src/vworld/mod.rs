@@ -31,7 +31,7 @@ use copyrpc_host::vworld::{
 };
 use serde_json::json;
 
-use crate::client::{Client, ClientReport, Failed, NOT_MEASURING};
+use crate::client::{Client, ClientReport, Failed, Turn as ClientTurn, NOT_MEASURING};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::daemon::{Daemon, Parts};
@@ -174,7 +174,8 @@ pub fn check_fits(cfg: &Config, spec: &WorldSpec) -> Result<(), String> {
 }
 
 /// What the actors of one world share: the rank's answers so far (for the series),
-/// the clients' reports, daemon#0's time series, and two figures for the report.
+/// the clients' reports, daemon#0's time series, two figures for the report, and what
+/// every turn did.
 struct Shared {
     answers: Vec<u64>,
     reports: Vec<Vec<Result<ClientReport, Failed>>>,
@@ -183,6 +184,94 @@ struct Shared {
     /// The longest daemon loop (its costs and the WQEs it posted), for a drain that
     /// ends with clients still waiting: the figure the refusals above can only bound.
     longest_loop_ns: u64,
+    turns: TurnTotals,
+}
+
+/// Every turn of a run by kind, with what the cost model charges each for: the counts
+/// `scripts/calibrate.sh` fits the turns' measured instructions against.
+#[derive(Clone, Copy, Debug, Default)]
+struct TurnTotals {
+    /// Whole daemon loops, the clients and endpoints they looked at (summed over the
+    /// loops), and the items, completions and WQEs they were charged for.
+    loops: u64,
+    loop_clients: u64,
+    loop_peers: u64,
+    items: u64,
+    cqes: u64,
+    wqes: u64,
+    /// Turns of a daemon the poll budget held in step A (one extra poll each).
+    polls: u64,
+    /// Cache lines another thread wrote that daemons and clients read (each charged
+    /// `line_ns`, overlapped `line_overlap` at a time within a turn).
+    lines: u64,
+    /// Client turns that issued or collected something, their items, idle ones, and
+    /// the requests outstanding at the start of every client turn (summed).
+    client_busy: u64,
+    client_items: u64,
+    client_idle: u64,
+    client_slots: u64,
+}
+
+impl TurnTotals {
+    /// One line for stderr (stdout is the report, pinned byte for byte).
+    fn line(&self, loop_wall_ns: u128) -> String {
+        format!(
+            "benchkv: turns: loops={} loop_clients={} loop_peers={} items={} cqes={} wqes={} \
+             polls={} client_busy={} client_items={} client_idle={} client_slots={} \
+             lines={} run_wall_ns={loop_wall_ns}",
+            self.loops,
+            self.loop_clients,
+            self.loop_peers,
+            self.items,
+            self.cqes,
+            self.wqes,
+            self.polls,
+            self.client_busy,
+            self.client_items,
+            self.client_idle,
+            self.client_slots,
+            self.lines
+        )
+    }
+}
+
+/// Whole ns of a cost that may be 0 (a line transfer when none was read).
+fn ns_or_0(x: f64) -> u64 {
+    x.round() as u64
+}
+
+/// A daemon's loop, apart from the NIC steps around it: the code whose instructions
+/// `scripts/calibrate.sh` measures as one turn (never inlined, so callgrind can name it).
+#[inline(never)]
+fn daemon_work(daemon: &mut Daemon<'_, '_, AnyRemote>, t: u64) -> usize {
+    daemon.turn_at(t)
+}
+
+/// A client's turn, as [`daemon_work`] is a daemon's. Its issues are stamped `t`, its
+/// answers `seen`: when the first answer's line, written by a daemon, has reached it.
+#[inline(never)]
+fn client_work(
+    cl: &mut Client<'_>,
+    (t, seen): (u64, u64),
+    stopping: bool,
+    run: usize,
+) -> Result<ClientTurn, String> {
+    // The turn asks the time once before issuing (if it issues) and once to stamp
+    // the answers it collects.
+    let mut stamps = usize::from(!stopping && cl.wants_to_issue());
+    cl.turn(
+        &mut || {
+            let issue = stamps > 0;
+            stamps = stamps.saturating_sub(1);
+            if issue {
+                t
+            } else {
+                seen
+            }
+        },
+        stopping,
+        run,
+    )
 }
 
 /// A daemon and the NIC it steps.
@@ -190,6 +279,9 @@ struct DaemonActor<'m, 's> {
     rank: u32,
     daemon: Daemon<'m, 's, AnyRemote>,
     nic: Option<VirtualNic>,
+    /// The clients whose ipc rings every loop looks at, and the endpoints it holds.
+    clients: usize,
+    peers: usize,
     cost: CostModel,
     jitter: Jitter,
     /// Daemon#0 of rank 0 feeds the time series.
@@ -205,6 +297,8 @@ struct ClientActor<'a> {
     cost: CostModel,
     jitter: Jitter,
     run_ns: u64,
+    /// `--warmup`: no run counts what happens before it.
+    warmup_ns: u64,
     end_ns: u64,
 }
 
@@ -233,19 +327,30 @@ impl DaemonActor<'_, '_> {
             w.rnr_naks += u64::from(nic.step(t).rnr_naks);
         }
         let (loops, cqes) = (self.daemon.metrics().loops, self.daemon.metrics().cqes);
-        let work = self.daemon.turn_at(t);
+        let reads = self.daemon.shm_reads();
+        let work = daemon_work(&mut self.daemon, t);
         let whole = self.daemon.metrics().loops != loops;
         let took = self.daemon.metrics().cqes - cqes;
+        let lines = self.daemon.shm_reads() - reads;
+        w.turns.lines += lines;
         let spent = if whole {
-            self.jitter.ns(self.cost.daemon_loop(work, took))
+            w.turns.loops += 1;
+            w.turns.loop_clients += self.clients as u64;
+            w.turns.loop_peers += self.peers as u64;
+            w.turns.items += work as u64;
+            w.turns.cqes += took;
+            let fixed = self.cost.loop_fixed(self.clients, self.peers);
+            self.jitter.ns(self.cost.daemon_loop(fixed, work, took))
         } else {
+            w.turns.polls += 1;
             self.jitter.ns(self.cost.poll_ns)
         };
-        let mut next = t + spent;
+        let mut next = t + spent + ns_or_0(self.cost.transfers(lines));
         if let Some(nic) = &self.nic {
             let st = nic.step(next);
             w.rnr_naks += u64::from(st.rnr_naks);
             if st.wqes > 0 {
+                w.turns.wqes += u64::from(st.wqes);
                 next += ns(self.cost.posts(st.wqes));
             }
         }
@@ -274,12 +379,14 @@ impl ClientActor<'_> {
         };
         let r = self.rank as usize;
         let stopping = t >= self.end_ns;
-        let run = if stopping {
+        let run = if stopping || t < self.warmup_ns {
             NOT_MEASURING
         } else {
-            (t / self.run_ns) as usize
+            ((t - self.warmup_ns) / self.run_ns) as usize
         };
-        match cl.turn(&mut || t, stopping, run) {
+        let outstanding = cl.outstanding();
+        let seen = t + ns_or_0(self.cost.transfers(1));
+        match client_work(cl, (t, seen), stopping, run) {
             Ok(turn) => {
                 w.answers[r] += turn.completed as u64;
                 if stopping && cl.outstanding() == 0 {
@@ -288,7 +395,17 @@ impl ClientActor<'_> {
                     return Turn::Finished;
                 }
                 let items = turn.issued + turn.completed;
-                Turn::At(t + self.jitter.ns(self.cost.client_turn(items)))
+                if items > 0 {
+                    w.turns.client_busy += 1;
+                    w.turns.client_items += items as u64;
+                } else {
+                    w.turns.client_idle += 1;
+                }
+                w.turns.client_slots += outstanding;
+                w.turns.lines += turn.completed as u64;
+                let spent = self.cost.client_turn(outstanding, items);
+                let lines = self.cost.transfers(turn.completed as u64);
+                Turn::At(t + self.jitter.ns(spent) + ns_or_0(lines))
             }
             Err(e) => {
                 let f = cl.failed(format!("client {}: {e}", self.index));
@@ -338,9 +455,11 @@ pub fn run(cfg: &Config, spec: &WorldSpec) -> Result<Outcome, Fail> {
         series: Series::new(spec.sample_ns),
         rnr_naks: 0,
         longest_loop_ns: 0,
+        turns: TurnTotals::default(),
     };
-    let end_ns = cfg.duration.as_nanos() as u64 * cfg.runs as u64;
+    let end_ns = cfg.warmup.as_nanos() as u64 + cfg.duration.as_nanos() as u64 * cfg.runs as u64;
     let give_up_ns = end_ns + drain_window_ns(cfg, spec);
+    let loop_wall = Instant::now();
     let end = rt.run(
         &mut w,
         &spec.faults,
@@ -348,6 +467,7 @@ pub fn run(cfg: &Config, spec: &WorldSpec) -> Result<Outcome, Fail> {
         give_up_ns,
         Some(("benchkv", end_ns)),
     )?;
+    let loop_wall_ns = loop_wall.elapsed().as_nanos();
     let mut metrics: Vec<Vec<Result<DaemonMetrics, String>>> = (0..n).map(|_| Vec::new()).collect();
     for a in rt.into_actors() {
         match a {
@@ -365,6 +485,7 @@ pub fn run(cfg: &Config, spec: &WorldSpec) -> Result<Outcome, Fail> {
         end.end_ns as f64 / 1e6,
         wall.elapsed().as_secs_f64()
     );
+    eprintln!("{}", w.turns.line(loop_wall_ns));
     let mut out = outcome(cfg, spec, w.reports, metrics, end.end_ns, w.rnr_naks);
     if end.unfinished > 0 {
         out.errors
@@ -479,10 +600,16 @@ fn add_daemons<'a, 'm, 's>(
                 slab_it.next().expect("a slab pair per daemon"),
             )?;
             let id = r * cfg.daemons + d;
+            // As `Network::connect` gives out the endpoints.
+            let peers = (0..spec.ranks)
+                .filter(|&q| q as usize != r && endpoint_daemon(cfg.backend, q, cfg.daemons) == d)
+                .count();
             rt.add(Kv::Daemon(Box::new(DaemonActor {
                 rank: r as u32,
                 daemon,
                 nic: nics[r][d].clone(),
+                clients: cfg.clients,
+                peers,
                 cost: spec.cost,
                 jitter: Jitter::for_actor(cfg.seed, id, spec.cost.jitter),
                 sampled: id == 0,
@@ -513,7 +640,8 @@ fn add_clients<'a>(
                 cost: spec.cost,
                 jitter: Jitter::for_actor(cfg.seed, id, spec.cost.jitter),
                 run_ns,
-                end_ns: run_ns * cfg.runs as u64,
+                warmup_ns: cfg.warmup.as_nanos() as u64,
+                end_ns: cfg.warmup.as_nanos() as u64 + run_ns * cfg.runs as u64,
             })));
         }
     }
@@ -560,6 +688,7 @@ fn outcome(
     describe.extend([
         ("world", json!(format!("virtual:{n}"))),
         ("cost", json!(spec.cost.describe())),
+        ("cost_profile", json!(cfg.cost_source)),
         ("nic", json!(spec.nic.describe())),
         ("one_way_ns", json!(spec.nic.one_way_ns())),
         (
@@ -573,6 +702,9 @@ fn outcome(
         ("virtual_end_us", json!(end_ns / 1000)),
         ("rnr_naks", json!(rnr_naks)),
     ]);
+    if !cfg.warmup.is_zero() {
+        describe.push(("warmup_us", json!(cfg.warmup.as_nanos() as u64 / 1000)));
+    }
     Outcome {
         rank: 0,
         report: assemble(describe, cfg.runs, results, true),

@@ -73,6 +73,7 @@ impl Opts {
                 latency_ns: 2_000,
                 bandwidth_bytes_per_s: 0,
                 packet_ns: 0,
+                ack_ns: 0,
             },
             link_slots: 16,
             mtu: 1024,

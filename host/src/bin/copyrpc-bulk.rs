@@ -179,6 +179,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
         &world,
         2..=2,
         &cost,
+        None,
         &nic,
         a.kind == FabricKind::Verbs || a.verbs.device.is_some(),
     )?;

@@ -106,13 +106,19 @@ struct Cli {
     world: String,
 
     /// Virtual world: CPU cost of each echo pass, `key=ns,...` (as benchkv's --cost; a
-    /// pass is charged like a daemon loop: loop_ns + item_ns per call, answer and reply).
+    /// pass costs echo_pass_ns + echo_peer_ns per peer + echo_item_ns per call, answer
+    /// and reply + echo_post_ns per WQE).
     #[arg(long, default_value = "", value_name = "KEY=NS,...")]
     cost: String,
 
     /// Virtual world: the NIC profile, `key=value,...` (as benchkv's --nic).
     #[arg(long, default_value = "", value_name = "KEY=VALUE,...")]
     nic: String,
+
+    /// Virtual world: the cost profile the passes' figures come from (as benchkv's
+    /// --cost-profile; default: the built-in one).
+    #[arg(long, value_name = "FILE")]
+    cost_profile: Option<std::path::PathBuf>,
 }
 
 /// `--gid-index`: `None` for `auto`.
@@ -176,6 +182,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Run, clap::Error> {
         &cli.world,
         2..=MAX_VIRTUAL_RANKS,
         &cli.cost,
+        cli.cost_profile.as_deref(),
         &cli.nic,
         cli.fabric == FabricKind::Verbs || cli.device.is_some(),
     )
@@ -348,6 +355,11 @@ fn run_virtual(cfg: &EchoConfig, w: &WorldSpec) -> ExitCode {
             eprintln!(
                 "copyrpc-echo: virtual world of {n} ranks in {:.2} s wall, one core",
                 wall.elapsed().as_secs_f64()
+            );
+            let p = v.passes;
+            eprintln!(
+                "copyrpc-echo: passes={} peers={} items={} completions={} wqes={}",
+                p.passes, p.peers, p.items, p.completions, p.wqes
             );
             ExitCode::SUCCESS
         }

@@ -77,8 +77,12 @@ pub struct SimOptions {
     pub link_slots: u32,
     /// Link MTU in bytes (a power of two, 256..=4096).
     pub mtu: u32,
-    /// One-way latency and bandwidth of every link this fabric sends on.
+    /// One-way latency, bandwidth and per-QP packet spacing of every link this fabric
+    /// sends on.
     pub link: LinkConfig,
+    /// Least time between two packets the device sends over all its QPs, ns (the
+    /// NIC-wide packet rate; 0, the default, for none).
+    pub nic_packet_ns: u64,
     /// Who steps the device: its own engine thread in real time (the default), or the
     /// owner through [`SimFabric::step`] at times it chooses (a virtual-time world).
     pub stepping: Stepping,
@@ -110,6 +114,7 @@ impl Default for SimOptions {
             link_slots: 64,
             mtu: 4096,
             link: LinkConfig::default(),
+            nic_packet_ns: 0,
             stepping: Stepping::Thread,
             ack_timeout_ns: None,
             min_rnr_timer: None,
@@ -302,6 +307,7 @@ impl SimFabric {
             &mut dev,
             DeviceConfig {
                 qpn_base,
+                nic_packet_ns: opts.nic_packet_ns,
                 ..DeviceConfig::DEFAULT
             },
         );

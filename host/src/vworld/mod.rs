@@ -15,7 +15,8 @@
 //! - **the fabric**: each actor that drives a NIC owns a manually stepped sim device
 //!   ([`VirtualNic`]), stepped at the start of each of its turns (delivering what arrived
 //!   by then) and at the end (sending what the turn posted, stamped with the end time);
-//!   its links carry the [`NicProfile`]'s one-way time, bandwidth and packet time.
+//!   its links carry the [`NicProfile`]'s one-way time and bandwidth, its QPs and the
+//!   device the profile's packet spacings.
 //!
 //! ## Why one thread computes what N machines would
 //!
@@ -38,6 +39,7 @@
 //! |---|---|
 //! | [`Actor`], [`Turn`], [`Runtime`] (the scheduler and its fault events) | `sched.rs` |
 //! | [`CostModel`], [`NicProfile`], [`Jitter`] | `model.rs` |
+//! | [`Profile`]: cost profiles, the built-in one | `profile.rs`, `default.cost` |
 //! | [`VirtualNic`] (a sim device stepped at virtual times) | `nic.rs` |
 //! | [`Fault`], [`FaultKind`] | `faults.rs` |
 //! | [`transpose`] (the N-ranks-on-one-thread exchange) | `exchange.rs` |
@@ -47,6 +49,7 @@ mod exchange;
 mod faults;
 mod model;
 mod nic;
+mod profile;
 mod sched;
 mod series;
 
@@ -54,6 +57,9 @@ pub use exchange::transpose;
 pub use faults::{Fault, FaultKind};
 pub use model::{ns, CostModel, Jitter, NicProfile};
 pub use nic::VirtualNic;
+pub use profile::{
+    default_profile, load_profile, parse_profile, Profile, DEFAULT_PROFILE, PROFILE_HEADER,
+};
 pub use sched::{Actor, RunEnd, Runtime, Turn};
 pub use series::{Sample, Series};
 
@@ -143,11 +149,16 @@ pub fn world_from_flags(
     world: &str,
     ranks: std::ops::RangeInclusive<u32>,
     cost: &str,
+    cost_profile: Option<&std::path::Path>,
     nic: &str,
     on_a_nic: bool,
 ) -> Result<Option<WorldSpec>, String> {
     let Some(n) = parse_world(world, ranks)? else {
-        for (flag, set) in [("--cost", !cost.is_empty()), ("--nic", !nic.is_empty())] {
+        for (flag, set) in [
+            ("--cost", !cost.is_empty()),
+            ("--cost-profile", cost_profile.is_some()),
+            ("--nic", !nic.is_empty()),
+        ] {
             if set {
                 return Err(format!("{flag} applies only with --world virtual:N"));
             }
@@ -168,7 +179,13 @@ pub fn world_from_flags(
     }
     Ok(Some(WorldSpec {
         ranks: n,
-        cost: CostModel::parse(cost)?,
+        cost: CostModel::with_profile(
+            match cost_profile {
+                Some(path) => load_profile(path)?.cost,
+                None => CostModel::default(),
+            },
+            cost,
+        )?,
         nic: NicProfile::parse(nic)?,
         faults: Vec::new(),
         sample_ns: 1_000,
@@ -177,11 +194,13 @@ pub fn world_from_flags(
 
 impl WorldSpec {
     /// The options of one of the world's NICs: manually stepped, with the profile's
-    /// link, transport timers, [`LINK_SLOTS`], and a sparse region of `region_bytes`.
+    /// link and NIC-wide packet rate, transport timers, [`LINK_SLOTS`], and a sparse
+    /// region of `region_bytes`.
     pub fn sim_options(&self, region_bytes: usize) -> SimOptions {
         SimOptions {
             region_bytes,
             link: self.nic.link(),
+            nic_packet_ns: self.nic.nic_spacing_ns(),
             link_slots: LINK_SLOTS,
             stepping: Stepping::Manual,
             ack_timeout_ns: Some(self.nic.ack_timeout_ns.round() as u64),

@@ -6,21 +6,29 @@
 use crate::fabric::sim::{rnr_timer_ns, SimLinkConfig};
 use crate::rng::Rng;
 
-/// Nanoseconds of CPU per piece of a turn. A daemon loop costs
-/// `loop_ns + item_ns × items + cqe_ns × completions + post_ns × WQEs posted`; a step-A poll that the poll
-/// budget repeats costs `poll_ns`; a client turn that did something costs
-/// `client_ns + client_item_ns × (issued + answered)`, one that found nothing
-/// `client_idle_ns` (its polling period).
+/// Nanoseconds of CPU per piece of a turn. A daemon loop costs `loop_ns +
+/// loop_client_ns × clients it serves + loop_peer_ns × endpoints it holds + item_ns ×
+/// items + cqe_ns × completions + post_ns × WQEs posted`; a step-A poll that the poll
+/// budget repeats costs `poll_ns`; a client turn costs `client_idle_ns + client_slot_ns ×
+/// requests outstanding`, and when it did something `client_ns + client_item_ns ×
+/// (issued + answered)` more; an echo pass `echo_pass_ns + echo_peer_ns × peers +
+/// echo_item_ns × (calls, responses and answers) + echo_post_ns × WQEs posted`. The figures come from a cost profile
+/// (`profile.rs`: the built-in one, measured from the real code, or `--cost-profile`),
+/// then `--cost` keys, and are then divided by `clock_ratio`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostModel {
     /// A daemon loop's fixed cost: every phase's poll of shared lines.
     pub loop_ns: f64,
+    /// A loop's look at one client's ipc ring.
+    pub loop_client_ns: f64,
+    /// A loop's look at one endpoint it holds.
+    pub loop_peer_ns: f64,
     /// Per item a loop handles (a completion, a request taken, served or forwarded).
     pub item_ns: f64,
     /// Per WQE the loop posted (build, doorbell record, BlueFlame copy).
     pub post_ns: f64,
     /// Per completion (receive CQE: one arrived batch) the loop took, on top of its item:
-    /// the CQE read, the SRQ repost, the batch parse. 0 by default (the item covers it).
+    /// the CQE read, the SRQ repost, the batch parse.
     pub cqe_ns: f64,
     /// One extra transport poll in step A (docs/spec/poll-budget.md#poll-budget).
     pub poll_ns: f64,
@@ -28,50 +36,71 @@ pub struct CostModel {
     pub client_ns: f64,
     /// Per request a client issued or collected.
     pub client_item_ns: f64,
-    /// A client turn that found nothing: the period of its polling.
+    /// Every client turn: one look at its queues (so the period of an idle client's
+    /// polling).
     pub client_idle_ns: f64,
+    /// Per request outstanding, in every client turn (the look at its answer slot).
+    pub client_slot_ns: f64,
+    /// An echo pass's fixed cost.
+    pub echo_pass_ns: f64,
+    /// An echo pass's look at one peer.
+    pub echo_peer_ns: f64,
+    /// Per call, response or answer of an echo pass.
+    pub echo_item_ns: f64,
+    /// Per WQE an echo pass posted.
+    pub echo_post_ns: f64,
+    /// A turn's read of a cache line another core wrote last: the line's transfer
+    /// (half the one-line ping-pong's round trip). A memory figure, not the core's:
+    /// `clock_ratio` leaves it alone.
+    pub line_ns: f64,
+    /// How many such transfers a turn overlaps (independent loads in flight at once):
+    /// `k` lines cost `line_ns × max(1, k / line_overlap)`.
+    pub line_overlap: f64,
     /// Every turn's cost is drawn uniformly from `cost × (1 ± jitter)` (a seeded stream per
     /// actor, so runs stay deterministic): the run-to-run variation of real loops (cache
     /// misses, interrupts) that starts the dispersion
     /// (docs/spec/poll-budget.md#bistability) of the synchronised first wave. 0 makes every
     /// turn cost exactly its figure.
     pub jitter: f64,
+    /// How much faster the modeled CPU runs the same instructions than the machine the
+    /// profile was measured on; every figure above is already divided by it.
+    pub clock_ratio: f64,
 }
 
 impl Default for CostModel {
+    /// The built-in profile's figures (docs/BENCHKV.md, "The virtual world's figures").
     fn default() -> Self {
-        Self {
-            loop_ns: 550.0,
-            item_ns: 160.0,
-            post_ns: 120.0,
-            cqe_ns: 0.0,
-            poll_ns: 1000.0,
-            client_ns: 100.0,
-            client_item_ns: 40.0,
-            client_idle_ns: 500.0,
-            jitter: 0.0,
-        }
+        super::profile::default_profile().cost
     }
 }
 
-/// One NIC and its link, in the units of a data sheet. A packet's one-way time is
-/// `doorbell_ns + latency_ns + dma_ns` plus its time on its QP's send side: `wqe_ns`
-/// and its bytes at `gbps`, after every earlier packet of that QP has had its own (a
-/// NIC works through one QP's packets in order, so a QP sends at most one packet per
-/// `wqe_ns`; an idle QP adds exactly `wqe_ns`).
+/// One NIC and its link, in the units of a data sheet. A packet's one-way time is fixed
+/// (`doorbell_ns + nic_ns + latency_ns + dma_ns`, plus its bytes at `gbps`); what a NIC
+/// can send is bounded apart from it, by three spacings that only delay a packet when
+/// the NIC or its QP is busy: `nic_packet_ns` between any two packets of the NIC (its
+/// message rate), `qp_packet_ns` between two data packets of one QP, `ack_ns` between
+/// two acknowledgements of one QP. Where each default comes from is in docs/BENCHKV.md.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NicProfile {
     /// Wire and switch, one way.
     pub latency_ns: f64,
-    /// From the doorbell (BlueFlame write) to the NIC starting on the WQE.
+    /// From the CPU's doorbell (the BlueFlame write crossing PCIe) to the NIC starting
+    /// on the WQE.
     pub doorbell_ns: f64,
-    /// The NIC's processing of one packet of one QP (WQE fetch and parse, headers),
-    /// serialised per QP: the QP's packet-rate limit. The research code's own 2-rank
-    /// analysis saw one endpoint's NIC path top out near 1 M small WRITEs/s with its
-    /// one-way time growing with load (docs/BENCHKV.md).
-    pub wqe_ns: f64,
+    /// The NICs' own processing of a packet, sending and receiving side together: a
+    /// pipeline's latency, not a rate (many packets are in it at once).
+    pub nic_ns: f64,
     /// The receiving NIC's PCIe write of the payload and the CQE.
     pub dma_ns: f64,
+    /// Least time between two data packets of one QP: the per-QP packet rate (a NIC
+    /// works through one QP's WQEs in order). An idle QP's packet leaves at once.
+    pub qp_packet_ns: f64,
+    /// Least time between two ACKs of one QP. A ConnectX builds ACKs in its receive
+    /// pipeline, so they neither wait for the QP's data packets nor hold them.
+    pub ack_ns: f64,
+    /// Least time between two packets of the whole NIC, over all its QPs (data and
+    /// ACKs): its message rate. A NIC is one daemon's device here (docs/BENCHKV.md).
+    pub nic_packet_ns: f64,
     /// Link bandwidth, Gbit/s.
     pub gbps: f64,
     /// The transport's acknowledgement timeout; a cut link fails a QP after 8 of these
@@ -84,14 +113,17 @@ pub struct NicProfile {
 }
 
 impl Default for NicProfile {
-    /// ConnectX-6 on HDR100 (100 Gbit/s) through one switch.
+    /// ConnectX-7 class (docs/BENCHKV.md, "The virtual world's figures").
     fn default() -> Self {
         Self {
-            latency_ns: 600.0,
+            latency_ns: 300.0,
             doorbell_ns: 250.0,
-            wqe_ns: 100.0,
+            nic_ns: 500.0,
             dma_ns: 350.0,
-            gbps: 100.0,
+            qp_packet_ns: 50.0,
+            ack_ns: 0.0,
+            nic_packet_ns: 3.0,
+            gbps: 400.0,
             // IB local_ack_timeout 8: 4.096 us << 8.
             ack_timeout_ns: 1_048_576.0,
             rnr_timer_ns: 640_000.0,
@@ -100,24 +132,52 @@ impl Default for NicProfile {
 }
 
 impl CostModel {
-    /// A whole daemon loop that handled `items` and took `cqes` completions.
-    pub fn daemon_loop(&self, items: usize, cqes: u64) -> f64 {
-        self.loop_ns + self.item_ns * items as f64 + self.cqe_ns * cqes as f64
+    /// A daemon loop's fixed cost when it serves `clients` clients and holds `peers`
+    /// endpoints.
+    pub fn loop_fixed(&self, clients: usize, peers: usize) -> f64 {
+        self.loop_ns + self.loop_client_ns * clients as f64 + self.loop_peer_ns * peers as f64
     }
 
-    /// A client turn that issued or collected `items` requests (`client_idle_ns` when
-    /// it found nothing to do).
-    pub fn client_turn(&self, items: usize) -> f64 {
+    /// A whole daemon loop of fixed cost `fixed` that handled `items` and took `cqes`
+    /// completions.
+    pub fn daemon_loop(&self, fixed: f64, items: usize, cqes: u64) -> f64 {
+        fixed + self.item_ns * items as f64 + self.cqe_ns * cqes as f64
+    }
+
+    /// A client turn that began with `outstanding` requests out and issued or collected
+    /// `items` requests.
+    pub fn client_turn(&self, outstanding: u64, items: usize) -> f64 {
+        let look = self.client_idle_ns + self.client_slot_ns * outstanding as f64;
         if items > 0 {
-            self.client_ns + self.client_item_ns * items as f64
+            look + self.client_ns + self.client_item_ns * items as f64
         } else {
-            self.client_idle_ns
+            look
         }
     }
 
     /// The CPU time of posting `wqes` WQEs.
     pub fn posts(&self, wqes: u32) -> f64 {
         self.post_ns * f64::from(wqes)
+    }
+
+    /// An echo pass over `peers` peers that handled `items` calls, responses and
+    /// answers.
+    pub fn echo_pass(&self, peers: usize, items: usize) -> f64 {
+        self.echo_pass_ns + self.echo_peer_ns * peers as f64 + self.echo_item_ns * items as f64
+    }
+
+    /// A turn's reads of `lines` cache lines another core wrote last.
+    pub fn transfers(&self, lines: u64) -> f64 {
+        if lines == 0 {
+            0.0
+        } else {
+            self.line_ns * (lines as f64 / self.line_overlap).max(1.0)
+        }
+    }
+
+    /// The CPU time of an echo pass's `wqes` WQEs.
+    pub fn echo_posts(&self, wqes: u32) -> f64 {
+        self.echo_post_ns * f64::from(wqes)
     }
 }
 
@@ -156,14 +216,20 @@ impl NicProfile {
         SimLinkConfig {
             latency_ns: self.one_way_ns(),
             bandwidth_bytes_per_s: self.bytes_per_s(),
-            packet_ns: ns(self.wqe_ns),
+            packet_ns: spacing(self.qp_packet_ns),
+            ack_ns: spacing(self.ack_ns),
         }
     }
 
-    /// A packet's fixed one-way time besides its QP's send side (`wqe_ns` and the
-    /// bytes, which the link serialises), ns.
+    /// A packet's fixed one-way time besides its bytes (which the link serialises) and
+    /// any wait for a busy NIC or QP, ns.
     pub fn one_way_ns(&self) -> u64 {
-        (self.latency_ns + self.doorbell_ns + self.dma_ns).round() as u64
+        (self.latency_ns + self.doorbell_ns + self.nic_ns + self.dma_ns).round() as u64
+    }
+
+    /// The NIC-wide spacing in whole ns (0: none).
+    pub fn nic_spacing_ns(&self) -> u64 {
+        spacing(self.nic_packet_ns)
     }
 
     /// The smallest IBA `min_rnr_timer` code whose wait is at least `rnr_timer_ns`
@@ -235,15 +301,25 @@ fn apply(
 }
 
 impl CostModel {
-    /// The defaults with `text` (`--cost`) applied.
+    /// The built-in profile with `text` (`--cost`) applied.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let mut c = Self::default();
+        Self::with_profile(Self::default(), text)
+    }
+
+    /// `base` (a profile's figures) with `text` (`--cost`) applied, every figure then
+    /// divided by the `clock_ratio` key (1 unless given).
+    pub fn with_profile(base: Self, text: &str) -> Result<Self, String> {
+        let mut c = base;
+        c.clock_ratio = 1.0;
         apply(
             "--cost",
             text,
             &mut [
                 ("jitter", &mut c.jitter, 0.9),
+                ("clock_ratio", &mut c.clock_ratio, 1000.0),
                 ("loop_ns", &mut c.loop_ns, ABSURD),
+                ("loop_client_ns", &mut c.loop_client_ns, ABSURD),
+                ("loop_peer_ns", &mut c.loop_peer_ns, ABSURD),
                 ("item_ns", &mut c.item_ns, ABSURD),
                 ("post_ns", &mut c.post_ns, ABSURD),
                 ("cqe_ns", &mut c.cqe_ns, ABSURD),
@@ -251,17 +327,66 @@ impl CostModel {
                 ("client_ns", &mut c.client_ns, ABSURD),
                 ("client_item_ns", &mut c.client_item_ns, ABSURD),
                 ("client_idle_ns", &mut c.client_idle_ns, ABSURD),
+                ("client_slot_ns", &mut c.client_slot_ns, ABSURD),
+                ("echo_pass_ns", &mut c.echo_pass_ns, ABSURD),
+                ("echo_peer_ns", &mut c.echo_peer_ns, ABSURD),
+                ("echo_item_ns", &mut c.echo_item_ns, ABSURD),
+                ("echo_post_ns", &mut c.echo_post_ns, ABSURD),
+                ("line_ns", &mut c.line_ns, ABSURD),
+                ("line_overlap", &mut c.line_overlap, 64.0),
             ],
-            &["jitter", "cqe_ns"],
+            &[
+                "jitter",
+                "cqe_ns",
+                "line_ns",
+                "loop_client_ns",
+                "loop_peer_ns",
+                "client_slot_ns",
+                "echo_peer_ns",
+            ],
         )?;
+        if c.clock_ratio < 0.001 {
+            return Err(format!(
+                "--cost: clock_ratio={} must be at least 0.001 and at most 1000",
+                c.clock_ratio
+            ));
+        }
+        if c.line_overlap < 1.0 {
+            return Err(format!(
+                "--cost: line_overlap={} must be at least 1 and at most 64",
+                c.line_overlap
+            ));
+        }
+        let r = c.clock_ratio;
+        for f in [
+            &mut c.loop_ns,
+            &mut c.loop_client_ns,
+            &mut c.loop_peer_ns,
+            &mut c.item_ns,
+            &mut c.post_ns,
+            &mut c.cqe_ns,
+            &mut c.poll_ns,
+            &mut c.client_ns,
+            &mut c.client_item_ns,
+            &mut c.client_idle_ns,
+            &mut c.client_slot_ns,
+            &mut c.echo_pass_ns,
+            &mut c.echo_peer_ns,
+            &mut c.echo_item_ns,
+            &mut c.echo_post_ns,
+        ] {
+            *f /= r;
+        }
         Ok(c)
     }
 
     /// `key=value` list of every figure, for the report.
     pub fn describe(&self) -> String {
         format!(
-            "loop_ns={},item_ns={},post_ns={},cqe_ns={},poll_ns={},client_ns={},client_item_ns={},client_idle_ns={},jitter={}",
+            "loop_ns={},loop_client_ns={},loop_peer_ns={},item_ns={},post_ns={},cqe_ns={},poll_ns={},client_ns={},client_item_ns={},client_idle_ns={},client_slot_ns={},echo_pass_ns={},echo_peer_ns={},echo_item_ns={},echo_post_ns={},line_ns={},line_overlap={},jitter={},clock_ratio={}",
             self.loop_ns,
+            self.loop_client_ns,
+            self.loop_peer_ns,
             self.item_ns,
             self.post_ns,
             self.cqe_ns,
@@ -269,14 +394,35 @@ impl CostModel {
             self.client_ns,
             self.client_item_ns,
             self.client_idle_ns,
-            self.jitter
+            self.client_slot_ns,
+            self.echo_pass_ns,
+            self.echo_peer_ns,
+            self.echo_item_ns,
+            self.echo_post_ns,
+            self.line_ns,
+            self.line_overlap,
+            self.jitter,
+            self.clock_ratio
         )
     }
 }
 
+/// The key the NIC's one packet time had before it was split: what replaces it.
+const SPLIT_WQE_NS: &str = "--nic: wqe_ns was split (it was at once a QP's packet rate, an \
+     ACK's cost and a latency): qp_packet_ns (least time between two data packets of a QP), \
+     ack_ns (between two ACKs of a QP), nic_packet_ns (between two packets of the NIC) and \
+     nic_ns (the NIC's processing latency); the old wqe_ns=X was close to \
+     qp_packet_ns=X,nic_ns=X with every ACK waiting X on its QP's data";
+
 impl NicProfile {
     /// The defaults with `text` (`--nic`) applied.
     pub fn parse(text: &str) -> Result<Self, String> {
+        if text
+            .split(',')
+            .any(|i| i.split_once('=').map_or(i, |(k, _)| k).trim() == "wqe_ns")
+        {
+            return Err(SPLIT_WQE_NS.to_string());
+        }
         let mut n = Self::default();
         apply(
             "--nic",
@@ -284,13 +430,24 @@ impl NicProfile {
             &mut [
                 ("latency_ns", &mut n.latency_ns, ABSURD),
                 ("doorbell_ns", &mut n.doorbell_ns, ABSURD),
-                ("wqe_ns", &mut n.wqe_ns, ABSURD),
+                ("nic_ns", &mut n.nic_ns, ABSURD),
                 ("dma_ns", &mut n.dma_ns, ABSURD),
+                ("qp_packet_ns", &mut n.qp_packet_ns, ABSURD),
+                ("ack_ns", &mut n.ack_ns, ABSURD),
+                ("nic_packet_ns", &mut n.nic_packet_ns, ABSURD),
                 ("gbps", &mut n.gbps, ABSURD_GBPS),
                 ("ack_timeout_ns", &mut n.ack_timeout_ns, ABSURD * 10.0),
                 ("rnr_timer_ns", &mut n.rnr_timer_ns, 655_360_000.0),
             ],
-            &[],
+            &[
+                "latency_ns",
+                "doorbell_ns",
+                "nic_ns",
+                "dma_ns",
+                "qp_packet_ns",
+                "ack_ns",
+                "nic_packet_ns",
+            ],
         )?;
         // The link holds bandwidth in whole bytes per second, and 0 there means no limit:
         // a figure that rounds to it would run at full speed instead of refusing.
@@ -306,15 +463,27 @@ impl NicProfile {
     /// `key=value` list of every figure, for the report.
     pub fn describe(&self) -> String {
         format!(
-            "latency_ns={},doorbell_ns={},wqe_ns={},dma_ns={},gbps={},ack_timeout_ns={},rnr_timer_ns={}",
+            "latency_ns={},doorbell_ns={},nic_ns={},dma_ns={},qp_packet_ns={},ack_ns={},nic_packet_ns={},gbps={},ack_timeout_ns={},rnr_timer_ns={}",
             self.latency_ns,
             self.doorbell_ns,
-            self.wqe_ns,
+            self.nic_ns,
             self.dma_ns,
+            self.qp_packet_ns,
+            self.ack_ns,
+            self.nic_packet_ns,
             self.gbps,
             self.ack_timeout_ns,
             rnr_timer_ns(self.rnr_timer_code())
         )
+    }
+}
+
+/// A spacing in whole ns; 0 stays 0 (no limit), anything above rounds to at least 1.
+fn spacing(x: f64) -> u64 {
+    if x > 0.0 {
+        ns(x)
+    } else {
+        0
     }
 }
 
@@ -335,7 +504,7 @@ mod tests {
         assert_eq!(c.post_ns, CostModel::default().post_ns);
         let n = NicProfile::parse("gbps=200,latency_ns=1000").unwrap();
         assert_eq!(n.bytes_per_s(), 25_000_000_000);
-        assert_eq!(n.one_way_ns(), 1000 + 250 + 350);
+        assert_eq!(n.one_way_ns(), 1000 + 250 + 500 + 350);
         for (bad, needle) in [
             ("loop_ns=0", "more than 0"),
             ("loop_ns=-5", "more than 0"),
@@ -350,6 +519,21 @@ mod tests {
             assert!(e.contains("--cost") && e.contains(needle), "{bad}: {e}");
         }
         assert!(NicProfile::parse("gbps=1e6").unwrap_err().contains("gbps"));
+        // The old single packet time is refused with what replaced it.
+        for old in ["wqe_ns=7000", "gbps=100, wqe_ns = 1", "wqe_ns"] {
+            let e = NicProfile::parse(old).unwrap_err();
+            assert!(
+                e.contains("wqe_ns was split") && e.contains("qp_packet_ns"),
+                "{e}"
+            );
+        }
+        // A spacing of 0 is no limit; the others round to whole ns, at least 1.
+        let z = NicProfile::parse("qp_packet_ns=0,ack_ns=0.2,nic_packet_ns=0").unwrap();
+        assert_eq!((z.link().packet_ns, z.link().ack_ns), (0, 1));
+        assert_eq!(z.nic_spacing_ns(), 0);
+        assert!(NicProfile::parse("ack_ns=-1")
+            .unwrap_err()
+            .contains("at least 0"));
         // A bandwidth that rounds to 0 B/s (the link's "no limit") is refused.
         assert!(NicProfile::parse("gbps=1e-9")
             .unwrap_err()

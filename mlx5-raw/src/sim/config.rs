@@ -79,11 +79,16 @@ pub struct DeviceConfig {
     /// Packets each QP may receive, and send, per [`step`](super::Device::step): the
     /// bound on work per call.
     pub budget: u32,
+    /// Least time between two packets this device sends, over all its QPs, ns: the
+    /// NIC-wide packet rate (a ConnectX's message rate), or one DC initiator shared by
+    /// every peer. Packets take their turn in the order the device sends them, before
+    /// their QP's own spacing ([`LinkConfig::packet_ns`]). 0 = no limit.
+    pub nic_packet_ns: u64,
 }
 
 impl DeviceConfig {
     /// QPNs from 0x100, CQNs from 0x10, SRQNs from 0x20, per-WQE flushes, vendor
-    /// syndrome 0xf9, 32 packets per QP per step.
+    /// syndrome 0xf9, 32 packets per QP per step, no NIC-wide packet limit.
     pub const DEFAULT: Self = Self {
         qpn_base: 0x100,
         cqn_base: 0x10,
@@ -91,6 +96,7 @@ impl DeviceConfig {
         flush: FlushMode::EveryWqe,
         flush_vendor_syndrome: 0xf9,
         budget: 32,
+        nic_packet_ns: 0,
     };
 }
 
@@ -160,10 +166,18 @@ pub struct LinkConfig {
     pub latency_ns: u64,
     /// Serialisation rate in bytes per second (packet header + payload); 0 = unlimited.
     pub bandwidth_bytes_per_s: u64,
-    /// Fixed time each packet holds this direction on top of its bytes: the sending
-    /// NIC's per-packet work for one QP (WQE fetch and parse, header build), which a NIC
-    /// does one packet after another within a QP. 0 = none.
+    /// Least time between the starts of two data packets (WRITE, SEND, READ request or
+    /// response) this QP sends: its packet rate, the sending NIC's per-QP work (WQE
+    /// fetch and parse, header build), which a NIC does one packet after another within
+    /// a QP. A rate, not a delay: a packet of an idle QP leaves at once. 0 = none.
     pub packet_ns: u64,
+    /// Least time between two ACKs or NAKs this QP's responder sends. A ConnectX
+    /// builds acknowledgements in its receive pipeline, not from send-queue WQEs, so
+    /// they have their own spacing: an ACK neither waits for the QP's data spacing nor
+    /// holds it (when ACKs cost `packet_ns` on the data's own spacing, every answer on
+    /// the reverse direction queued behind its request's ACK). They share the wire's
+    /// bandwidth. 0 = none.
+    pub ack_ns: u64,
 }
 
 /// Queue memory of a send queue, for [`create_qp`](super::Device::create_qp).

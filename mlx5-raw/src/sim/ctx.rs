@@ -1,6 +1,7 @@
 //! Per-step context: the clock, counters, the trace sink and the async-event ring.
 
 use super::config::{AsyncEvent, StepStats};
+use super::link::Pace;
 use super::trace::{TraceEvent, TraceKind, TraceSink};
 
 /// Capacity of the async-event ring.
@@ -53,6 +54,8 @@ impl Events {
 pub(crate) struct Ctx<'a> {
     pub now: u64,
     pub stats: StepStats,
+    /// The device's NIC-wide packet pacing, carried from step to step by the device.
+    pub nic: Pace,
     pub events: &'a mut Events,
     trace: Option<&'a mut dyn TraceSink>,
 }
@@ -60,12 +63,14 @@ pub(crate) struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     pub(crate) fn new(
         now: u64,
+        nic: Pace,
         events: &'a mut Events,
         trace: Option<&'a mut dyn TraceSink>,
     ) -> Self {
         Self {
             now,
             stats: StepStats::default(),
+            nic,
             events,
             trace,
         }

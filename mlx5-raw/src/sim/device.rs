@@ -12,7 +12,7 @@ use super::config::{
 };
 use super::cq::SimCq;
 use super::ctx::{Ctx, Events};
-use super::link::{LinkDesc, LinkRx, LinkTx};
+use super::link::{LinkDesc, LinkRx, LinkTx, Pace};
 use super::mr::{key_slot, Mr};
 use super::qp::{Env, Qp, Ring};
 use super::raw::Raw;
@@ -143,6 +143,8 @@ pub struct Device<const QPS: usize, const CQS: usize, const SRQS: usize, const M
     mr_gen: u8,
     events: Events,
     stall_until: u64,
+    /// When the NIC-wide send pipeline is free ([`DeviceConfig::nic_packet_ns`]).
+    nic_free: u64,
 }
 
 /// Writes `None` to `n` consecutive `Option<T>`s from `first`.
@@ -190,6 +192,7 @@ impl<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize>
             mr_gen: 1,
             events: Events::new(),
             stall_until: 0,
+            nic_free: 0,
         }
     }
 
@@ -222,6 +225,7 @@ impl<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize>
             core::ptr::addr_of_mut!((*p).mr_gen).write(1);
             core::ptr::addr_of_mut!((*p).events).write(Events::new());
             core::ptr::addr_of_mut!((*p).stall_until).write(0);
+            core::ptr::addr_of_mut!((*p).nic_free).write(0);
             slot.assume_init_mut()
         }
     }
@@ -580,7 +584,11 @@ impl<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize>
         }
         // Shortens the trait object's lifetime to this call (an unsizing coercion).
         let trace = trace.map(|t| t as &mut dyn TraceSink);
-        let mut ctx = Ctx::new(now, &mut self.events, trace);
+        let nic = Pace {
+            gap: self.cfg.nic_packet_ns,
+            free: self.nic_free,
+        };
+        let mut ctx = Ctx::new(now, nic, &mut self.events, trace);
         for cq in self.cqs.iter_mut().flatten() {
             cq.flush_staged(&mut ctx);
         }
@@ -594,6 +602,7 @@ impl<const QPS: usize, const CQS: usize, const SRQS: usize, const MRS: usize>
         for qp in self.qps[..self.qp_end].iter_mut().flatten() {
             qp.step(&mut env);
         }
+        self.nic_free = env.ctx.nic.free;
         env.ctx.stats
     }
 

@@ -237,6 +237,16 @@ impl Link {
     }
 }
 
+/// A device's NIC-wide packet pacing ([`DeviceConfig::nic_packet_ns`](super::DeviceConfig)):
+/// when its send pipeline takes the next packet, on the `now` clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Pace {
+    /// The least time between two packets, ns (0: no limit).
+    pub gap: u64,
+    /// When the pipeline is free again.
+    pub free: u64,
+}
+
 /// The sending end of a link direction, with the timing of the direction.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LinkTx {
@@ -245,6 +255,10 @@ pub(crate) struct LinkTx {
     tail: u32,
     /// Last consumer count seen.
     head_cache: u32,
+    /// When this QP may start its next data packet (`packet_ns` spacing).
+    qp_free: u64,
+    /// When it may start its next ACK or NAK (`ack_ns` spacing).
+    ack_free: u64,
     /// When the wire is free again (bandwidth model), on the `now` clock.
     busy_until: u64,
     pub(crate) cfg: LinkConfig,
@@ -264,6 +278,8 @@ impl LinkTx {
             link,
             tail,
             head_cache,
+            qp_free: 0,
+            ack_free: 0,
             busy_until: 0,
             cfg,
         })
@@ -305,18 +321,36 @@ impl LinkTx {
     /// Stamps the delivery time and publishes the next slot with header `hdr` (its
     /// payload already written through [`payload`](Self::payload)). Requires room.
     /// Returns the delivery time, or `None` if the link is cut and the packet dropped.
-    pub(crate) fn commit(&mut self, hdr: &mut PktHdr, now: u64) -> Option<u64> {
+    ///
+    /// The packet takes its turn in the device's pipeline (`nic`, in the order the
+    /// device sends), then waits for its QP's spacing (data packets and acknowledgements
+    /// each their own: a NIC builds ACKs in its receive pipeline, apart from the send
+    /// queue's work), then for the wire (its bytes at the bandwidth, shared by both);
+    /// it arrives the link's latency after its last byte. The NIC-wide turn comes first
+    /// so that a QP whose own spacing reaches far ahead does not hold the pipeline for
+    /// the other QPs meanwhile.
+    pub(crate) fn commit(&mut self, hdr: &mut PktHdr, now: u64, nic: &mut Pace) -> Option<u64> {
         debug_assert!(self.tail.wrapping_sub(self.head_cache) < self.link.slots);
         let bytes = PKT_HDR_BYTES as u64 + u64::from(hdr.payload_len);
-        let start = self.busy_until.max(now);
-        let ser = self
-            .cfg
-            .packet_ns
-            .saturating_add(match self.cfg.bandwidth_bytes_per_s {
-                0 => 0,
-                bw => (u128::from(bytes) * 1_000_000_000 / u128::from(bw)) as u64,
-            });
-        self.busy_until = start.saturating_add(ser);
+        let admitted = if nic.gap == 0 {
+            now
+        } else {
+            let t = now.max(nic.free);
+            nic.free = t.saturating_add(nic.gap);
+            t
+        };
+        let (free, spacing) = if hdr.op == op::ACK {
+            (&mut self.ack_free, self.cfg.ack_ns)
+        } else {
+            (&mut self.qp_free, self.cfg.packet_ns)
+        };
+        let start = admitted.max(*free);
+        *free = start.saturating_add(spacing);
+        let wire = match self.cfg.bandwidth_bytes_per_s {
+            0 => 0,
+            bw => (u128::from(bytes) * 1_000_000_000 / u128::from(bw)) as u64,
+        };
+        self.busy_until = self.busy_until.max(start).saturating_add(wire);
         hdr.deliver_at = self.busy_until.saturating_add(self.cfg.latency_ns);
         if self.is_cut() {
             return None;

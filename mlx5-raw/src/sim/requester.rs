@@ -367,7 +367,7 @@ fn send_packet(qp: &mut Qp, i: usize, tx: &mut LinkTx, env: &mut Env<'_, '_>) {
         hdr.offset = off;
         hdr.payload_len = n;
     }
-    let sent = tx.commit(&mut hdr, env.ctx.now);
+    let sent = tx.commit(&mut hdr, env.ctx.now, &mut env.ctx.nic);
     env.ctx.trace(TraceKind::Packet {
         dir: if sent.is_some() {
             PacketDir::Sent

@@ -449,7 +449,7 @@ pub(crate) fn drain(qp: &mut Qp, env: &mut Env<'_, '_>) {
                 }
             }
         }
-        let sent = tx.commit(&mut hdr, env.ctx.now);
+        let sent = tx.commit(&mut hdr, env.ctx.now, &mut env.ctx.nic);
         env.ctx.trace(TraceKind::Packet {
             dir: if sent.is_some() {
                 PacketDir::Sent

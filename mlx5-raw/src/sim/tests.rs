@@ -13,7 +13,7 @@ use crate::layout::{decode_cqe, CqeOpcode, FmCeSe};
 use crate::{Cq, Payload, Remote, Sge, Sq, SqConfig, Srq};
 
 use super::cq::{resp_cqe, RespCqe};
-use super::link::{flag, op, LinkRx, LinkTx, PktHdr};
+use super::link::{flag, op, LinkRx, LinkTx, Pace, PktHdr};
 use super::raw::Raw;
 use super::wqe::{parse, Seg};
 use super::*;
@@ -87,7 +87,7 @@ fn link_queue_wraps_and_keeps_order() {
                 payload_len: 2,
                 ..PktHdr::default()
             };
-            assert_eq!(tx.commit(&mut h, 7), Some(7));
+            assert_eq!(tx.commit(&mut h, 7, &mut Pace::default()), Some(7));
         }
         assert_eq!(tx.room(), 0);
         for k in 0..2 {
@@ -104,7 +104,7 @@ fn link_queue_wraps_and_keeps_order() {
     tx.set_cut(true);
     assert_eq!(tx.room(), 2);
     let mut h = PktHdr::default();
-    assert_eq!(tx.commit(&mut h, 0), None);
+    assert_eq!(tx.commit(&mut h, 0, &mut Pace::default()), None);
     assert!(rx.peek().is_none());
     // Geometry mismatch and garbage are refused.
     let g = Mem::new(512);

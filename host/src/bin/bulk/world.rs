@@ -117,7 +117,8 @@ impl Actor<Shared> for Bulk<'_> {
             }
         };
         let (cost, jitter) = cost;
-        let mut next = t + jitter.ns(cost.daemon_loop(work, cqes));
+        // Each rank is one loop over its one peer's endpoint and no clients.
+        let mut next = t + jitter.ns(cost.daemon_loop(cost.loop_fixed(0, 1), work, cqes));
         let sent = nic.step(next);
         if sent.wqes > 0 {
             next += ns(cost.posts(sent.wqes));

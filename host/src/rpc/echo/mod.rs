@@ -21,7 +21,7 @@ use super::{RpcConfig, RpcNode};
 
 mod world;
 
-pub use world::{run_virtual, VirtualEcho, MAX_VIRTUAL_RANKS};
+pub use world::{run_virtual, PassTotals, VirtualEcho, MAX_VIRTUAL_RANKS};
 
 /// Endpoints per context (peers of one rank).
 const EPS: usize = 64;

@@ -1,9 +1,9 @@
 //! The echo on the virtual world (`copyrpc-echo --world virtual:N`): N ranks on this one
 //! thread, each with a NIC of its own, every rank's loop an actor of
 //! [`crate::vworld::Runtime`]. The same [`Echo`] passes run as in the threaded echo; a
-//! pass is charged like a daemon loop of the [`CostModel`] (`loop_ns + item_ns × calls,
-//! responses and answers + cqe_ns × completions`, `post_ns` per WQE it sent), so calls/s
-//! are virtual and the output is a function of the flags and the seed.
+//! pass is charged the [`CostModel`]'s echo figures (`echo_pass_ns + echo_item_ns ×
+//! calls, responses and answers`, `echo_post_ns` per WQE it sent), so calls/s are
+//! virtual and the output is a function of the flags and the seed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,13 +22,32 @@ use crate::rpc::CONTROL_BYTES;
 pub const MAX_VIRTUAL_RANKS: u32 = EPS as u32 + 1;
 
 /// What a virtual echo did: each rank's report (its `elapsed` is the virtual time at
-/// which it had every answer and had answered every call), and when the last was done.
+/// which it had every answer and had answered every call), when the last was done, and
+/// what its passes were charged for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VirtualEcho {
     /// By rank.
     pub ranks: Vec<EchoReport>,
     /// Virtual time at which every rank was done, ns.
     pub end_ns: u64,
+    /// Every rank's passes together.
+    pub passes: PassTotals,
+}
+
+/// The passes of a virtual echo and what the cost model charges them for: the counts
+/// `scripts/calibrate.sh` fits the passes' measured instructions against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassTotals {
+    /// Passes.
+    pub passes: u64,
+    /// The peers they looked at (summed over the passes).
+    pub peers: u64,
+    /// Calls made, responses taken and requests answered.
+    pub items: u64,
+    /// Responses taken (also counted in `items`).
+    pub completions: u64,
+    /// WQEs the passes posted.
+    pub wqes: u64,
 }
 
 impl VirtualEcho {
@@ -64,32 +83,49 @@ pub fn run_virtual(cfg: &EchoConfig, spec: &WorldSpec) -> Result<VirtualEcho> {
 struct EchoActor<'c, const REQS: usize> {
     echo: Echo<'c, REQS>,
     nic: VirtualNic,
+    /// The other ranks, each of which a pass looks at.
+    peers: usize,
     cost: CostModel,
     jitter: Jitter,
     /// When it was first done.
     done_ns: Option<u64>,
 }
 
-/// The first error of any rank (the world stops at it).
-type Failure = Option<Error>;
+/// What the ranks share: the first error of any rank (the world stops at it), and the
+/// passes' totals.
+#[derive(Default)]
+struct Shared {
+    failure: Option<Error>,
+    passes: PassTotals,
+}
 
-impl<const REQS: usize> Actor<Failure> for EchoActor<'_, REQS> {
-    fn turn(&mut self, t: u64, failure: &mut Failure) -> Turn {
+/// One echo pass, apart from the NIC steps around it: the code whose instructions
+/// `scripts/calibrate.sh` measures as one pass (never inlined, so callgrind can name it).
+#[inline(never)]
+fn pass_work<const REQS: usize>(echo: &mut Echo<'_, REQS>) -> Result<super::Pass> {
+    echo.pass()
+}
+
+impl<const REQS: usize> Actor<Shared> for EchoActor<'_, REQS> {
+    fn turn(&mut self, t: u64, w: &mut Shared) -> Turn {
         self.nic.step(t);
-        let pass = match self.echo.pass() {
+        let pass = match pass_work(&mut self.echo) {
             Ok(p) => p,
             Err(e) => {
-                *failure = Some(e);
+                w.failure = Some(e);
                 return Turn::Halt;
             }
         };
-        let spent = self
-            .jitter
-            .ns(self.cost.daemon_loop(pass.work, pass.completions as u64));
+        w.passes.passes += 1;
+        w.passes.peers += self.peers as u64;
+        w.passes.items += pass.work as u64;
+        w.passes.completions += pass.completions as u64;
+        let spent = self.jitter.ns(self.cost.echo_pass(self.peers, pass.work));
         let mut next = t + spent;
         let sent = self.nic.step(next);
         if sent.wqes > 0 {
-            next += ns(self.cost.posts(sent.wqes));
+            w.passes.wqes += u64::from(sent.wqes);
+            next += ns(self.cost.echo_posts(sent.wqes));
         }
         if self.echo.done() {
             self.done_ns.get_or_insert(next);
@@ -128,23 +164,24 @@ fn run_sized<const REQS: usize>(cfg: &EchoConfig, spec: &WorldSpec) -> Result<Vi
         rt.add(EchoActor {
             echo: Echo::new(node, n, cfg),
             nic,
+            peers: n - 1,
             cost: spec.cost,
             jitter: Jitter::for_actor(cfg.seed, id, spec.cost.jitter),
             done_ns: None,
         });
     }
-    let mut failure = None;
+    let mut shared = Shared::default();
     let give_up_ns = u64::try_from(cfg.deadline.as_nanos()).unwrap_or(u64::MAX);
     let end = rt
         .run(
-            &mut failure,
+            &mut shared,
             &[],
             |_, _, _| Ok(()),
             give_up_ns,
             Some(("copyrpc-echo", give_up_ns)),
         )
         .map_err(|reason| Error::RpcConfig { reason })?;
-    if let Some(e) = failure {
+    if let Some(e) = shared.failure {
         return Err(e);
     }
     let actors = rt.into_actors();
@@ -173,5 +210,6 @@ fn run_sized<const REQS: usize>(cfg: &EchoConfig, spec: &WorldSpec) -> Result<Vi
             })
             .collect(),
         end_ns,
+        passes: shared.passes,
     })
 }
