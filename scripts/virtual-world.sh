@@ -109,12 +109,12 @@ budget-steady)
     # start's synchronised wave) is left out and the rate is the mean of the other 20.
     # One line per run: NP poll_ns budget seed M-req/s-per-rank; scripts/budget_table.py
     # makes the table of docs/PERFORMANCE.md. NPS, POLLS, BUDGETS and SEEDS select.
-    plant=(-C 46 --queue-depth 32 --rpc-ring 256k --nic qp_packet_ns=14000,nic_ns=7000)
+    plant=(-C 46 --queue-depth 32 --rpc-ring 256k --nic qp_packet_ns=12000)
     for np in ${NPS:-2 4 8 16 32 64}; do
         for poll in ${POLLS:-1000 5000}; do
             for pb in ${BUDGETS:-off 1 2 4 8 16 adaptive}; do
                 for seed in ${SEEDS:-1 2 3 4 5}; do
-                    $B --world "virtual:$np" "${plant[@]}" --cost "item_ns=40,jitter=0.3,line_ns=0,poll_ns=$poll" \
+                    $B --world "virtual:$np" "${plant[@]}" --cost "jitter=0.3,client_idle_ns=500,poll_ns=$poll" \
                         --duration 1ms --runs 21 --poll-budget "$pb" --seed "$seed" --output json 2>/dev/null \
                         | python3 -c '
 import json, sys
@@ -132,12 +132,12 @@ budget-stall)
     # Issue 48: a 1 ms NIC stall of rank 3 at 5 ms, NP = 8 and 16, 21 ms in runs of 100 µs:
     # every rank's rate per 100 µs (one line per run: NP poll_ns budget seed, then the
     # rates in M req/s per rank); scripts/budget_table.py stall reads them.
-    plant=(-C 46 --queue-depth 32 --rpc-ring 256k --nic qp_packet_ns=14000,nic_ns=7000)
+    plant=(-C 46 --queue-depth 32 --rpc-ring 256k --nic qp_packet_ns=12000)
     for np in ${NPS:-8 16}; do
         for poll in ${POLLS:-1000 5000}; do
             for pb in ${BUDGETS:-off 1 adaptive}; do
                 for seed in ${SEEDS:-1}; do
-                    $B --world "virtual:$np" "${plant[@]}" --cost "item_ns=40,jitter=0.3,line_ns=0,poll_ns=$poll" \
+                    $B --world "virtual:$np" "${plant[@]}" --cost "jitter=0.3,client_idle_ns=500,poll_ns=$poll" \
                         --duration 100us --runs 210 --poll-budget "$pb" --seed "$seed" \
                         --vfault stall:3@5ms+1ms --output json 2>/dev/null \
                         | python3 -c '
