@@ -235,11 +235,6 @@ impl TurnTotals {
     }
 }
 
-/// Whole ns of a cost that may be 0 (a line transfer when none was read).
-fn ns_or_0(x: f64) -> u64 {
-    x.round() as u64
-}
-
 /// A daemon's loop, apart from the NIC steps around it: the code whose instructions
 /// `scripts/calibrate.sh` measures as one turn (never inlined, so callgrind can name it).
 #[inline(never)]
@@ -345,7 +340,7 @@ impl DaemonActor<'_, '_> {
             w.turns.polls += 1;
             self.jitter.ns(self.cost.poll_ns)
         };
-        let mut next = t + spent + ns_or_0(self.cost.transfers(lines));
+        let mut next = t + spent + self.cost.transfers(lines);
         if let Some(nic) = &self.nic {
             let st = nic.step(next);
             w.rnr_naks += u64::from(st.rnr_naks);
@@ -385,7 +380,7 @@ impl ClientActor<'_> {
             ((t - self.warmup_ns) / self.run_ns) as usize
         };
         let outstanding = cl.outstanding();
-        let seen = t + ns_or_0(self.cost.transfers(1));
+        let seen = t + self.cost.transfers(1);
         match client_work(cl, (t, seen), stopping, run) {
             Ok(turn) => {
                 w.answers[r] += turn.completed as u64;
@@ -405,7 +400,7 @@ impl ClientActor<'_> {
                 w.turns.lines += turn.completed as u64;
                 let spent = self.cost.client_turn(outstanding, items);
                 let lines = self.cost.transfers(turn.completed as u64);
-                Turn::At(t + self.jitter.ns(spent) + ns_or_0(lines))
+                Turn::At(t + self.jitter.ns(spent) + lines)
             }
             Err(e) => {
                 let f = cl.failed(format!("client {}: {e}", self.index));

@@ -166,12 +166,13 @@ impl CostModel {
         self.echo_pass_ns + self.echo_peer_ns * peers as f64 + self.echo_item_ns * items as f64
     }
 
-    /// A turn's reads of `lines` cache lines another core wrote last.
-    pub fn transfers(&self, lines: u64) -> f64 {
+    /// A turn's reads of `lines` cache lines another core wrote last, in whole virtual ns
+    /// (0 when it read none; never varied: a memory figure, not a CPU one).
+    pub fn transfers(&self, lines: u64) -> u64 {
         if lines == 0 {
-            0.0
+            0
         } else {
-            self.line_ns * (lines as f64 / self.line_overlap).max(1.0)
+            (self.line_ns * (lines as f64 / self.line_overlap).max(1.0)).round() as u64
         }
     }
 

@@ -213,14 +213,11 @@ mod tests {
             ]
         );
         assert_eq!((c.jitter, c.clock_ratio, c.line_overlap), (0.0, 1.0, 3.0));
-        assert_eq!(
-            (c.transfers(0), c.transfers(1), c.transfers(6)),
-            (0.0, 0.0, 0.0)
-        );
+        assert_eq!((c.transfers(0), c.transfers(1), c.transfers(6)), (0, 0, 0));
         let lines = CostModel { line_ns: 60.0, ..c };
         assert_eq!(
             (lines.transfers(1), lines.transfers(2), lines.transfers(6)),
-            (60.0, 60.0, 120.0)
+            (60, 60, 120)
         );
         let d = default_profile();
         assert!(!d.machine.is_empty());
