@@ -7,9 +7,9 @@
 #
 #   scripts/shm-instr.sh [ROUNDS]      (default 1000)
 #
-# delegationrpc (d_*) and Flux (f_*) run windows of 32 only (their figures since issue 5);
-# ipc (i_*) and the rtrb echo (r_*: two rtrb rings, a request and a response per call,
-# the bench's baseline for ipc) run windows of 32 and of 1. The last columns are the raw
+# Every protocol runs windows of 32 and of 1: delegationrpc (d_*), Flux (f_*), ipc (i_*)
+# and the rtrb echo (r_*: two rtrb rings, a request and a response per call, the bench's
+# baseline for ipc). The last columns are the raw
 # inclusive counts, the form docs/PERFORMANCE.md has quoted for d_* and f_*.
 #
 # Callgrind counts instructions, not time: the figures repeat for the same binary whatever
@@ -53,10 +53,9 @@ row() { # name prefix window
   printf '%-14s %6s %12s %12s %12s %12s   %s / %s / %s\n' "$1" "$3" "$(per "$c" "$calls")" \
     "$(per "$s" "$calls")" "$(per "$p" "$calls")" "$(per $(( c + s + p )) "$calls")" "$c" "$s" "$p"
 }
-# The d_* and f_* rows come from the window-32 run (they run at 32 in both).
-row delegationrpc d 32
-row flux f 32
-row ipc i 32
-row rtrb-echo r 32
-row ipc i 1
-row rtrb-echo r 1
+for w in 32 1; do
+  row delegationrpc d $w
+  row flux f $w
+  row ipc i $w
+  row rtrb-echo r $w
+done

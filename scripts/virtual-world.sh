@@ -9,7 +9,8 @@
 #                                    five seeds (issue 48); budget-stall: a 1 ms NIC stall
 #   scripts/virtual-world.sh dvm     Delegation against Meta as steady states at NP = 2, 16, 32
 #   scripts/virtual-world.sh validate the virtual echo against the research code's CX-7
-#                                     figures, and benchkv's idle round trip (docs/BENCHKV.md)
+#                                     figures, benchkv's idle round trip, and the shm
+#                                     bench's shape (docs/BENCHKV.md)
 # Each line is one run; the runs are deterministic (same flags, same output), the wall
 # times are this machine's (one core: the world runs on one thread).
 set -euo pipefail
@@ -178,6 +179,10 @@ import json, sys
 ls = [json.loads(l) for l in sys.stdin if l.strip()]
 r = [l for l in ls if l["type"] == "run"][0]
 print("benchkv idle (2 ranks, C 1, QD 1): p50 %.2f us, p99 %.2f us" % (r["p50_ns"] / 1e3, r["p99_ns"] / 1e3))'
+    # The shm bench's shape (one client, one server of ipc, delegationrpc and Flux) on
+    # the world's rules, against `cargo bench -p copyrpc-host --bench shm` (docs/BENCHKV.md).
+    cargo build --quiet --release -p copyrpc-host --example shm_world
+    target/release/examples/shm_world
     ;;
 memory)
     # Peak memory three ways: the kernel's VmHWM (counts a /dev/shm page once per

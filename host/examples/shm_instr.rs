@@ -10,9 +10,11 @@
 //! callgrind_annotate --inclusive=yes cg.shm | grep -E 'shm_instr::(d|f|i|r)_'
 //! ```
 //!
-//! `shm_instr ROUNDS [WINDOW]`: delegationrpc and Flux always run windows of 32 calls; ipc
-//! and rtrb run windows of `WINDOW` (default 32), ipc on a region of that depth, as the
-//! two-thread bench's `window32/ipc` (depth 32) and `rtt/ipc` (depth 1) do. rtrb is the
+//! `shm_instr ROUNDS [WINDOW]`: every protocol runs windows of `WINDOW` calls (default
+//! 32), ipc on a region of that depth, as the two-thread bench's `window32/*` (ipc of
+//! depth 32) and `rtt/*` (one call in flight, ipc of depth 1) do; the two windows give
+//! each step's fixed and per-call parts, which the virtual shm rig charges
+//! (`copyrpc_host::shm::world`). rtrb is the
 //! bench's baseline for ipc: two rings, requests one way and responses the other, the
 //! same two hand-offs per call that ipc makes.
 //!
@@ -32,8 +34,8 @@ type P = [u64; 2];
 const W: u64 = 32;
 
 #[inline(never)]
-fn d_call(c: &mut DelegClient<P, P>, k: u64) {
-    for i in 0..W {
+fn d_call(c: &mut DelegClient<P, P>, k: u64, w: u64) {
+    for i in 0..w {
         c.call(&[k + i, 0]).unwrap();
     }
 }
@@ -59,8 +61,8 @@ fn d_poll(c: &mut DelegClient<P, P>) -> u64 {
 
 type FluxNode = copyrpc_core::flux::Node<'static, 'static, P, u64>;
 #[inline(never)]
-fn f_call(a: &mut FluxNode, k: u64) {
-    for i in 0..W {
+fn f_call(a: &mut FluxNode, k: u64, w: u64) {
+    for i in 0..w {
         a.call(1, [k + i, 0], k + i).unwrap();
     }
 }
@@ -168,9 +170,9 @@ fn main() {
     let mut s = DelegServer::<P, P>::create(&name, cfg, opts).unwrap();
     let mut c = DelegClient::<P, P>::connect(&name).unwrap();
     for r in 0..rounds {
-        d_call(&mut c, r * W);
-        assert_eq!(d_serve(&mut s), W);
-        assert_eq!(d_poll(&mut c), W);
+        d_call(&mut c, r * window, window);
+        assert_eq!(d_serve(&mut s), window);
+        assert_eq!(d_poll(&mut c), window);
     }
     const CAP: usize = 64;
     let slots = Mesh::<P>::slots_needed(2, CAP);
@@ -182,9 +184,9 @@ fn main() {
     let slab = || Slab::new(Vec::leak((0..CAP).map(|_| SlabEntry::new()).collect()));
     let (mut a, mut b) = (mesh.node(0, slab()).unwrap(), mesh.node(1, slab()).unwrap());
     for r in 0..rounds {
-        f_call(&mut a, r * W);
-        assert_eq!(f_serve(&mut b), W);
-        assert_eq!(f_poll(&mut a), W);
+        f_call(&mut a, r * window, window);
+        assert_eq!(f_serve(&mut b), window);
+        assert_eq!(f_poll(&mut a), window);
     }
 
     let name = format!("/shm-instr-ipc-{}", std::process::id());

@@ -22,6 +22,7 @@
 pub mod deleg;
 pub mod ipc;
 pub mod layout;
+pub mod world;
 
 use std::ffi::CString;
 use std::io;
