@@ -38,14 +38,25 @@ fn size_of_call(k: u64) -> usize {
     }
 }
 
+/// `SEVENS[j]` = 7 × j mod 256: byte i of call k from rank src, (k × 131 + src + 7 × i)
+/// mod 256, is `SEVENS[183 × v + i]` for v = k × 131 + src (7 × 183 = 1 mod 256), so a
+/// fill is one copy, as in `busy_poll.c`.
+static SEVENS: [u8; 256 + MAX_PAYLOAD] = {
+    let mut t = [0u8; 256 + MAX_PAYLOAD];
+    let mut j = 0;
+    while j < t.len() {
+        t[j] = (7 * j) as u8;
+        j += 1;
+    }
+    t
+};
+
 /// Byte i of call k from rank src, as in the C examples.
 #[inline(never)]
 fn fill(src: u64, k: u64, out: &mut [u8]) {
-    let mut v = (k.wrapping_mul(131).wrapping_add(src)) as u8;
-    for b in out.iter_mut() {
-        *b = v;
-        v = v.wrapping_add(7);
-    }
+    let v = (k.wrapping_mul(131).wrapping_add(src)) as u8;
+    let j = usize::from(v.wrapping_mul(183));
+    out.copy_from_slice(&SEVENS[j..j + out.len()]);
     if out.len() >= 8 {
         let head = src << 32 | (k & 0xffff_ffff);
         out[..8].copy_from_slice(&head.to_le_bytes());
