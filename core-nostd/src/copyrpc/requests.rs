@@ -238,7 +238,11 @@ impl<const N: usize> Requests<N> {
     ///
     /// `seq` must be live and not released yet: a delivered request (its handle, which
     /// a release consumes, was checked) or a queued one `recv` drops.
-    #[inline]
+    ///
+    /// Always inline: the C library instantiates the core once per context class, and
+    /// LLVM then kept this out of every `copyrpc_reply` (docs/PERFORMANCE.md, "The C
+    /// library: busy-poll loop against the echo").
+    #[inline(always)]
     pub(crate) fn release(&mut self, seq: u32) -> bool {
         debug_assert!(self.live(seq));
         let e = &mut self.entries[seq as usize & (N - 1)];

@@ -162,8 +162,9 @@ impl CreditState {
     ///
     /// Inline: with the out-of-line refusal in it, the compiler stops inlining it into
     /// the call path on its own, and every call pays for the call (docs/PERFORMANCE.md,
-    /// "Why the code is shaped this way").
-    #[inline]
+    /// "Why the code is shaped this way"). Always: the C library's context classes made
+    /// LLVM decline a plain `#[inline]` there.
+    #[inline(always)]
     pub fn try_reserve_for_call(
         &mut self,
         response_allowance: u32,

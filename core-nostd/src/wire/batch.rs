@@ -115,6 +115,10 @@ impl<'a> BatchMessages<'a> {
 impl<'a> Iterator for BatchMessages<'a> {
     type Item = Result<Message<'a>, WireError>;
 
+    // Inline: the C library, with the core instantiated once per context class, kept
+    // it out of line otherwise (docs/PERFORMANCE.md, "The C library: busy-poll loop
+    // against the echo").
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.done {
             return None;
@@ -164,7 +168,9 @@ impl<'a> Iterator for BatchMessages<'a> {
 
 /// Writes header, payload and zero padding at the start of `buf`; returns the padded
 /// length written. Zeroing the padding keeps stale ring bytes from leaving the host.
-#[inline]
+/// Always inline, as `copy_payload`: the C library's context classes made LLVM keep
+/// both out of its call and reply paths under a plain `#[inline]`.
+#[inline(always)]
 pub fn emit_message(
     buf: &mut [u8],
     call_id: u32,
@@ -202,7 +208,7 @@ pub fn emit_message(
 /// payloads that dominate RPC traffic: a length in `16..=128` is covered by two
 /// fixed-size copies of its first and last 16, 32 or 64 bytes (overlapping in the
 /// middle, which is harmless between distinct buffers).
-#[inline]
+#[inline(always)]
 fn copy_payload(dst: &mut [u8], src: &[u8]) {
     fn two<const N: usize>(dst: &mut [u8], src: &[u8]) -> bool {
         match (
