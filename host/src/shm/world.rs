@@ -232,8 +232,16 @@ trait ServerEnd {
     fn answer(&mut self) -> Result<(), String>;
 }
 
-fn bad(proto: &str, got: u64, want: u64) -> String {
-    format!("{proto}: an answer carried {got} where its call sent {want}")
+/// Records in `err` (the first only) an answer `r` that is not the echo of call `want`.
+fn check(proto: &str, r: &P, want: u64, err: &mut Option<String>) {
+    if r[0] != want || r[1] != !want {
+        err.get_or_insert_with(|| {
+            format!(
+                "{proto}: an answer carried {} where its call sent {want}",
+                r[0]
+            )
+        });
+    }
 }
 
 struct IpcC(IpcClient<P, P, u64>);
@@ -245,11 +253,7 @@ impl ClientEnd for IpcC {
     }
     fn poll(&mut self) -> Result<u64, String> {
         let mut err = None;
-        let n = self.0.poll(|u, r| {
-            if r[0] != u || r[1] != !u {
-                err.get_or_insert(bad("ipc", r[0], u));
-            }
-        });
+        let n = self.0.poll(|u, r| check("ipc", r, u, &mut err));
         err.map_or(Ok(n as u64), Err)
     }
 }
@@ -293,9 +297,7 @@ impl ClientEnd for DelegC {
         let (mut err, calls) = (None, &self.1);
         let n = self.0.poll(|s, r| {
             let want = calls.get(s as usize).copied().unwrap_or(u64::MAX);
-            if r[0] != want || r[1] != !want {
-                err.get_or_insert(bad("deleg", r[0], want));
-            }
+            check("deleg", r, want, &mut err);
         });
         err.map_or(Ok(n as u64), Err)
     }
@@ -334,11 +336,7 @@ impl ClientEnd for FluxC<'_> {
     }
     fn poll(&mut self) -> Result<u64, String> {
         let mut err = None;
-        let n = self.0.poll(|u, r| {
-            if r[0] != u || r[1] != !u {
-                err.get_or_insert(bad("flux", r[0], u));
-            }
-        });
+        let n = self.0.poll(|u, r| check("flux", &r, u, &mut err));
         err.map_or(Ok(n as u64), Err)
     }
 }
@@ -369,6 +367,12 @@ impl ServerEnd for FluxS<'_> {
 struct Shared {
     report: ShmReport,
     error: Option<String>,
+}
+
+/// Ends the run on `e`, which the run returns.
+fn halt(w: &mut Shared, e: String) -> Turn {
+    w.error.get_or_insert(e);
+    Turn::Halt
 }
 
 /// A step's cost in ns: its fixed part if `fixed`, and `n` calls' part.
@@ -409,17 +413,14 @@ struct Client<'a> {
 
 impl Client<'_> {
     /// Issues what the window allows; how many.
-    fn issue(&mut self, w: &mut Shared) -> Option<u64> {
+    fn issue(&mut self) -> Result<u64, String> {
         let mut issued = 0;
         while self.sent < self.calls && self.sent - self.done < self.window {
-            if let Err(e) = self.end.call(self.sent) {
-                w.error.get_or_insert(e);
-                return None;
-            }
+            self.end.call(self.sent)?;
             self.sent += 1;
             issued += 1;
         }
-        Some(issued)
+        Ok(issued)
     }
 
     fn cpu(&self, issued: u64, answers: u64) -> f64 {
@@ -435,24 +436,22 @@ impl Actor<Shared> for Client<'_> {
     fn turn(&mut self, now: u64, w: &mut Shared) -> Turn {
         if let Some(n) = self.held.take() {
             // The write half: the answers' lines have arrived; the calls go out now.
-            let Some(issued) = self.issue(w) else {
-                return Turn::Halt;
+            let issued = match self.issue() {
+                Ok(k) => k,
+                Err(e) => return halt(w, e),
             };
             return Turn::At(now + self.jitter.ns(self.cpu(issued, n)));
         }
         let issued = match self.rule {
-            Visibility::TurnStart => match self.issue(w) {
-                Some(k) => k,
-                None => return Turn::Halt,
+            Visibility::TurnStart => match self.issue() {
+                Ok(k) => k,
+                Err(e) => return halt(w, e),
             },
             Visibility::AfterLines => 0,
         };
         let n = match self.end.poll() {
             Ok(n) => n,
-            Err(e) => {
-                w.error.get_or_insert(e);
-                return Turn::Halt;
-            }
+            Err(e) => return halt(w, e),
         };
         self.done += n;
         let wait = self.hops * self.cost.transfers(n);
@@ -470,12 +469,10 @@ impl Actor<Shared> for Client<'_> {
                 self.held = Some(n);
                 Turn::At(now + wait)
             }
-            Visibility::AfterLines => {
-                let Some(issued) = self.issue(w) else {
-                    return Turn::Halt;
-                };
-                Turn::At(now + self.jitter.ns(self.cpu(issued, n)))
-            }
+            Visibility::AfterLines => match self.issue() {
+                Ok(issued) => Turn::At(now + self.jitter.ns(self.cpu(issued, n))),
+                Err(e) => halt(w, e),
+            },
         }
     }
 
@@ -495,32 +492,17 @@ struct Server<'a> {
     jitter: Jitter,
 }
 
-impl Server<'_> {
-    fn answer(&mut self, w: &mut Shared) -> bool {
-        match self.end.answer() {
-            Ok(()) => true,
-            Err(e) => {
-                w.error.get_or_insert(e);
-                false
-            }
-        }
-    }
-}
-
 impl Actor<Shared> for Server<'_> {
     fn turn(&mut self, now: u64, w: &mut Shared) -> Turn {
         if let Some(n) = self.held.take() {
-            if !self.answer(w) {
-                return Turn::Halt;
+            if let Err(e) = self.end.answer() {
+                return halt(w, e);
             }
             return Turn::At(now + self.jitter.ns(self.serve.ns(n)));
         }
         let n = match self.end.take() {
             Ok(n) => n,
-            Err(e) => {
-                w.error.get_or_insert(e);
-                return Turn::Halt;
-            }
+            Err(e) => return halt(w, e),
         };
         let wait = self.hops * self.cost.transfers(n);
         let r = &mut w.report;
@@ -531,8 +513,8 @@ impl Actor<Shared> for Server<'_> {
             self.held = Some(n);
             return Turn::At(now + wait);
         }
-        if !self.answer(w) {
-            return Turn::Halt;
+        if let Err(e) = self.end.answer() {
+            return halt(w, e);
         }
         Turn::At(now + wait + self.jitter.ns(self.serve.ns(n)))
     }
