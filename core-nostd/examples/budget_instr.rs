@@ -3,7 +3,8 @@
 //! `--poll-budget adaptive` controller, `budget::steady`) or `steady_seed` (given a second
 //! argument `seed`: `budget::Controller` with `Params::SEED`) by the updates.
 //!
-//! The plant: loops of 900 ns finding 0, 1 or 2 answers (for `Params::SEED` also an RTT sample
+//! The plant: loops of 900 ns finding 0, 1 or 2 answers, every other one held 300 ns by
+//! its extra polls (for `Params::SEED` also an RTT sample
 //! every fourth loop), after the warm-up, so the windows close and trials run.
 
 use copyrpc_core::budget::{steady, Controller, Observation, Params};
@@ -12,8 +13,9 @@ use copyrpc_core::budget::{steady, Controller, Observation, Params};
 fn steady_rate(c: &mut steady::Controller, n: u64, t0: u64) -> u64 {
     let mut acc = 0u64;
     for i in 0..n {
-        let (answers, now) = core::hint::black_box(((i % 3) as u32, t0 + i * 900));
-        acc += u64::from(c.update(answers, now));
+        let (answers, waited, now) =
+            core::hint::black_box(((i % 3) as u32, (i % 2) * 300, t0 + i * 900));
+        acc += u64::from(c.update(answers, waited, now));
     }
     acc
 }
@@ -55,7 +57,7 @@ fn main() {
         // Past the settling, outside the measured function.
         let w = steady::Params::DEFAULT.settle_ns / 900 + 1;
         for i in 0..w {
-            c.update((i % 2) as u32, i * 900);
+            c.update((i % 2) as u32, 0, i * 900);
         }
         (steady_rate(&mut c, n, w * 900), c.budget())
     };

@@ -157,6 +157,11 @@ pub struct StepA {
 }
 
 impl StepA {
+    /// No poll of this step A made yet.
+    pub fn is_fresh(&self) -> bool {
+        self.polls == 0
+    }
+
     /// A poll found `n` completions; `Some(found in this step A)` when the loop moves
     /// on (and step A starts again), `None` while it keeps polling.
     pub fn after_poll(&mut self, n: usize, budget: u32) -> Option<usize> {
@@ -195,6 +200,8 @@ pub struct Daemon<'m, 's, R: Remote> {
     step_a: StepA,
     /// The poll budget in force (the controller's, when adaptive).
     budget: u32,
+    /// When this loop's step A made its draining poll.
+    step_a_t0: u64,
     /// The adaptive controller (`--poll-budget adaptive|adaptive-seed`).
     ctl: Option<Ctl>,
     /// Answers the polls of this loop's step A delivered.
@@ -238,6 +245,7 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
             done: Vec::new(),
             step_a: StepA::default(),
             budget,
+            step_a_t0: 0,
             ctl: adaptive.map(|a| match a {
                 Adaptive::Rate(p) => Ctl::Rate(steady::Controller::new(p)),
                 Adaptive::Seed(p) => Ctl::Seed(Controller::new(p)),
@@ -343,6 +351,9 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
         let Some(remote) = self.p.remote.as_mut() else {
             return self.rest_of_loop(0);
         };
+        if self.step_a.is_fresh() {
+            self.step_a_t0 = now_ns;
+        }
         let done = &mut self.done;
         let before = done.len();
         let n = remote.poll(&mut |token, resp| done.push((token as u32, resp)));
@@ -387,7 +398,8 @@ impl<'m, 's, R: Remote> Daemon<'m, 's, R> {
                 });
             }
             Some(Ctl::Rate(c)) => {
-                self.budget = c.update(answers.min(u32::MAX as usize) as u32, self.now_ns);
+                let waited = self.now_ns.saturating_sub(self.step_a_t0);
+                self.budget = c.update(answers.min(u32::MAX as usize) as u32, waited, self.now_ns);
             }
             None => {}
         }
