@@ -22,14 +22,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use copyrpc_core::deleg;
 use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl};
 use copyrpc_core::ipc;
 use copyrpc_core::shm::spsc::Slot;
 use copyrpc_core::shm::{Msg, Slab, SlabEntry};
 use copyrpc_host::affinity::{pin_current_thread, usable_cores};
-use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
+use copyrpc_host::shm::deleg::DelegServer;
 use copyrpc_host::shm::ipc::{IpcClient, IpcServer};
+use copyrpc_host::shm::world::deleg_pair;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 type P = [u64; 2];
@@ -200,17 +200,7 @@ fn rtt(c: &mut Criterion) {
     // delegationrpc over /dev/shm, one client.
     {
         let name = unique("deleg-rtt");
-        let cfg = deleg::Config {
-            max_clients: 1,
-            ring_depth: 64,
-            resp_depth: 32,
-        };
-        let opts = ServerOptions {
-            replace_stale: true,
-            ..ServerOptions::default()
-        };
-        let mut server = DelegServer::<P, P>::create(&name, cfg, opts).unwrap();
-        let mut client = DelegClient::<P, P>::connect(&name).unwrap();
+        let (mut server, mut client) = deleg_pair(&name).unwrap();
         let _peer = Peer::spawn(move |stop| deleg_echo(&mut server, stop));
         g.bench_function("deleg", |b| {
             b.iter_custom(|iters| {
@@ -457,17 +447,7 @@ fn window32(c: &mut Criterion) {
 
     {
         let name = unique("deleg-win");
-        let cfg = deleg::Config {
-            max_clients: 1,
-            ring_depth: 64,
-            resp_depth: 32,
-        };
-        let opts = ServerOptions {
-            replace_stale: true,
-            ..ServerOptions::default()
-        };
-        let mut server = DelegServer::<P, P>::create(&name, cfg, opts).unwrap();
-        let mut client = DelegClient::<P, P>::connect(&name).unwrap();
+        let (mut server, mut client) = deleg_pair(&name).unwrap();
         let _peer = Peer::spawn(move |stop| deleg_echo(&mut server, stop));
         g.bench_function("deleg", |b| {
             b.iter_custom(|iters| {

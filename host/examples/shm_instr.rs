@@ -22,13 +22,13 @@
 //! between cores, which is what the two-thread bench (`benches/shm.rs`) measures.
 use std::hint::black_box;
 
-use copyrpc_core::deleg;
 use copyrpc_core::flux::{Mesh, NodeCtl, PairCtl};
 use copyrpc_core::ipc;
 use copyrpc_core::shm::spsc::Slot;
 use copyrpc_core::shm::{Msg, Slab, SlabEntry};
-use copyrpc_host::shm::deleg::{DelegClient, DelegServer, ServerOptions};
+use copyrpc_host::shm::deleg::{DelegClient, DelegServer};
 use copyrpc_host::shm::ipc::{IpcClient, IpcServer};
+use copyrpc_host::shm::world::deleg_pair;
 
 type P = [u64; 2];
 const W: u64 = 32;
@@ -158,17 +158,7 @@ fn main() {
         "a power of two up to 32 (the ipc region's depth)",
     );
     let name = format!("/shm-instr-{}", std::process::id());
-    let cfg = deleg::Config {
-        max_clients: 1,
-        ring_depth: 64,
-        resp_depth: 32,
-    };
-    let opts = ServerOptions {
-        replace_stale: true,
-        ..ServerOptions::default()
-    };
-    let mut s = DelegServer::<P, P>::create(&name, cfg, opts).unwrap();
-    let mut c = DelegClient::<P, P>::connect(&name).unwrap();
+    let (mut s, mut c) = deleg_pair(&name).unwrap();
     for r in 0..rounds {
         d_call(&mut c, r * window, window);
         assert_eq!(d_serve(&mut s), window);

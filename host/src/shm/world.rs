@@ -35,7 +35,7 @@ use crate::vworld::{Actor, CostModel, Jitter, Runtime, Turn};
 
 /// The payload of every call and answer, as in the bench: two words, the first the
 /// call's number.
-type P = [u64; 2];
+pub type P = [u64; 2];
 
 /// The protocols of the bench.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,6 +276,27 @@ impl ServerEnd for IpcS {
         }
         Ok(())
     }
+}
+
+/// A delegationrpc server and its one client, as [`deleg_pair`] makes them.
+pub type DelegPair = (DelegServer<P, P>, DelegClient<P, P>);
+
+/// The delegationrpc region the shm bench, `shm_instr` and this rig all create, so the rig
+/// runs the shape it is checked against: one client, 64 ring slots, 32 calls in flight,
+/// and a region left by a killed run replaced. Server first, then its client.
+pub fn deleg_pair(region: &str) -> Result<DelegPair, String> {
+    let cfg = deleg::Config {
+        max_clients: 1,
+        ring_depth: 64,
+        resp_depth: 32,
+    };
+    let opts = ServerOptions {
+        replace_stale: true,
+        ..ServerOptions::default()
+    };
+    let s = DelegServer::create(region, cfg, opts).map_err(|e| e.to_string())?;
+    let c = DelegClient::connect(region).map_err(|e| e.to_string())?;
+    Ok((s, c))
 }
 
 /// delegationrpc's answers name the response slot, not the call: the slot's call.
@@ -568,17 +589,7 @@ pub fn run(spec: &ShmWorld, region: &str) -> Result<ShmReport, String> {
             (Box::new(IpcC(c)), Box::new(IpcS(s, Vec::new())))
         }
         Proto::Deleg => {
-            let cfg = deleg::Config {
-                max_clients: 1,
-                ring_depth: 64,
-                resp_depth: 32,
-            };
-            let opts = ServerOptions {
-                replace_stale: true,
-                ..ServerOptions::default()
-            };
-            let s = DelegServer::<P, P>::create(region, cfg, opts).map_err(|e| e.to_string())?;
-            let c = DelegClient::<P, P>::connect(region).map_err(|e| e.to_string())?;
+            let (s, c) = deleg_pair(region)?;
             (
                 Box::new(DelegC(c, Vec::new())),
                 Box::new(DelegS(s, Vec::new())),
